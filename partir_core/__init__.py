@@ -1,0 +1,1 @@
+"""partir_core (see DESIGN.md)."""

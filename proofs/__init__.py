@@ -1,0 +1,1 @@
+"""proofs (see DESIGN.md)."""

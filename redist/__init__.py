@@ -1,0 +1,1 @@
+"""redist (see DESIGN.md)."""

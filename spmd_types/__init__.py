@@ -1,0 +1,26 @@
+"""Meshes and sharding types: the bottom layer of redist (no JAX import at module import time)."""
+
+from spmd_types.dtypes import DTYPES, canonical_dtype, itemsize
+from spmd_types.errors import (
+    DuplicateAxisError,
+    IndivisibleDimensionError,
+    InvalidSizeError,
+    MeshError,
+    MeshMismatchError,
+    RankMismatchError,
+    ShardingTypeError,
+    TypeSyntaxError,
+    UnknownAxisError,
+)
+from spmd_types.mesh import Axis, Mesh, SubAxis, axis_name
+from spmd_types.text import format_type, parse_type
+from spmd_types.types import ShardingType
+
+parse = parse_type
+
+__all__ = [
+    "Axis", "DTYPES", "DuplicateAxisError", "IndivisibleDimensionError", "InvalidSizeError",
+    "Mesh", "MeshError", "MeshMismatchError", "RankMismatchError", "ShardingType",
+    "ShardingTypeError", "SubAxis", "TypeSyntaxError", "UnknownAxisError", "axis_name",
+    "canonical_dtype", "format_type", "itemsize", "parse", "parse_type",
+]

@@ -1,0 +1,43 @@
+"""Element types: canonical short names (as ``jax.typeof`` prints them) and their sizes."""
+
+from __future__ import annotations
+
+from spmd_types.errors import InvalidSizeError
+
+# canonical name -> (numpy name, itemsize)
+DTYPES: dict[str, tuple[str, int]] = {
+    "pred": ("bool", 1),
+    "s8": ("int8", 1), "s16": ("int16", 2), "s32": ("int32", 4), "s64": ("int64", 8),
+    "u8": ("uint8", 1), "u16": ("uint16", 2), "u32": ("uint32", 4), "u64": ("uint64", 8),
+    "f16": ("float16", 2), "bf16": ("bfloat16", 2), "f32": ("float32", 4), "f64": ("float64", 8),
+    "c64": ("complex64", 8), "c128": ("complex128", 16),
+    "f8_e4m3fn": ("float8_e4m3fn", 1), "f8_e5m2": ("float8_e5m2", 1),
+}
+_ALIASES: dict[str, str] = {np_name: short for short, (np_name, _) in DTYPES.items()}
+_ALIASES.update({"i8": "s8", "i16": "s16", "i32": "s32", "i64": "s64", "bool": "pred"})
+
+
+def canonical_dtype(name: str) -> str:
+    """``float32`` / ``f32`` / ``numpy.float32`` -> ``f32``; unknown names raise."""
+    key = str(name)
+    if key in DTYPES:
+        return key
+    if key in _ALIASES:
+        return _ALIASES[key]
+    raise InvalidSizeError(f"unknown dtype {name!r}; known: {sorted(DTYPES)}")
+
+
+def itemsize(dtype: str) -> int:
+    return DTYPES[canonical_dtype(dtype)][1]
+
+
+def numpy_dtype(dtype: str) -> "object":
+    """The NumPy dtype (bfloat16 and float8 come from ml_dtypes, which JAX installs)."""
+    import numpy as np
+
+    name = DTYPES[canonical_dtype(dtype)][0]
+    if name in ("bfloat16", "float8_e4m3fn", "float8_e5m2"):
+        import ml_dtypes
+
+        return np.dtype(getattr(ml_dtypes, name))
+    return np.dtype(name)

@@ -1,0 +1,80 @@
+"""Conversion between our types and JAX's ``Mesh`` / ``NamedSharding`` / ``PartitionSpec``.
+
+The only module of the type layer that imports JAX, so the rest stays importable without it.
+Sub-axes exist only inside plans; ``PartitionSpec`` cannot express them, so converting a type that
+uses one is an error that names it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import jax
+import numpy as np
+from jax.sharding import NamedSharding, PartitionSpec
+
+from spmd_types.errors import MeshError, MeshMismatchError, ShardingTypeError
+from spmd_types.mesh import Mesh, SubAxis
+from spmd_types.types import ShardingType
+
+
+def mesh_to_jax(mesh: Mesh, devices: Any = None, explicit: bool = True) -> jax.sharding.Mesh:
+    """A JAX mesh with our axes (row-major over ``devices``, default the first ``mesh.size``)."""
+    devs = list(jax.devices() if devices is None else np.asarray(devices).reshape(-1))
+    if len(devs) < mesh.size:
+        raise MeshError(
+            f"mesh {mesh} needs {mesh.size} devices but only {len(devs)} are available; for CPU "
+            f"set XLA_FLAGS=--xla_force_host_platform_device_count={mesh.size} before importing jax"
+        )
+    arr = np.array(devs[: mesh.size], dtype=object).reshape([s for _, s in mesh.axes])
+    kind = jax.sharding.AxisType.Explicit if explicit else jax.sharding.AxisType.Auto
+    return jax.sharding.Mesh(arr, mesh.names, axis_types=(kind,) * len(mesh.axes))
+
+
+def to_partition_spec(t: ShardingType) -> PartitionSpec:
+    entries: list[Any] = []
+    for d, axes in enumerate(t.dims):
+        for a in axes:
+            if isinstance(a, SubAxis):
+                raise ShardingTypeError(
+                    f"dimension {d} uses sub-axis {a}, which a PartitionSpec cannot express"
+                )
+        entries.append(None if not axes else axes[0] if len(axes) == 1 else tuple(axes))
+    unreduced = set()
+    for a in t.unreduced:
+        if isinstance(a, SubAxis):
+            raise ShardingTypeError(f"unreduced sub-axis {a} cannot be expressed in a PartitionSpec")
+        unreduced.add(a)
+    return PartitionSpec(*entries, unreduced=frozenset(unreduced))
+
+
+def to_named_sharding(t: ShardingType, mesh: jax.sharding.Mesh) -> NamedSharding:
+    if Mesh.from_jax(mesh) != t.mesh:
+        raise MeshMismatchError(f"type is on mesh {t.mesh} but the JAX mesh is {Mesh.from_jax(mesh)}")
+    return NamedSharding(mesh, to_partition_spec(t))
+
+
+def from_partition_spec(
+    spec: PartitionSpec, shape: Sequence[int], dtype: Any, mesh: Mesh
+) -> ShardingType:
+    entries = list(spec) + [None] * (len(shape) - len(spec))
+    if len(entries) != len(shape):
+        from spmd_types.errors import RankMismatchError
+
+        raise RankMismatchError(
+            f"PartitionSpec {spec} has {len(spec)} entries but the shape {list(shape)} has rank {len(shape)}"
+        )
+    dims = [() if e is None else (e,) if isinstance(e, str) else tuple(e) for e in entries]
+    unreduced = tuple(getattr(spec, "unreduced", ()) or ())
+    return ShardingType(tuple(int(n) for n in shape), str(np.dtype(dtype)), dims, mesh, unreduced)
+
+
+def from_named_sharding(ns: NamedSharding, shape: Sequence[int], dtype: Any) -> ShardingType:
+    return from_partition_spec(ns.spec, shape, dtype, Mesh.from_jax(ns.mesh))
+
+
+def type_of(x: jax.Array) -> ShardingType:
+    """The sharding type of a JAX array laid out with a ``NamedSharding``."""
+    if not isinstance(x.sharding, NamedSharding):
+        raise ShardingTypeError(f"array has sharding {x.sharding!r}; a NamedSharding is required")
+    return from_named_sharding(x.sharding, x.shape, x.dtype)
