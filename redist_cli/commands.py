@@ -1,14 +1,20 @@
-"""Registration of the subcommands that later layers provide (plan, demo, verify, bench)."""
+"""Registration of the subcommands that later layers provide.
+
+Every module ``redist_cli/cmd_*.py`` defines ``register(sub, handlers)``; it is discovered here so
+each layer's command lives in its own file. Modules import their layer lazily inside the handler
+so ``redist --help`` stays fast.
+"""
 
 from __future__ import annotations
 
-import argparse
+import importlib
+import pkgutil
 from typing import Any
+
+import redist_cli
 
 
 def register(sub: Any, handlers: dict[str, Any]) -> None:
-    """Add subcommands here; each imports its layer lazily so ``redist types`` stays fast."""
-    del sub, handlers
-
-
-__all__ = ["register", "argparse"]
+    for info in sorted(pkgutil.iter_modules(redist_cli.__path__), key=lambda i: i.name):
+        if info.name.startswith("cmd_"):
+            importlib.import_module(f"redist_cli.{info.name}").register(sub, handlers)
