@@ -1,0 +1,79 @@
+"""Prime sub-axes ("atoms"): the unit the planner and step typing rules reason in.
+
+A canonical type merges ``y:(1)2, y:(2)2`` into ``y``; a step that removes only the minor half of
+``y`` must see the split. Every (sub-)axis factors uniquely into prime sub-axes, smallest prime
+most major, so step rules compare atom sequences and stay independent of how a type was spelled.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from spmd_types import Axis, Mesh, ShardingType, SubAxis
+
+Atom = tuple[str, int, int]
+"""(axis name, pre, size) with a prime ``size``: a factor of one mesh axis."""
+
+
+def _primes(n: int) -> list[int]:
+    out, p = [], 2
+    while p * p <= n:
+        while n % p == 0:
+            out.append(p)
+            n //= p
+        p += 1
+    if n > 1:
+        out.append(n)
+    return out
+
+
+@lru_cache(maxsize=4096)
+def atoms_of(mesh: Mesh, a: Axis) -> tuple[Atom, ...]:
+    """Prime factors of (sub-)axis ``a``, major to minor; a size-1 axis is one atom of size 1."""
+    name, pre, size = mesh.span(a)
+    if size == 1:
+        return ((name, pre, 1),)
+    out: list[Atom] = []
+    for p in _primes(size):
+        out.append((name, pre, p))
+        pre *= p
+    return tuple(out)
+
+
+def atoms_of_axes(mesh: Mesh, axes: tuple[Axis, ...]) -> tuple[Atom, ...]:
+    return tuple(x for a in axes for x in atoms_of(mesh, a))
+
+
+def atom_axis(mesh: Mesh, atom: Atom) -> Axis:
+    name, pre, size = atom
+    if pre == 1 and size == mesh.axis_size(name):
+        return name
+    return SubAxis(name, pre, size)
+
+
+@lru_cache(maxsize=65536)
+def dims_atoms(t: ShardingType) -> tuple[tuple[Atom, ...], ...]:
+    return tuple(atoms_of_axes(t.mesh, axes) for axes in t.dims)
+
+
+@lru_cache(maxsize=65536)
+def unreduced_atoms(t: ShardingType) -> frozenset[Atom]:
+    return frozenset(x for a in t.unreduced for x in atoms_of(t.mesh, a))
+
+
+def atoms_size(atoms: tuple[Atom, ...]) -> int:
+    n = 1
+    for _, _, s in atoms:
+        n *= s
+    return n
+
+
+def from_atoms(
+    t: ShardingType, dims: tuple[tuple[Atom, ...], ...], unreduced: frozenset[Atom]
+) -> ShardingType:
+    """A type like ``t`` (shape, dtype, mesh) with atom-level dims/unreduced (canonicalised)."""
+    m = t.mesh
+    return ShardingType(
+        t.shape, t.dtype, [tuple(atom_axis(m, x) for x in d) for d in dims], m,
+        [atom_axis(m, x) for x in sorted(unreduced)],
+    )

@@ -1,0 +1,21 @@
+"""Typed errors of the redistribution layer (all ``ShardingTypeError`` subclasses, so one catch works)."""
+
+from __future__ import annotations
+
+from spmd_types.errors import ShardingTypeError
+
+
+class RedistError(ShardingTypeError):
+    """Base class for planning and execution errors."""
+
+
+class StepError(RedistError):
+    """A step applied to a type it does not fit (wrong axis, axis not minor-most, axis in use...)."""
+
+
+class IncompatibleTypesError(RedistError):
+    """Source and destination differ in global shape, dtype or mesh: redistribution is not a reshape."""
+
+
+class ExecutionError(RedistError):
+    """An array handed to an executor does not match the plan's source type."""

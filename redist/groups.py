@@ -1,0 +1,48 @@
+"""Device groups of a collective: which devices talk, and each one's index inside its group."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from functools import lru_cache
+
+import numpy as np
+
+from redist.atoms import Atom
+from spmd_types import Mesh
+
+
+@lru_cache(maxsize=8192)
+def atoms_index(mesh: Mesh, atoms: tuple[Atom, ...]) -> np.ndarray:
+    """Per device, the mixed-radix index of its coordinates along ``atoms`` (major first)."""
+    coords = mesh.coord_table()
+    out = np.zeros(mesh.size, dtype=np.int64)
+    for name, pre, size in atoms:
+        n = mesh.axis_size(name)
+        out = out * size + (coords[:, mesh.position(name)] // (n // (pre * size))) % size
+    return out
+
+
+@lru_cache(maxsize=8192)
+def group_key(mesh: Mesh, atoms: tuple[Atom, ...]) -> np.ndarray:
+    """Per device, an id shared exactly by the devices that differ only along ``atoms``."""
+    coords = mesh.coord_table().copy()
+    for name, pre, size in atoms:
+        n = mesh.axis_size(name)
+        i = mesh.position(name)
+        stride = n // (pre * size)
+        coords[:, i] -= ((coords[:, i] // stride) % size) * stride
+    out = np.zeros(mesh.size, dtype=np.int64)
+    for i, (_, s) in enumerate(mesh.axes):
+        out = out * s + coords[:, i]
+    return out
+
+
+def members(mesh: Mesh, atoms: Iterable[Atom]) -> list[list[int]]:
+    """For each device, the devices of its group ordered by group index."""
+    atoms = tuple(atoms)
+    key, idx = group_key(mesh, atoms), atoms_index(mesh, atoms)
+    by_key: dict[int, list[tuple[int, int]]] = {}
+    for v in range(mesh.size):
+        by_key.setdefault(int(key[v]), []).append((int(idx[v]), v))
+    ordered = {k: [v for _, v in sorted(m)] for k, m in by_key.items()}
+    return [ordered[int(key[v])] for v in range(mesh.size)]

@@ -1,0 +1,285 @@
+"""The steps of a plan and their typing rules (DESIGN.md section 3).
+
+Each step acts on all devices at once (SPMD). ``step.apply(t)`` returns the type after the step or
+raises ``StepError`` naming what is wrong; rules compare prime sub-axes (``redist.atoms``), so
+"the minor-most axes of a dimension" also works when they are a part of one mesh axis. A step over
+several axes is one collective over the flattened group (major-to-minor order of ``axes``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from redist.atoms import Atom, atoms_of_axes, dims_atoms, from_atoms, unreduced_atoms
+from redist.errors import StepError
+from spmd_types import Axis, ShardingType, ShardingTypeError
+from spmd_types.mesh import format_axis
+
+
+def _fmt(axes: tuple[Axis, ...]) -> str:
+    return ",".join(format_axis(a) for a in axes)
+
+
+def _check_dim(step: Step, t: ShardingType, dim: int) -> None:
+    if not 0 <= dim < t.rank:
+        raise StepError(f"{step}: dimension {dim} out of range for rank-{t.rank} type {t}")
+
+
+def _suffix(step: Step, t: ShardingType, dim: int, axes: tuple[Axis, ...]) -> tuple[Atom, ...]:
+    """The dim's atoms without the minor-most ``axes``; raises if they are not its minor-most axes."""
+    _check_dim(step, t, dim)
+    have = dims_atoms(t)[dim]
+    want = atoms_of_axes(t.mesh, axes)
+    if not want or len(want) > len(have) or have[len(have) - len(want):] != want:
+        raise StepError(
+            f"{step}: axes ({_fmt(axes)}) are not the minor-most axes of dimension {dim} of {t}"
+        )
+    return have[: len(have) - len(want)]
+
+
+def _unused(step: Step, t: ShardingType, axes: tuple[Axis, ...]) -> tuple[Atom, ...]:
+    want = atoms_of_axes(t.mesh, axes)
+    used = {x for d in dims_atoms(t) for x in d} | unreduced_atoms(t)
+    names = {x[0] for x in used}
+    for x in want:
+        # An atom is in use if it or any overlapping factor of its axis is used.
+        if x in used or (x[0] in names and any(_overlap(x, u) for u in used if u[0] == x[0])):
+            raise StepError(f"{step}: axis {_fmt(axes)} is already used in {t}")
+    return want
+
+
+def _overlap(a: Atom, b: Atom) -> bool:
+    return not (b[1] % (a[1] * a[2]) == 0 or a[1] % (b[1] * b[2]) == 0)
+
+
+def _build(step: Step, t: ShardingType, dims: tuple[tuple[Atom, ...], ...], unred: frozenset[Atom]) -> ShardingType:
+    try:
+        return from_atoms(t, dims, unred)
+    except ShardingTypeError as e:
+        raise StepError(f"{step} on {t}: {e}") from None
+
+
+@dataclass(frozen=True)
+class Step:
+    """Base class; subclasses set ``kind`` and ``is_collective`` and implement ``apply``."""
+
+    kind: ClassVar[str] = "step"
+    is_collective: ClassVar[bool] = True
+
+    def apply(self, t: ShardingType) -> ShardingType:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def group_axes(self) -> tuple[Axis, ...]:
+        """Mesh (sub-)axes the step communicates over (empty for local steps)."""
+        return getattr(self, "axes", ())
+
+
+@dataclass(frozen=True)
+class DynSlice(Step):
+    """Local slice: each device keeps the block of ``dim`` given by its coordinates on ``axes``."""
+
+    dim: int
+    axes: tuple[Axis, ...]
+    kind: ClassVar[str] = "dynamic_slice"
+    is_collective: ClassVar[bool] = False
+
+    def apply(self, t: ShardingType) -> ShardingType:
+        _check_dim(self, t, self.dim)
+        new = _unused(self, t, self.axes)
+        dims = list(dims_atoms(t))
+        dims[self.dim] = dims[self.dim] + new
+        return _build(self, t, tuple(dims), unreduced_atoms(t))
+
+    def __str__(self) -> str:
+        return f"dynamic_slice(dim={self.dim}, axes=({_fmt(self.axes)}))"
+
+
+@dataclass(frozen=True)
+class AllGather(Step):
+    """Gather the minor-most ``axes`` of ``dim`` (tiled): the dimension gets ``|axes|`` times longer."""
+
+    dim: int
+    axes: tuple[Axis, ...]
+    kind: ClassVar[str] = "all_gather"
+
+    def apply(self, t: ShardingType) -> ShardingType:
+        rest = _suffix(self, t, self.dim, self.axes)
+        dims = list(dims_atoms(t))
+        dims[self.dim] = rest
+        return _build(self, t, tuple(dims), unreduced_atoms(t))
+
+    def __str__(self) -> str:
+        return f"all_gather(dim={self.dim}, axes=({_fmt(self.axes)}))"
+
+
+@dataclass(frozen=True)
+class AllToAll(Step):
+    """Move the minor-most ``axes`` of ``src_dim`` to the minor side of ``dst_dim``."""
+
+    src_dim: int
+    dst_dim: int
+    axes: tuple[Axis, ...]
+    kind: ClassVar[str] = "all_to_all"
+
+    def apply(self, t: ShardingType) -> ShardingType:
+        if self.src_dim == self.dst_dim:
+            raise StepError(f"{self}: source and destination dimension must differ")
+        _check_dim(self, t, self.dst_dim)
+        rest = _suffix(self, t, self.src_dim, self.axes)
+        moved = atoms_of_axes(t.mesh, self.axes)
+        dims = list(dims_atoms(t))
+        dims[self.src_dim] = rest
+        dims[self.dst_dim] = dims[self.dst_dim] + moved
+        return _build(self, t, tuple(dims), unreduced_atoms(t))
+
+    def __str__(self) -> str:
+        return f"all_to_all(dim {self.src_dim} -> {self.dst_dim}, axes=({_fmt(self.axes)}))"
+
+
+def _need_unreduced(step: Step, t: ShardingType, axes: tuple[Axis, ...]) -> tuple[Atom, ...]:
+    want = atoms_of_axes(t.mesh, axes)
+    have = unreduced_atoms(t)
+    missing = [x for x in want if x not in have]
+    if not want or missing:
+        raise StepError(f"{step}: axes ({_fmt(axes)}) are not unreduced in {t}")
+    return want
+
+
+@dataclass(frozen=True)
+class ReduceScatter(Step):
+    """Sum over unreduced ``axes`` and keep this device's block: they become minor shard axes of ``dim``."""
+
+    dim: int
+    axes: tuple[Axis, ...]
+    kind: ClassVar[str] = "reduce_scatter"
+
+    def apply(self, t: ShardingType) -> ShardingType:
+        _check_dim(self, t, self.dim)
+        want = _need_unreduced(self, t, self.axes)
+        dims = list(dims_atoms(t))
+        dims[self.dim] = dims[self.dim] + want
+        return _build(self, t, tuple(dims), unreduced_atoms(t) - set(want))
+
+    def __str__(self) -> str:
+        return f"reduce_scatter(dim={self.dim}, axes=({_fmt(self.axes)}))"
+
+
+@dataclass(frozen=True)
+class AllReduce(Step):
+    """Sum over unreduced ``axes``; the result is replicated over them."""
+
+    axes: tuple[Axis, ...]
+    kind: ClassVar[str] = "all_reduce"
+
+    def apply(self, t: ShardingType) -> ShardingType:
+        want = _need_unreduced(self, t, self.axes)
+        return _build(self, t, dims_atoms(t), unreduced_atoms(t) - set(want))
+
+    def __str__(self) -> str:
+        return f"all_reduce(axes=({_fmt(self.axes)}))"
+
+
+@dataclass(frozen=True)
+class Discard(Step):
+    """Replicated -> unreduced over ``axes``: coordinate 0 keeps its copy, the others hold zeros."""
+
+    axes: tuple[Axis, ...]
+    kind: ClassVar[str] = "discard"
+    is_collective: ClassVar[bool] = False
+
+    def apply(self, t: ShardingType) -> ShardingType:
+        new = _unused(self, t, self.axes)
+        return _build(self, t, dims_atoms(t), unreduced_atoms(t) | set(new))
+
+    def __str__(self) -> str:
+        return f"discard(axes=({_fmt(self.axes)}))"
+
+
+@dataclass(frozen=True)
+class PadUnreduced(Step):
+    """Sharded -> unreduced: each device places its block in zeros of the unsharded size (no traffic).
+
+    The sum over ``axes`` of the padded blocks is the unsharded value, which is exactly the
+    unreduced type's meaning; it replaces a gather when the destination wants a pending sum.
+    """
+
+    dim: int
+    axes: tuple[Axis, ...]
+    kind: ClassVar[str] = "pad_unreduced"
+    is_collective: ClassVar[bool] = False
+
+    def apply(self, t: ShardingType) -> ShardingType:
+        rest = _suffix(self, t, self.dim, self.axes)
+        dims = list(dims_atoms(t))
+        dims[self.dim] = rest
+        return _build(self, t, tuple(dims), unreduced_atoms(t) | set(atoms_of_axes(t.mesh, self.axes)))
+
+    def __str__(self) -> str:
+        return f"pad_unreduced(dim={self.dim}, axes=({_fmt(self.axes)}))"
+
+
+def _target(step: Permute | Exchange, t: ShardingType) -> ShardingType:
+    unreduced = getattr(step, "unreduced", None)
+    try:
+        out = ShardingType(t.shape, t.dtype, step.dims, t.mesh, t.unreduced if unreduced is None else unreduced)
+    except ShardingTypeError as e:
+        raise StepError(f"{step} on {t}: {e}") from None
+    return out
+
+
+@dataclass(frozen=True)
+class Permute(Step):
+    """Collective permute of whole local blocks to a type with the same local shape.
+
+    Every block of the new type is a block of the old one (same grid), so each device receives
+    at most one block from one peer: a single ``ppermute`` round.
+    """
+
+    dims: tuple[tuple[Axis, ...], ...]
+    kind: ClassVar[str] = "permute"
+
+    def apply(self, t: ShardingType) -> ShardingType:
+        out = _target(self, t)
+        if out.local_shape != t.local_shape:
+            raise StepError(
+                f"{self}: a permute keeps the local shape, but {t} has {list(t.local_shape)} "
+                f"and {out} has {list(out.local_shape)}"
+            )
+        return out
+
+    def group_axes(self) -> tuple[Axis, ...]:
+        return ()
+
+    def __str__(self) -> str:
+        return "permute(-> [" + ",".join("(" + _fmt(a) + ")" for a in self.dims) + "])"
+
+
+@dataclass(frozen=True)
+class Exchange(Step):
+    """Any type to any type, by point-to-point rounds (``redist.exchange``).
+
+    Each device receives exactly the cells of its new block that it lacks (one per missing
+    partial where unreduced axes are summed), one cell per ``ppermute`` round. Axes that become
+    unreduced need data on only one device of each group (the others hold zeros), so an exchange
+    with nothing to receive is a free local re-layout.
+    """
+
+    dims: tuple[tuple[Axis, ...], ...]
+    unreduced: tuple[Axis, ...] | None = None
+    kind: ClassVar[str] = "exchange"
+
+    def apply(self, t: ShardingType) -> ShardingType:
+        return _target(self, t)
+
+    def group_axes(self) -> tuple[Axis, ...]:
+        return ()
+
+    def __str__(self) -> str:
+        u = "" if not self.unreduced else " {U:" + _fmt(self.unreduced) + "}"
+        return "exchange(-> [" + ",".join("(" + _fmt(a) + ")" for a in self.dims) + "]" + u + ")"
+
+
+ALL_STEPS: tuple[type[Step], ...] = (
+    DynSlice, AllGather, AllToAll, ReduceScatter, AllReduce, Discard, PadUnreduced, Permute, Exchange,
+)
