@@ -1,0 +1,458 @@
+"""Reading collectives out of compiled (post-SPMD-partitioning) HLO text.
+
+Why parse text: XLA decides the collectives of ``jit(identity, out_shardings=dst)`` inside its SPMD
+partitioner; the only stable, public view of that decision is ``Compiled.as_text()``. We measure
+both sides (XLA's program and our executor's program) with this one parser, so the byte counts
+are comparable by construction.
+
+What is understood:
+
+- opcodes ``all-gather``, ``all-reduce``, ``reduce-scatter``, ``all-to-all``,
+  ``collective-permute``, ``ragged-all-to-all`` and their async ``-start`` forms (``-done`` carries
+  no new traffic and is skipped);
+- ``replica_groups`` written explicitly (``{{0,1},{2,3}}``), as iota lists (``[2,4]<=[8]``,
+  ``[4,2]<=[2,4]T(1,0)``), or as Shardy mesh-axes groups
+  (``mesh['axis_0'=4,'axis_1'=2], device_ids=([2,2,2]T(0,2,1)) {'axis_0':(2)2}``); an empty
+  ``{}`` means one group of every device;
+- ``source_target_pairs`` of permutes.
+
+Bytes received per device follow DESIGN.md section 4 (ring algorithms), averaged over the
+``num_partitions`` devices of the module:
+
+- all-gather: a device receives the ``p-1`` blocks it lacks: ``(p-1) * operand``
+  (= ``(p-1)/p`` of the gathered result);
+- reduce-scatter: ``(p-1)/p * operand``; all-reduce: ``2 (p-1)/p * operand``;
+- all-to-all: ``(p-1)/p * operand`` (all operands of a tuple all-to-all together);
+- collective-permute: every real pair ``s -> t`` with ``s != t`` delivers one operand to ``t``.
+
+``ragged-all-to-all`` moves data-dependent amounts, so its bytes are ``None`` (unknown statically).
+Collectives inside loop bodies would be counted once; redistribution programs have no loops.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import numpy as np
+
+COLLECTIVE_KINDS = (
+    "all-gather",
+    "all-reduce",
+    "reduce-scatter",
+    "all-to-all",
+    "collective-permute",
+    "ragged-all-to-all",
+)
+
+# HLO primitive type -> bits (sub-byte types are rounded up per element by XLA; we count bits/8).
+_HLO_BITS: dict[str, int] = {
+    "pred": 8, "s2": 2, "u2": 2, "s4": 4, "u4": 4, "s8": 8, "u8": 8, "s16": 16, "u16": 16,
+    "s32": 32, "u32": 32, "s64": 64, "u64": 64, "f16": 16, "bf16": 16, "f32": 32, "f64": 64,
+    "c64": 64, "c128": 128, "f8e4m3fn": 8, "f8e5m2": 8, "f8e4m3": 8, "f8e4m3fnuz": 8,
+    "f8e5m2fnuz": 8, "f8e4m3b11fnuz": 8, "f8e3m4": 8, "f4e2m1fn": 4, "f8e8m0fnu": 8,
+    "token": 0, "opaque": 0,
+}
+
+_ARRAY_SHAPE = re.compile(r"([a-z][a-z0-9]*)\[([0-9,\s]*)\]")
+_COMMENT = re.compile(r"/\*.*?\*/")
+_INSTR_HEAD = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=\s*")
+_NUM_PARTITIONS = re.compile(r"num_partitions=(\d+)")
+_IOTA = re.compile(r"\[[0-9,\s]+\]<=\[[0-9,\s]+\](?:T\([0-9,\s]+\))?")
+
+
+@dataclass(frozen=True)
+class Collective:
+    """One collective instruction of a compiled module, with what a device receives from it."""
+
+    name: str
+    kind: str  # one of COLLECTIVE_KINDS (async "-start" folded into the base kind)
+    groups: tuple[tuple[int, ...], ...]  # replica groups, or the (source, target) pairs of a permute
+    operand_bytes: int  # per device, all operands together
+    result_bytes: int  # per device, the collective's own result (async wrappers excluded)
+    recv_bytes: float | None  # averaged over the module's devices; None if data-dependent
+    operand_elements: int = 0
+    recv_elements: float | None = None  # the same count in elements (dtype-independent)
+
+    @property
+    def group_size(self) -> int:
+        """Largest group (2 for a permute, whose groups are pairs)."""
+        return max((len(g) for g in self.groups), default=1)
+
+    def summary(self) -> str:
+        """Compact text, e.g. ``all-gather(p=4, 2048B)``."""
+        if self.kind == "collective-permute":
+            real = sum(1 for s, t in self.groups if s != t)
+            return f"{self.kind}({real} pairs, {self.operand_bytes}B)"
+        return f"{self.kind}(p={self.group_size}, {self.operand_bytes}B)"
+
+
+@dataclass(frozen=True)
+class HloCollectives:
+    """All collectives of one module and their total bytes received per device."""
+
+    num_devices: int
+    collectives: tuple[Collective, ...]
+
+    @property
+    def recv_bytes(self) -> float | None:
+        """Sum over collectives; ``None`` if any collective moves a data-dependent amount."""
+        return _total(c.recv_bytes for c in self.collectives)
+
+    @property
+    def recv_elements(self) -> float | None:
+        """Elements received per device (``None`` as for bytes)."""
+        return _total(c.recv_elements for c in self.collectives)
+
+    def recv_bytes_as(self, itemsize: int) -> float | None:
+        """Bytes as if every collective ran in a dtype of ``itemsize`` bytes.
+
+        Why: XLA's CPU backend widens bf16/f16 collectives to f32 (float normalization), which
+        doubles the raw HLO bytes of 16-bit arrays on *both* sides. A redistribution never changes
+        the dtype, so elements x the array's item size is the algorithm's traffic.
+        """
+        el = self.recv_elements
+        return None if el is None else el * itemsize
+
+    def kinds(self) -> tuple[str, ...]:
+        return tuple(c.kind for c in self.collectives)
+
+    def summary(self) -> str:
+        return " + ".join(c.summary() for c in self.collectives) or "(none)"
+
+
+def _total(values: Iterable[float | None]) -> float | None:
+    total = 0.0
+    for v in values:
+        if v is None:
+            return None
+        total += v
+    return total
+
+
+# -- shapes ------------------------------------------------------------------------------------------
+def shape_bytes(text: str) -> int:
+    """Bytes of an HLO shape: ``f32[8,64]{1,0}``, a tuple ``(f32[2], s32[])``, ``token[]``..."""
+    return _shape_size(text)[1]
+
+
+def shape_elements(text: str) -> int:
+    """Number of array elements of an HLO shape (all tuple leaves, tokens count 0)."""
+    return _shape_size(text)[0]
+
+
+def _shape_size(text: str) -> tuple[int, int]:
+    elements = total = 0
+    for dtype, dims in _ARRAY_SHAPE.findall(_COMMENT.sub("", text)):
+        if dtype not in _HLO_BITS:
+            raise ValueError(f"unknown HLO element type {dtype!r} in shape {text!r}")
+        n = math.prod(int(d) for d in dims.replace(" ", "").split(",") if d)
+        if _HLO_BITS[dtype]:
+            elements += n
+        total += (n * _HLO_BITS[dtype] + 7) // 8
+    return elements, total
+
+
+def tuple_element_bytes(text: str) -> list[int]:
+    """Bytes of each top-level element of a tuple shape (a non-tuple shape gives one element)."""
+    text = _COMMENT.sub("", text).strip()
+    if not text.startswith("("):
+        return [shape_bytes(text)]
+    return [shape_bytes(part) for part in split_top_level(text[1:-1])]
+
+
+def split_top_level(text: str, sep: str = ",") -> list[str]:
+    """Split at ``sep`` outside any brackets (), [], {}."""
+    parts: list[str] = []
+    depth = 0
+    cur: list[str] = []
+    for ch in text:
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        if ch == sep and depth == 0:
+            parts.append("".join(cur).strip())
+            cur = []
+        else:
+            cur.append(ch)
+    tail = "".join(cur).strip()
+    if tail:
+        parts.append(tail)
+    return parts
+
+
+def _match_close(text: str, start: int) -> int:
+    """Index of the bracket closing the one at ``text[start]``."""
+    pairs = {"(": ")", "[": "]", "{": "}"}
+    stack = [pairs[text[start]]]
+    for i in range(start + 1, len(text)):
+        ch = text[i]
+        if ch in pairs:
+            stack.append(pairs[ch])
+        elif stack and ch == stack[-1]:
+            stack.pop()
+            if not stack:
+                return i
+    raise ValueError(f"unbalanced brackets in {text!r}")
+
+
+# -- instructions -----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Instruction:
+    """One HLO instruction line, split into its parts (no semantics)."""
+
+    name: str
+    shape: str
+    opcode: str
+    operands: tuple[str, ...]  # raw operand texts ("%p" or "f32[8] %p")
+    attrs: str
+
+
+def parse_instruction(line: str) -> Instruction | None:
+    """Split ``%n = SHAPE opcode(OPERANDS), attrs``; ``None`` for lines that are not instructions."""
+    line = _COMMENT.sub("", line)
+    m = _INSTR_HEAD.match(line)
+    if not m:
+        return None
+    rest = line[m.end():]
+    if rest.startswith("("):
+        end = _match_close(rest, 0)
+        shape, rest = rest[: end + 1], rest[end + 1:]
+    else:
+        sm = re.match(r"[a-z][a-z0-9]*\[[0-9,\s]*\](\{[^}]*\})?", rest)
+        if not sm:
+            return None
+        shape, rest = sm.group(0), rest[sm.end():]
+    om = re.match(r"\s*([a-z][\w\-]*)\(", rest)
+    if not om:
+        return None
+    open_at = om.end() - 1
+    close_at = _match_close(rest, open_at)
+    operands = tuple(split_top_level(rest[open_at + 1: close_at]))
+    attrs = rest[close_at + 1:].lstrip(", ")
+    return Instruction(m.group(1), shape, om.group(1), operands, attrs)
+
+
+def _operand_name(text: str) -> str:
+    return text.split()[-1].lstrip("%") if text.split() else ""
+
+
+def _operand_shape(text: str) -> str | None:
+    """The shape written inline before an operand name (older HLO printing), if any."""
+    parts = text.rsplit(None, 1)
+    return parts[0] if len(parts) == 2 else None
+
+
+# -- replica groups ---------------------------------------------------------------------------------
+def _attr(attrs: str, key: str) -> str | None:
+    """The raw value of ``key=...`` in an attribute list (balanced brackets)."""
+    m = re.search(rf"(?:^|[\s,]){re.escape(key)}=", attrs)
+    if not m:
+        return None
+    i = m.end()
+    iota = _IOTA.match(attrs, i)
+    if iota:
+        return iota.group(0)
+    if i < len(attrs) and attrs[i] in "{[(":
+        return attrs[i: _match_close(attrs, i) + 1]
+    if attrs.startswith("mesh[", i):
+        return _mesh_groups_text(attrs, i)
+    j = i
+    while j < len(attrs) and attrs[j] not in ", ":
+        j += 1
+    return attrs[i:j]
+
+
+def _mesh_groups_text(attrs: str, i: int) -> str:
+    """The full ``mesh[...]`` [``, device_ids=(...)``] ``{axes}`` value starting at ``attrs[i]``."""
+    j = _match_close(attrs, i + 4) + 1
+    rest = attrs[j:]
+    dm = re.match(r",\s*device_ids=", rest)
+    if dm:
+        k = j + dm.end()
+        j = _match_close(attrs, k) + 1
+    bm = re.match(r"\s*\{", attrs[j:])
+    if not bm:
+        raise ValueError(f"mesh replica groups without an axis list: {attrs[i:]!r}")
+    k = j + bm.end() - 1
+    return attrs[i: _match_close(attrs, k) + 1]
+
+
+def iota_device_list(text: str) -> np.ndarray:
+    """``[2,4]<=[8]`` or ``[4,2]<=[2,4]T(1,0)``: reshape(transpose(reshape(iota))).
+
+    The ``[out]<=`` prefix is optional (Shardy's ``device_ids=([2,2,2]T(0,2,1))`` omits it; the
+    result is then flat).
+    """
+    m = re.fullmatch(r"\s*(?:\[([0-9,\s]+)\]<=)?\[([0-9,\s]+)\](?:T\(([0-9,\s]+)\))?\s*", text)
+    if not m:
+        raise ValueError(f"not an iota device list: {text!r}")
+    src_shape = [int(v) for v in m.group(2).split(",")]
+    ids = np.arange(math.prod(src_shape)).reshape(src_shape)
+    if m.group(3):
+        ids = ids.transpose([int(v) for v in m.group(3).split(",")])
+    out_shape = [int(v) for v in m.group(1).split(",")] if m.group(1) else [-1]
+    return ids.reshape(out_shape)
+
+
+def parse_replica_groups(text: str, num_devices: int) -> tuple[tuple[int, ...], ...]:
+    """Replica groups in any of XLA's three spellings (see the module docstring)."""
+    text = text.strip()
+    if text.startswith("mesh["):
+        return _mesh_replica_groups(text)
+    if text.startswith("["):
+        return tuple(tuple(int(v) for v in row) for row in iota_device_list(text))
+    if text in ("{}", ""):
+        return (tuple(range(num_devices)),)
+    inner = text[1:-1]
+    groups = []
+    for g in split_top_level(inner):
+        body = g.strip()[1:-1]
+        groups.append(tuple(int(v) for v in body.split(",") if v.strip()))
+    return tuple(groups)
+
+
+def _mesh_replica_groups(text: str) -> tuple[tuple[int, ...], ...]:
+    """``mesh['a'=4,'b'=2], device_ids=([2,2,2]T(0,2,1)) {'a':(2)2, 'b'}``.
+
+    The mesh's devices (row-major, or ``device_ids``) are grouped by the listed (sub-)axes: a
+    group is the devices equal on every other coordinate digit, ordered by the listed digits
+    (first listed most significant). A sub-axis ``'a':(pre)size`` is the digit of size ``size``
+    whose more-major factors multiply to ``pre``, exactly as in ``spmd_types.SubAxis``.
+    """
+    mm = re.match(r"mesh\[(.*?)\]", text)
+    if not mm:
+        raise ValueError(f"bad mesh replica groups {text!r}")
+    axes: list[tuple[str, int]] = []
+    for part in split_top_level(mm.group(1)):
+        axis_name, axis_size = part.split("=")
+        axes.append((axis_name.strip().strip("'\""), int(axis_size)))
+    shape = [s for _, s in axes]
+    n = math.prod(shape)
+    dm = re.search(r"device_ids=\((.*?)\)\s*\{", text)
+    if dm:
+        body = dm.group(1).strip()
+        if body.startswith("["):
+            ids = iota_device_list(body).reshape(-1)
+        else:
+            ids = np.array([int(v) for v in body.split(",")])
+    else:
+        ids = np.arange(n)
+    group_text = text[text.rindex("{") + 1: text.rindex("}")]
+    pos = {name: i for i, (name, _) in enumerate(axes)}
+    digits: list[tuple[int, int, int]] = []  # (axis position, pre, size)
+    for ref in split_top_level(group_text):
+        rm = re.fullmatch(r"\s*['\"]?([\w.\-]+)['\"]?(?::\((\d+)\)(\d+))?\s*", ref)
+        if not rm:
+            raise ValueError(f"bad axis reference {ref!r} in {text!r}")
+        p = pos[rm.group(1)]
+        pre, size = (int(rm.group(2)), int(rm.group(3))) if rm.group(2) else (1, shape[p])
+        digits.append((p, pre, size))
+    coords = np.array(list(np.ndindex(*shape)), dtype=np.int64).reshape(n, len(shape))
+    key = coords.copy()
+    gcoord = np.zeros(n, dtype=np.int64)
+    for p, pre, size in digits:
+        stride = shape[p] // (pre * size)
+        digit = (coords[:, p] // stride) % size
+        key[:, p] -= digit * stride
+        gcoord = gcoord * size + digit
+    groups: dict[tuple[int, ...], list[tuple[int, int]]] = {}
+    for i in range(n):
+        groups.setdefault(tuple(key[i]), []).append((int(gcoord[i]), int(ids[i])))
+    return tuple(tuple(d for _, d in sorted(members)) for members in groups.values())
+
+
+def parse_pairs(text: str) -> tuple[tuple[int, int], ...]:
+    """``{{0,1},{1,0}}`` -> ((0, 1), (1, 0))."""
+    return tuple((int(a), int(b)) for a, b in re.findall(r"\{\s*(\d+)\s*,\s*(\d+)\s*\}", text))
+
+
+# -- the bytes formulas of DESIGN.md section 4 ------------------------------------------------------
+def ring_recv_bytes(kind: str, group_sizes: list[int], operand_bytes: int, num_devices: int) -> float:
+    """Bytes received per device, averaged over ``num_devices``, for one group-based collective.
+
+    ``group_sizes`` lists every group; each member of a group of size ``p`` receives the amount
+    below, devices in no group receive nothing.
+    """
+    per_member = {
+        "all-gather": lambda p: (p - 1) * operand_bytes,
+        "reduce-scatter": lambda p: (p - 1) / p * operand_bytes,
+        "all-reduce": lambda p: 2 * (p - 1) / p * operand_bytes,
+        "all-to-all": lambda p: (p - 1) / p * operand_bytes,
+    }[kind]
+    return sum(p * per_member(p) for p in group_sizes) / num_devices
+
+
+def permute_recv_bytes(pairs: tuple[tuple[int, int], ...], operand_bytes: int, num_devices: int) -> float:
+    """Every pair with distinct ends delivers one operand; averaged over devices."""
+    return sum(operand_bytes for s, t in pairs if s != t) / num_devices
+
+
+# -- the module ---------------------------------------------------------------------------------------
+def parse_collectives(hlo_text: str, num_devices: int | None = None) -> HloCollectives:
+    """Every collective of a compiled module with its bytes received per device.
+
+    ``num_devices`` defaults to the module's ``num_partitions``.
+    """
+    if num_devices is None:
+        m = _NUM_PARTITIONS.search(hlo_text)
+        num_devices = int(m.group(1)) if m else 1
+    shapes: dict[str, str] = {}
+    instrs: list[Instruction] = []
+    for line in hlo_text.splitlines():
+        ins = parse_instruction(line)
+        if ins is None:
+            continue
+        shapes[ins.name] = ins.shape
+        instrs.append(ins)
+    out: list[Collective] = []
+    for ins in instrs:
+        kind = ins.opcode.removesuffix("-start")
+        if kind not in COLLECTIVE_KINDS or ins.opcode.endswith("-done"):
+            continue
+        # ragged-all-to-all's further operands are the output buffer and offsets, not payload
+        elements, operand_bytes = _operand_size(ins, shapes, only_first=kind == "ragged-all-to-all")
+        result_bytes = _result_bytes(ins, kind, operand_bytes)
+        recv: float | None = None
+        recv_el: float | None = None
+        if kind == "collective-permute":
+            pairs = parse_pairs(_attr(ins.attrs, "source_target_pairs") or "")
+            groups: tuple[tuple[int, ...], ...] = pairs
+            recv = permute_recv_bytes(pairs, operand_bytes, num_devices)
+            recv_el = permute_recv_bytes(pairs, elements, num_devices)
+        else:
+            groups = parse_replica_groups(_attr(ins.attrs, "replica_groups") or "{}", num_devices)
+            if kind != "ragged-all-to-all":
+                sizes = [len(g) for g in groups]
+                recv = ring_recv_bytes(kind, sizes, operand_bytes, num_devices)
+                recv_el = ring_recv_bytes(kind, sizes, elements, num_devices)
+        out.append(Collective(ins.name, kind, groups, operand_bytes, result_bytes, recv, elements, recv_el))
+    return HloCollectives(num_devices, tuple(out))
+
+
+def _operand_size(ins: Instruction, shapes: dict[str, str], only_first: bool = False) -> tuple[int, int]:
+    """(elements, bytes) of the operands, from inline shapes or the defining instructions."""
+    elements = total = 0
+    for op in ins.operands[:1] if only_first else ins.operands:
+        inline = _operand_shape(op)
+        shape = inline if inline is not None else shapes.get(_operand_name(op))
+        if shape is None:
+            raise ValueError(f"operand {op!r} of {ins.name} has no known shape")
+        e, b = _shape_size(shape)
+        elements += e
+        total += b
+    return elements, total
+
+
+def _result_bytes(ins: Instruction, kind: str, operand_bytes: int) -> int:
+    """The collective's own output size; async ``-start`` results bundle operands and scratch."""
+    if not ins.opcode.endswith("-start"):
+        return shape_bytes(ins.shape)
+    elems = tuple_element_bytes(ins.shape)
+    # all-gather-start / collective-permute-start / all-reduce-start: (operand(s), result(s), ...)
+    if kind == "all-reduce":
+        return operand_bytes
+    return elems[1] if len(elems) > 1 else elems[0]

@@ -1,0 +1,340 @@
+"""Running the suite: every case through both sides, checked, timed, recorded.
+
+A case never aborts the run: a failure on either side is recorded in the case's ``error`` and the
+report lists it. ``XLA_FLAGS=--xla_force_host_platform_device_count=8`` must be set before JAX is
+imported; ``redist bench`` does that, library users must do it themselves.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import platform
+import sys
+import time
+import traceback
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from functools import cache
+from typing import Any, TextIO
+
+import jax
+import numpy as np
+
+from benchmarks import our_side
+from benchmarks.arrays import check_output, make_input
+from benchmarks.cases import Case
+from benchmarks.our_side import OurResult
+from benchmarks.random_pairs import PairSpec
+from benchmarks.timing import Timing, time_interleaved
+from benchmarks.xla_side import XlaVariant, measure_variant, same_collectives, xla_programs
+from spmd_types import Mesh, ShardingType
+from spmd_types.jax_interop import mesh_to_jax
+from spmd_types.layout import overlap_elements
+
+NOISE = 0.05
+"""Relative speed differences below this are reported as timing noise."""
+
+
+@dataclass(frozen=True)
+class CaseResult:
+    """Everything measured for one case (both sides)."""
+
+    case: Case
+    src_local_bytes: int
+    dst_local_bytes: int
+    overlap_bound_bytes: float | None  # our own bound (sources without unreduced axes)
+    xla: tuple[XlaVariant, ...] = ()
+    reshard_differs: bool = False
+    ours: OurResult | None = None
+    timing: Timing | None = None
+    xla_check: str | None = None  # None: XLA's output equals the reference, laid out as dst
+    ours_check: str | None = None
+    error: str | None = None
+    notes: tuple[str, ...] = ()
+
+    # -- derived comparisons (used by the report and the summary) -------------------------------------
+    @property
+    def xla_primary(self) -> XlaVariant | None:
+        return self.xla[0] if self.xla else None
+
+    @property
+    def xla_best_bytes(self) -> float | None:
+        """Fewest bytes of the XLA variants (the comparison is against XLA's better program)."""
+        vals = [v.recv_bytes for v in self.xla if v.recv_bytes is not None]
+        return min(vals) if vals else None
+
+    @property
+    def xla_best_temp(self) -> int | None:
+        return min((v.memory.temp_bytes for v in self.xla), default=None)
+
+    @property
+    def xla_remat(self) -> bool:
+        return any(v.remat for v in self.xla)
+
+    @property
+    def bound_bytes(self) -> float | None:
+        """The transfer lower bound: the plan's (it covers unreduced sources), else our own."""
+        if self.ours is not None:
+            return self.ours.lower_bound_bytes
+        return self.overlap_bound_bytes
+
+    @property
+    def ours_bytes(self) -> float | None:
+        return self.ours.recv_bytes if self.ours is not None else None
+
+    def bytes_cmp(self) -> int | None:
+        """-1: ours moves fewer bytes than XLA, 0: equal, 1: more; None if not comparable."""
+        a, b = self.ours_bytes, self.xla_best_bytes
+        if a is None or b is None:
+            return None
+        return 0 if abs(a - b) <= 1e-6 * max(1.0, b) else (-1 if a < b else 1)
+
+    def memory_cmp(self) -> int | None:
+        """The same for compiled temporary memory."""
+        if self.ours is None or self.xla_best_temp is None:
+            return None
+        a, b = self.ours.memory.temp_bytes, self.xla_best_temp
+        return 0 if a == b else (-1 if a < b else 1)
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and self.xla_check is None and self.ours_check is None
+
+
+@dataclass(frozen=True)
+class Machine:
+    """Where the numbers were taken."""
+
+    jax_version: str
+    jaxlib_version: str
+    python: str
+    platform: str
+    processor: str
+    cpu_count: int
+    devices: str
+    load_avg: tuple[float, float, float]
+
+    @staticmethod
+    def current() -> Machine:
+        import jaxlib
+
+        try:
+            load = os.getloadavg()
+        except OSError:  # pragma: no cover
+            load = (0.0, 0.0, 0.0)
+        return Machine(
+            jax_version=jax.__version__,
+            jaxlib_version=getattr(jaxlib, "__version__", "?"),
+            python=platform.python_version(),
+            platform=platform.platform(),
+            processor=_cpu_model(),
+            cpu_count=os.cpu_count() or 0,
+            devices=f"{jax.device_count()} x {jax.devices()[0].platform}",
+            load_avg=(round(load[0], 2), round(load[1], 2), round(load[2], 2)),
+        )
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:  # pragma: no cover
+        pass
+    return platform.processor() or "unknown"
+
+
+@dataclass(frozen=True)
+class SuiteResult:
+    """A whole run: the named cases, the random pairs, and how they were produced."""
+
+    command: str
+    date: str
+    machine: Machine
+    named: tuple[CaseResult, ...]
+    random: tuple[CaseResult, ...]
+    pair_spec: PairSpec | None
+    reps_named: int
+    reps_random: int
+    wall_s: float
+    ours_available: bool
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+# -- meshes ------------------------------------------------------------------------------------------
+@cache
+def jax_meshes(mesh: Mesh) -> tuple[jax.sharding.Mesh, jax.sharding.Mesh]:
+    """(Auto-axes mesh, Explicit-axes mesh) over the same first ``mesh.size`` devices."""
+    return mesh_to_jax(mesh, explicit=False), mesh_to_jax(mesh, explicit=True)
+
+
+def overlap_bound(src: ShardingType, dst: ShardingType) -> float | None:
+    """DESIGN.md section 4's bound for sources without unreduced axes, computed here independently
+    of ``redist`` so the report can cross-check the plan's ``lower_bound_bytes``."""
+    if src.unreduced or dst.unreduced:
+        return None
+    missing = dst.local_size - overlap_elements(src, dst)
+    return float(np.mean(missing)) * src.itemsize
+
+
+# -- one case -----------------------------------------------------------------------------------------
+def run_case(case: Case, reps: int, time_it: bool = True, with_ours: bool = True) -> CaseResult:
+    """Measure ``case`` on both sides; failures are recorded, never raised."""
+    try:
+        src, dst = case.src_type, case.dst_type
+    except Exception as e:  # a bad case definition: still a row in the report
+        return CaseResult(case, 0, 0, None, error=f"invalid case: {type(e).__name__}: {e}")
+    base = CaseResult(case, src.local_bytes, dst.local_bytes, overlap_bound(src, dst))
+    try:
+        return _run_case(case, src, dst, base, reps, time_it, with_ours)
+    except Exception as e:
+        tb = traceback.format_exception_only(type(e), e)[-1].strip()
+        return _replace(base, error=tb)
+
+
+def _replace(r: CaseResult, **changes: Any) -> CaseResult:
+    from dataclasses import replace
+
+    return replace(r, **changes)
+
+
+def _run_case(
+    case: Case, src: ShardingType, dst: ShardingType, base: CaseResult, reps: int,
+    time_it: bool, with_ours: bool,
+) -> CaseResult:
+    auto_mesh, explicit_mesh = jax_meshes(case.mesh)
+    x_explicit, expected = make_input(src, explicit_mesh)
+    x_auto = x_explicit if src.unreduced else make_input(src, auto_mesh)[0]
+    variants: list[XlaVariant] = []
+    compiled_primary: Any = None
+    x_primary: Any = None
+    for method, (fn, mesh_used) in xla_programs(src, dst, auto_mesh, explicit_mesh).items():
+        x = x_explicit if mesh_used is explicit_mesh else x_auto
+        kind = "explicit" if mesh_used is explicit_mesh else "auto"
+        variant, compiled = measure_variant(method, fn, x, kind, src.itemsize)
+        variants.append(variant)
+        if compiled_primary is None:
+            compiled_primary, x_primary = compiled, x
+    xla_check = check_output(compiled_primary(x_primary), expected, dst)
+    result = _replace(
+        base, xla=tuple(variants), reshard_differs=not same_collectives(variants[0], variants[1]),
+        xla_check=xla_check,
+    )
+    if not (with_ours and our_side.available()):
+        return _replace(result, notes=_notes(result))
+    ours, compiled_ours = our_side.measure_ours(src, dst, x_explicit)
+    ours_check = check_output(compiled_ours(x_explicit), expected, dst)
+    timing = (
+        time_interleaved(compiled_primary, x_primary, compiled_ours, x_explicit, reps=reps)
+        if time_it else None
+    )
+    result = _replace(result, ours=ours, ours_check=ours_check, timing=timing)
+    return _replace(result, notes=_notes(result))
+
+
+def _notes(r: CaseResult) -> tuple[str, ...]:
+    """Human explanations: rematerialization, plan/HLO disagreements, and why a case is slower."""
+    notes: list[str] = []
+    if r.xla_remat:
+        notes.append("XLA: involuntary full rematerialization (gathers the whole array, then slices)")
+    if r.reshard_differs and len(r.xla) > 1:
+        a, b = r.xla[0], r.xla[1]
+        notes.append(f"XLA reshard differs: {b.collectives.summary()} ({_fmt(b.recv_bytes)} vs {_fmt(a.recv_bytes)})")
+    if r.ours is not None:
+        hlo = r.ours.hlo_recv_bytes
+        if hlo is not None and abs(hlo - r.ours.recv_bytes) > 1e-6 * max(1.0, r.ours.recv_bytes):
+            notes.append(f"ours: plan says {_fmt(r.ours.recv_bytes)} B, compiled HLO moves {_fmt(hlo)} B")
+        if r.overlap_bound_bytes is not None and abs(r.overlap_bound_bytes - r.ours.lower_bound_bytes) > 1e-6 * max(
+            1.0, r.overlap_bound_bytes
+        ):
+            notes.append(
+                f"bound mismatch: plan {_fmt(r.ours.lower_bound_bytes)} B vs benchmark {_fmt(r.overlap_bound_bytes)} B"
+            )
+    if r.timing is not None and r.timing.speedup < 1.0 and r.ours is not None and r.xla_primary is not None:
+        notes.append("slower: " + _why_slower(r))
+    return tuple(notes)
+
+
+def _why_slower(r: CaseResult) -> str:
+    assert r.ours is not None and r.xla_primary is not None and r.timing is not None
+    x = r.xla_primary
+    reasons = []
+    if 1.0 / r.timing.speedup - 1.0 < NOISE:
+        reasons.append(f"within timing noise ({(1 / r.timing.speedup - 1) * 100:.1f}% < {NOISE * 100:.0f}%)")
+    if r.bytes_cmp() == 1:
+        reasons.append(f"ours moves more bytes ({_fmt(r.ours.recv_bytes)} vs {_fmt(r.xla_best_bytes)})")
+    n_ours, n_xla = len(r.ours.collectives.collectives), len(x.collectives.collectives)
+    if n_ours > n_xla:
+        reasons.append(f"ours issues {n_ours} collectives vs XLA's {n_xla} (fixed cost per collective)")
+    if r.ours.memory.temp_bytes > x.memory.temp_bytes:
+        reasons.append(
+            f"ours has more temporaries ({r.ours.memory.temp_bytes} vs {x.memory.temp_bytes} B: extra local copies)"
+        )
+    if not reasons:
+        reasons.append(
+            f"same or fewer bytes and collectives ({r.ours.collectives.summary()} vs "
+            f"{x.collectives.summary()}); the difference is in the local copies around them"
+        )
+    return "; ".join(reasons)
+
+
+def _fmt(v: float | None) -> str:
+    return "n/a" if v is None else f"{v:,.0f}"
+
+
+# -- the suite ----------------------------------------------------------------------------------------
+class Progress:
+    """A dependency-free progress bar on stderr (one line per step when stderr is not a TTY)."""
+
+    def __init__(self, total: int, stream: TextIO | None = None, width: int = 30) -> None:
+        self.total, self.done, self.width = total, 0, width
+        self.stream = stream if stream is not None else sys.stderr
+        self.start = time.perf_counter()
+        self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
+
+    def step(self, label: str) -> None:
+        self.done += 1
+        elapsed = time.perf_counter() - self.start
+        eta = elapsed / self.done * (self.total - self.done)
+        filled = int(self.width * self.done / max(1, self.total))
+        bar = "#" * filled + "." * (self.width - filled)
+        line = f"[{bar}] {self.done}/{self.total} {elapsed:5.0f}s eta {eta:4.0f}s {label}"
+        if self.tty:
+            self.stream.write("\r" + line[:120].ljust(120))
+            if self.done == self.total:
+                self.stream.write("\n")
+        else:
+            self.stream.write(line + "\n")
+        self.stream.flush()
+
+
+def run_suite(
+    named: Sequence[Case], random: Sequence[Case], *, command: str, reps_named: int = 21,
+    reps_random: int = 7, pair_spec: PairSpec | None = None, progress: bool = True,
+    with_ours: bool = True,
+) -> SuiteResult:
+    """Run every case (named first, then random pairs) and collect a ``SuiteResult``."""
+    start = time.perf_counter()
+    bar = Progress(len(named) + len(random)) if progress else None
+    out: dict[str, list[CaseResult]] = {"named": [], "random": []}
+    for group, cases, reps in (("named", named, reps_named), ("random", random, reps_random)):
+        for case in cases:
+            r = run_case(case, reps, with_ours=with_ours)
+            out[group].append(r)
+            if bar is not None:
+                bar.step(case.name + ("" if r.ok else "  (problem recorded)"))
+            jax.clear_caches()
+    return SuiteResult(
+        command=command,
+        date=datetime.datetime.now().strftime("%Y-%m-%d"),
+        machine=Machine.current(),
+        named=tuple(out["named"]),
+        random=tuple(out["random"]),
+        pair_spec=pair_spec,
+        reps_named=reps_named,
+        reps_random=reps_random,
+        wall_s=time.perf_counter() - start,
+        ours_available=with_ours and our_side.available(),
+    )
