@@ -29,12 +29,17 @@ MAX_CELLS = 1 << 16
 
 @dataclass(frozen=True, eq=False)
 class Round:
-    """One ``ppermute``: ``pairs`` (src, dst); offsets are cell starts in the local arrays."""
+    """One ``ppermute``: ``pairs`` (src, dst); offsets are cell starts in the local arrays.
+
+    ``from_output``: the senders forward a cell of their *new* block (a sum they completed in an
+    earlier round) instead of a cell of their old block.
+    """
 
     pairs: tuple[tuple[int, int], ...]
     send_offset: np.ndarray  # [devices, rank], rows of non-senders are zero
     recv_offset: np.ndarray  # [devices, rank]
     recv_valid: np.ndarray   # [devices] bool
+    from_output: bool = False
 
 
 @dataclass(frozen=True, eq=False)
@@ -49,7 +54,9 @@ class Schedule:
         return int(self.recv_cells.sum())
 
 
-def _pack(n_dev: int, rank: int, items: list[tuple[int, int, tuple[int, ...], tuple[int, ...]]]) -> Round:
+def _pack(
+    n_dev: int, rank: int, items: list[tuple[int, int, tuple[int, ...], tuple[int, ...]]], from_output: bool = False
+) -> Round:
     send = np.zeros((n_dev, rank), dtype=np.int64)
     recv = np.zeros((n_dev, rank), dtype=np.int64)
     valid = np.zeros(n_dev, dtype=bool)
@@ -60,17 +67,37 @@ def _pack(n_dev: int, rank: int, items: list[tuple[int, int, tuple[int, ...], tu
         valid[d] = True
         if s != d:
             pairs.append((s, d))
-    return Round(tuple(pairs), send, recv, valid)
+    return Round(tuple(pairs), send, recv, valid, from_output)
+
+
+Item = tuple[int, int, tuple[int, ...], tuple[int, ...]]
+
+
+def _colour(transfers: list[Item]) -> list[list[Item]]:
+    """Greedy bipartite edge colouring: each device sends and receives at most one cell a round."""
+    rounds: list[tuple[set[int], set[int], list[Item]]] = []
+    for tr in transfers:
+        s, d = tr[0], tr[1]
+        for senders, receivers, items in rounds:
+            if s not in senders and d not in receivers:
+                senders.add(s)
+                receivers.add(d)
+                items.append(tr)
+                break
+        else:
+            rounds.append(({s}, {d}, [tr]))
+    return [items for _, _, items in rounds]
 
 
 @lru_cache(maxsize=4096)
 def schedule(old: ShardingType, new: ShardingType) -> Schedule:
     """Cells each device adds into its new block, locally or from a peer.
 
-    Unreduced axes of ``old`` that ``new`` keeps move partial by partial; those ``new`` drops are
-    summed (the target receives one cell per partial it lacks: ``k-1`` messages per element when
-    it holds a partial, which meets the bound when each element has one target); those ``new``
-    adds are provided by one member of each group, the others keeping zeros.
+    Unreduced axes of ``old`` that ``new`` keeps move partial by partial. Those ``new`` drops are
+    summed at one *root* per element (a target that holds a partial, if any): it receives one cell
+    per partial it lacks, then forwards the sum to the element's other targets, which is the
+    ``(k-1) + (|T|-1)`` message bound of ``redist.bounds``. Axes ``new`` adds are provided by one
+    member of each group (the first holding a partial), the others keeping zeros.
     """
     ua, ub = unreduced_atoms(old), unreduced_atoms(new)
     kept, reduced, fresh = tuple(sorted(ua & ub)), tuple(sorted(ua - ub)), tuple(sorted(ub - ua))
@@ -88,48 +115,60 @@ def schedule(old: ShardingType, new: ShardingType) -> Schedule:
     holders: dict[tuple[int, ...], list[int]] = {}
     for v in range(n_dev):
         holders.setdefault(tuple((ob[v] // lo).tolist()) + (int(kap[v]), int(part[v])), []).append(v)
-    load = np.zeros(n_dev, dtype=np.int64)
-    Item = tuple[int, int, tuple[int, ...], tuple[int, ...]]
-    copies: list[list[Item]] = [[] for _ in range(n_dev)]
-    transfers: list[Item] = []
     cell_arr = np.array(cell, dtype=np.int64)
+    # targets[(global cell, kappa)] = [(device, offset of the cell in its new block)]
+    targets: dict[tuple[tuple[int, ...], int], list[tuple[int, np.ndarray]]] = {}
     for d in range(n_dev):
         for c in np.ndindex(*ncell):
             off = np.array(c, dtype=np.int64) * cell_arr
             g = nb[d] + off
-            block = tuple((g // lo).tolist())
-            dst_off = tuple(off.tolist())
-            if fresh:
-                # One member of the group of devices differing only along new unreduced axes
-                # provides the cell: the first holding a partial, else the group's first.
-                mates = [
-                    h for u in range(k) for h in holders.get(block + (int(kap[d]), u), []) if gkey[h] == gkey[d]
-                ]
-                if int(gidx[d]) != min((int(gidx[h]) for h in mates), default=0):
-                    continue
-            for u in range(k):
-                hs = holders[block + (int(kap[d]), u)]
-                if d in hs:
-                    copies[d].append((d, d, tuple((g - ob[d]).tolist()), dst_off))
-                    continue
-                s = min(hs, key=lambda h: (load[h], (h - d) % n_dev))
+            targets.setdefault((tuple((g // cell_arr).tolist()) if rank else (), int(kap[d])), []).append((d, off))
+    load = np.zeros(n_dev, dtype=np.int64)
+    copies: list[list[Item]] = [[] for _ in range(n_dev)]
+    phase_a: list[Item] = []
+    phase_b: list[Item] = []
+
+    def src_off(v: int, g: np.ndarray) -> tuple[int, ...]:
+        return tuple((g - ob[v]).tolist())
+
+    for (gcell, kv), tgts in targets.items():
+        g = np.array(gcell, dtype=np.int64) * cell_arr
+        block = tuple((g // lo).tolist())
+        hs_u = [holders.get(block + (kv, u), []) for u in range(k)]
+        holding = {h for hs in hs_u for h in hs}
+        if fresh:
+            # one provider per group of devices that differ only along newly unreduced axes
+            best: dict[int, tuple[int, int]] = {}
+            for d, _ in tgts:
+                rank_key = (0 if d in holding else 1, int(gidx[d]))
+                if int(gkey[d]) not in best or rank_key < best[int(gkey[d])]:
+                    best[int(gkey[d])] = rank_key
+            tgts = [(d, o) for d, o in tgts if (0 if d in holding else 1, int(gidx[d])) == best[int(gkey[d])]]
+        if k == 1:
+            for d, off in tgts:
+                if d in hs_u[0]:
+                    copies[d].append((d, d, src_off(d, g), tuple(off.tolist())))
+                else:
+                    s = min(hs_u[0], key=lambda h: (load[h], (h - d) % n_dev))
+                    load[s] += 1
+                    phase_a.append((s, d, src_off(s, g), tuple(off.tolist())))
+            continue
+        root, root_off = min(tgts, key=lambda t: (0 if t[0] in holding else 1, t[0]))
+        for u in range(k):
+            if root in hs_u[u]:
+                copies[root].append((root, root, src_off(root, g), tuple(root_off.tolist())))
+            else:
+                s = min(hs_u[u], key=lambda h: (load[h], (h - root) % n_dev))
                 load[s] += 1
-                transfers.append((s, d, tuple((g - ob[s]).tolist()), dst_off))
-    # Greedy edge colouring into rounds.
-    rounds: list[tuple[set[int], set[int], list[Item]]] = []
-    for tr in transfers:
-        s, d = tr[0], tr[1]
-        for senders, receivers, items in rounds:
-            if s not in senders and d not in receivers:
-                senders.add(s)
-                receivers.add(d)
-                items.append(tr)
-                break
-        else:
-            rounds.append(({s}, {d}, [tr]))
+                phase_a.append((s, root, src_off(s, g), tuple(root_off.tolist())))
+        for d, off in tgts:
+            if d != root:
+                phase_b.append((root, d, tuple(root_off.tolist()), tuple(off.tolist())))
     n_local = max((len(c) for c in copies), default=0)
     local = tuple(_pack(n_dev, rank, [c[i] for c in copies if i < len(c)]) for i in range(n_local))
+    rounds = [_pack(n_dev, rank, r) for r in _colour(phase_a)]
+    rounds += [_pack(n_dev, rank, r, from_output=True) for r in _colour(phase_b)]
     recv_cells = np.zeros(n_dev, dtype=np.int64)
-    for _, d, _, _ in transfers:
+    for _, d, _, _ in phase_a + phase_b:
         recv_cells[d] += 1
-    return Schedule(cell, local, tuple(_pack(n_dev, rank, items) for _, _, items in rounds), recv_cells)
+    return Schedule(cell, local, tuple(rounds), recv_cells)

@@ -45,7 +45,7 @@ def run_step(step: Step, before: ShardingType, after: ShardingType, xs: Sequence
             for s, d in pairs:
                 src = tuple(slice(o, o + c) for o, c in zip(r.send_offset[s], cell))
                 dst = tuple(slice(o, o + c) for o, c in zip(r.recv_offset[d], cell))
-                out[d][dst] += xs[s][src]
+                out[d][dst] += (out[s] if r.from_output else xs[s])[src]
         return out
     atoms = atoms_of_axes(mesh, step.group_axes())
     g = 1
