@@ -1,1 +1,20 @@
-"""partir_core (see DESIGN.md)."""
+"""partir_core: a tactic-driven partitioner of JAX programs (PartIR, arXiv 2401.11202).
+
+``partition(fn, mesh, schedule)`` traces ``fn``, applies tactics (``Shard``, ``ShardParams``,
+``Pin``) with sharding propagation after each, lowers to one ``shard_map`` program whose layout
+changes are planned by ``redist``, and can ``explain()`` and ``simulate()`` the result.
+"""
+
+from partir_core.api import Analysis, Partitioned, analyze, partition
+from partir_core.errors import (
+    AxisUsedTwiceError, IndivisibleDimError, PartitionError, TacticError, UnknownInputError,
+    UnknownPrimitiveError,
+)
+from partir_core.simulate import Simulation, hlo_collectives, simulate
+from partir_core.tactics import Pin, Shard, ShardParams
+
+__all__ = [
+    "Analysis", "AxisUsedTwiceError", "IndivisibleDimError", "PartitionError", "Partitioned", "Pin",
+    "Shard", "ShardParams", "Simulation", "TacticError", "UnknownInputError", "UnknownPrimitiveError",
+    "analyze", "hlo_collectives", "partition", "simulate",
+]

@@ -1,0 +1,342 @@
+"""Lowering: decide how each op runs on local shards, then emit one ``shard_map`` program.
+
+For every op the lowering picks axes for the rule's factors. Candidates: follow the result's
+propagated layout (taking contracting factors from the operands), follow the operands, or follow
+one operand; each candidate fixes the local type every operand must have and the type the op
+produces (unreduced over its sharded contracting factors). ``redist`` plans the moves into those
+operand types and, as an estimate of what consumers will ask, out of the result into its
+propagated layout; the candidate with the least estimated time wins (ties: the result-led one).
+Pending sums are never reduced eagerly: a consumer that is linear in them keeps them, any other
+asks for a reduced type and ``redist`` chooses all-reduce or reduce-scatter.
+
+The decisions (``Step``s and ``Move``s) are plain data: the simulator reads the same objects the
+emitter executes, so predicted and emitted collectives cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from partir_core.errors import PartitionError
+from partir_core.ir import Const, Op, Program, Value
+from partir_core.propagate import Layout, factor_axes, layout_from_factors
+from partir_core.rules import CONTRACT, NOSHARD, PASS, Rule, local_params
+from redist import Plan, redistribute
+from spmd_types import Mesh, ShardingType, ShardingTypeError
+from spmd_types.dtypes import numpy_dtype
+
+
+@dataclass(frozen=True)
+class Move:
+    """A redistribution of one value from ``src`` to ``dst`` (its ``plan`` comes from redist)."""
+
+    value: int
+    src: ShardingType
+    dst: ShardingType
+    plan: Plan
+    reason: str
+
+
+@dataclass(frozen=True, eq=False)
+class Step:
+    """How one op runs: axes per factor, local operand/result types, the moves before it."""
+
+    op: Op
+    rule: Rule
+    assign: tuple[tuple[str, ...], ...]
+    in_types: tuple[ShardingType | None, ...]
+    out_types: tuple[ShardingType, ...]
+    moves: tuple[Move, ...]
+    choice: str
+    cost_s: float
+
+
+@dataclass(frozen=True, eq=False)
+class Lowered:
+    """The partitioned program: every decision, ready to simulate, explain or run."""
+
+    program: Program
+    mesh: Mesh
+    layouts: dict[int, Layout]
+    in_types: tuple[ShardingType, ...]
+    const_types: dict[int, ShardingType]
+    steps: tuple[Step, ...]
+    out_moves: tuple[Move, ...]
+    out_types: tuple[ShardingType, ...]
+
+    def moves(self) -> list[Move]:
+        return [m for s in self.steps for m in s.moves] + list(self.out_moves)
+
+
+@lru_cache(maxsize=65536)
+def plan_move(src: ShardingType, dst: ShardingType) -> Plan:
+    return redistribute(src, dst)
+
+
+def _cost(src: ShardingType, dst: ShardingType) -> float:
+    if src == dst:
+        return 0.0
+    try:
+        return plan_move(src, dst).time_s
+    except ShardingTypeError:
+        return math.inf
+
+
+def _type(v: Value, layout: Layout, mesh: Mesh, unreduced: Sequence[str] = ()) -> ShardingType:
+    return ShardingType(v.shape, v.dtype, layout, mesh, unreduced)
+
+
+class _Planner:
+    def __init__(self, program: Program, mesh: Mesh, rules: Sequence[Rule], layouts: dict[int, Layout]) -> None:
+        self.p, self.mesh, self.rules, self.layouts = program, mesh, rules, layouts
+        self.avail: dict[int, list[ShardingType]] = {}
+        self.uses: dict[int, int] = {}
+        for op in program.ops:
+            for a in op.inputs:
+                if isinstance(a, Value):
+                    self.uses[a.id] = self.uses.get(a.id, 0) + 1
+        for a in program.outputs:
+            if isinstance(a, Value):
+                self.uses[a.id] = self.uses.get(a.id, 0) + 1
+
+    # -- candidates -------------------------------------------------------------------------------
+    def _gather_assign(self, rule: Rule, sources: Sequence[tuple[Any, Layout]], final_after: int
+                       ) -> dict[int, tuple[str, ...]]:
+        """Axes per factor, first source first; factors seen in the first ``final_after`` sources
+        are fixed even where they are unsharded there."""
+        assign: dict[int, tuple[str, ...]] = {}
+        fixed: set[int] = set()
+        used: set[str] = set()
+        for k, (dims, layout) in enumerate(sources):
+            fa = factor_axes(self.mesh, rule, dims, layout)
+            if fa is None:
+                continue
+            for f, axes in fa.items():
+                if f in fixed or f in assign or rule.factors[f].kind == NOSHARD:
+                    continue
+                if not axes:
+                    if k < final_after:
+                        fixed.add(f)
+                    continue
+                if used & set(axes):
+                    continue
+                assign[f] = axes
+                used |= set(axes)
+        return assign
+
+    def _candidates(self, op: Op, rule: Rule, produced: list[ShardingType | None]
+                    ) -> list[tuple[str, dict[int, tuple[str, ...]]]]:
+        res = [(d, self.layouts[v.id]) for v, d in zip(op.outputs, rule.results)]
+        ins = [(d, t.dims) for d, t in zip(rule.operands, produced) if t is not None]
+        idx = [i for i, t in enumerate(produced) if t is not None]
+        cands = [("result-led", self._gather_assign(rule, res + ins, len(res))),
+                 ("operand-led", self._gather_assign(rule, ins + res, 0))]
+        if len(ins) > 1:
+            for i, src in zip(idx, ins):
+                cands.append((f"operand {i}-led", self._gather_assign(rule, [src] + res, 0)))
+        return cands
+
+    # -- materialising a candidate ---------------------------------------------------------------
+    def _layouts(self, op: Op, rule: Rule, assign: dict[int, tuple[str, ...]]
+                 ) -> tuple[list[Layout | None], list[Layout]]:
+        assign = dict(assign)
+        for _ in range(len(rule.factors) + 1):
+            bad: set[int] = set()
+            ins: list[Layout | None] = []
+            for a, dims in zip(op.inputs, rule.operands):
+                if isinstance(a, Const):
+                    ins.append(None)
+                    continue
+                lay = layout_from_factors(self.mesh, rule, dims, a.shape, assign)
+                if lay is None:
+                    bad |= {f for fs in dims for f in fs}
+                ins.append(lay)
+            outs: list[Layout] = []
+            for v, dims in zip(op.outputs, rule.results):
+                lay = layout_from_factors(self.mesh, rule, dims, v.shape, assign)
+                if lay is None:
+                    bad |= {f for fs in dims for f in fs}
+                    lay = ((),) * len(v.shape)
+                outs.append(lay)
+            if not bad & set(assign):
+                return ins, outs
+            for f in bad:
+                assign.pop(f, None)
+        raise PartitionError(f"op #{op.index} ({op.name}): no valid local layout")  # pragma: no cover
+
+    def _unreduced(self, op: Op, rule: Rule, produced: list[ShardingType | None], used: set[str],
+                   assign: dict[int, tuple[str, ...]]) -> tuple[list[frozenset[str]], frozenset[str]]:
+        """Pending sums each operand keeps, and those of the result (see the rules' linearity).
+
+        A pending sum is carried through only from a value with this one consumer: a value read
+        twice is better reduced once than carried into two results reduced separately."""
+        n = len(op.inputs)
+        keep: list[frozenset[str]] = [frozenset()] * n
+        us = [frozenset(str(a) for a in t.unreduced) if t is not None else frozenset() for t in produced]
+        if any(u and self.uses.get(a.id, 0) > 1 for a, u in zip(op.inputs, us) if isinstance(a, Value)):
+            us = [frozenset() if u else u for u in us]  # forces a reduction of every pending operand
+        lin = set(rule.linear)
+        contract = {a for f, k in enumerate(rule.factors) if k.kind == CONTRACT for a in assign.get(f, ())}
+        carried: frozenset[str] = frozenset()
+        if rule.linearity == "all" and lin:
+            pend = {us[i] for i in lin if i < n and isinstance(op.inputs[i], Value)}
+            consts_ok = all(isinstance(op.inputs[i], Value) for i in lin if i < n)
+            others_clean = all(not us[i] for i in range(n) if i not in lin)
+            if len(pend) == 1 and consts_ok and others_clean:
+                u = next(iter(pend))
+                if u and not (u & used):
+                    carried = u
+                    keep = [u if (i in lin and isinstance(op.inputs[i], Value)) else frozenset() for i in range(n)]
+        elif rule.linearity == "one":
+            dirty = [i for i in range(n) if us[i]]
+            if len(dirty) == 1 and dirty[0] in lin and not (us[dirty[0]] & used):
+                carried = us[dirty[0]]
+                keep[dirty[0]] = carried
+        if contract and rule.linearity == "all":
+            # linear operands without the summed factor (scatter-add's operand) must become partial
+            for i, dims in enumerate(rule.operands):
+                has = {f for fs in dims for f in fs}
+                missing = {a for f, k in enumerate(rule.factors) if k.kind == CONTRACT and f not in has
+                           for a in assign.get(f, ())}
+                if i in lin and missing and isinstance(op.inputs[i], Value):
+                    keep[i] = keep[i] | frozenset(missing)
+        return keep, carried | frozenset(contract)
+
+    def _materialise(self, op: Op, rule: Rule, assign: dict[int, tuple[str, ...]],
+                     produced: list[ShardingType | None]) -> tuple[list[ShardingType | None], list[ShardingType], dict[int, tuple[str, ...]]]:
+        ins_l, outs_l = self._layouts(op, rule, assign)
+        used = {a for lay in outs_l for ax in lay for a in ax} | {
+            a for lay in ins_l if lay is not None for ax in lay for a in ax}
+        keep, out_u = self._unreduced(op, rule, produced, used, assign)
+        ins: list[ShardingType | None] = []
+        for a, lay, u in zip(op.inputs, ins_l, keep):
+            ins.append(None if isinstance(a, Const) or lay is None else _type(a, lay, self.mesh, sorted(u)))
+        outs = [_type(v, lay, self.mesh, sorted(out_u)) for v, lay in zip(op.outputs, outs_l)]
+        return ins, outs, assign
+
+    # -- the decision ------------------------------------------------------------------------------
+    def _best_src(self, v: Value, dst: ShardingType) -> tuple[ShardingType, float]:
+        return min(((t, _cost(t, dst)) for t in self.avail[v.id]), key=lambda tc: tc[1])
+
+    def step(self, op: Op) -> Step:
+        rule = self.rules[op.index]
+        produced = [self.avail[a.id][0] if isinstance(a, Value) else None for a in op.inputs]
+        best: tuple[float, int] | None = None
+        chosen: Any = None
+        for k, (name, assign) in enumerate(self._candidates(op, rule, produced)):
+            ins, outs, assign = self._materialise(op, rule, assign, produced)
+            cost = 0.0
+            for a, t in zip(op.inputs, ins):
+                if isinstance(a, Value) and t is not None and t not in self.avail[a.id]:
+                    cost += self._best_src(a, t)[1]
+            for v, t in zip(op.outputs, outs):
+                cost += _cost(t, _type(v, self.layouts[v.id], self.mesh))
+            if best is None or (cost, k) < best:
+                best, chosen = (cost, k), (name, ins, outs, assign)
+        assert chosen is not None and best is not None
+        name, ins, outs, assign = chosen
+        moves = []
+        for i, (a, t) in enumerate(zip(op.inputs, ins)):
+            if isinstance(a, Value) and t is not None and t not in self.avail[a.id]:
+                src, _ = self._best_src(a, t)
+                moves.append(Move(a.id, src, t, plan_move(src, t), f"op #{op.index} {op.name} operand {i}"))
+                self.avail[a.id].append(t)
+        for v, t in zip(op.outputs, outs):
+            self.avail[v.id] = [t]
+        return Step(op, rule, tuple(assign.get(f, ()) for f in range(len(rule.factors))),
+                    tuple(ins), tuple(outs), tuple(moves), name, best[0])
+
+
+def lower(program: Program, mesh: Mesh, rules: Sequence[Rule], layouts: dict[int, Layout]) -> Lowered:
+    """Decide every op's local types and every redistribution (no JAX tracing here)."""
+    pl = _Planner(program, mesh, rules, layouts)
+    in_types = tuple(_type(v, layouts[v.id], mesh) for v in program.inputs)
+    for v, t in zip(program.inputs, in_types):
+        pl.avail[v.id] = [t]
+    const_types = {}
+    for cid, arr in program.consts.items():
+        t = ShardingType(arr.shape, arr.dtype.name, ((),) * arr.ndim, mesh)
+        const_types[cid] = t
+        pl.avail[cid] = [t]
+    steps = tuple(pl.step(op) for op in program.ops)
+    out_moves, out_types = [], []
+    for v, path in zip(program.outputs, program.output_paths):
+        if not isinstance(v, Value):
+            raise PartitionError(f"output {path} is the literal {v}; return an array instead")
+        dst = _type(v, layouts[v.id], mesh)
+        if dst not in pl.avail[v.id]:
+            src, _ = pl._best_src(v, dst)
+            out_moves.append(Move(v.id, src, dst, plan_move(src, dst), f"output {path}"))
+            pl.avail[v.id].append(dst)
+        out_types.append(dst)
+    return Lowered(program, mesh, dict(layouts), in_types, const_types, steps, tuple(out_moves),
+                   tuple(out_types))
+
+
+# -- emitting the shard_map program ---------------------------------------------------------------
+
+def _run_op(step: Step, args: list[Any]) -> list[Any]:
+    import jax.numpy as jnp
+    from jax import lax
+
+    op = step.op
+    in_local = [t.local_shape if t is not None else () for t in step.in_types]
+    out_local = [t.local_shape for t in step.out_types]
+    params = local_params(op, in_local, out_local)
+    out = op.prim.bind(*args, **params)
+    outs = list(out) if op.prim.multiple_results else [out]
+    if op.name == "iota":
+        t = step.out_types[0]
+        d = int(op.params["dimension"])
+        if t.dims[d]:
+            block = jnp.zeros((), jnp.int32)
+            for a in t.dims[d]:
+                block = block * t.mesh.axis_size(a) + lax.axis_index(str(a))
+            outs[0] = outs[0] + (block * t.local_shape[d]).astype(outs[0].dtype)
+    return outs
+
+
+def body_fn(low: Lowered) -> Callable[..., tuple[Any, ...]]:
+    """The per-device program: every op on local shards, redist's local plans in between."""
+    from redist.executor import apply_local
+
+    def body(*xs: Any) -> tuple[Any, ...]:
+        env: dict[tuple[int, ShardingType], Any] = {}
+        for v, t, x in zip(low.program.inputs, low.in_types, xs):
+            env[(v.id, t)] = x
+        for cid, arr in low.program.consts.items():
+            env[(cid, low.const_types[cid])] = arr
+        for st in low.steps:
+            for mv in st.moves:
+                env[(mv.value, mv.dst)] = apply_local(mv.plan, env[(mv.value, mv.src)])
+            args = [env[(a.id, t)] if isinstance(a, Value) else np.asarray(a.value, numpy_dtype(a.dtype))
+                    for a, t in zip(st.op.inputs, st.in_types)]
+            for v, t, o in zip(st.op.outputs, st.out_types, _run_op(st, args)):
+                env[(v.id, t)] = o
+        for mv in low.out_moves:
+            env[(mv.value, mv.dst)] = apply_local(mv.plan, env[(mv.value, mv.src)])
+        return tuple(env[(v.id, t)] for v, t in zip(low.program.outputs, low.out_types)  # type: ignore[union-attr]
+                     )
+
+    return body
+
+
+def compile_lowered(low: Lowered, jmesh: Any = None) -> Callable[..., Any]:
+    """A jitted callable on flat input leaves (laid out by ``in_types``) -> flat output leaves."""
+    import jax
+
+    from spmd_types.jax_interop import to_partition_spec
+
+    jmesh = jmesh if jmesh is not None else low.mesh.to_jax()
+    in_specs = tuple(to_partition_spec(t) for t in low.in_types)
+    out_specs = tuple(to_partition_spec(t) for t in low.out_types)
+    fn = jax.shard_map(body_fn(low), mesh=jmesh, in_specs=in_specs, out_specs=out_specs, check_vma=False)
+    return jax.jit(fn)
+
+
+__all__ = ["Lowered", "Move", "Step", "compile_lowered", "lower", "plan_move", "PASS"]

@@ -1,0 +1,182 @@
+"""Sharding propagation: spread the layouts tactics set on inputs to every value, to a fixpoint.
+
+A layout is, per dimension, the tuple of mesh axes sharding it (no pending sums: whether a value
+is unreduced is decided at lowering, by the op that produces it). Propagation works on factors:
+for each op, every tensor's layout is read as axes per factor, and a factor sharded in one tensor
+is copied into the tensors where it is still unsharded. Sweeps alternate forward and backward over
+the program until nothing changes.
+
+Conflict policy (documented, reported in ``explain()``): propagation only fills dimensions that
+are unsharded; it never replaces axes already there. When two tensors of one op give a factor
+different axes, the conflict is recorded and each value keeps its own layout; lowering then picks
+the cheapest way to compute that op under the cost model and ``redist`` inserts the moves. So an
+earlier tactic (and what it propagated) is never silently undone by a later one.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+from partir_core.ir import Op, Program, Value
+from partir_core.rules import NOSHARD, Dims, Rule
+from spmd_types import Mesh
+
+Layout = tuple[tuple[str, ...], ...]
+
+
+@dataclass(frozen=True)
+class Conflict:
+    """Op ``op`` has a factor that two of its tensors shard differently."""
+
+    op: int
+    prim: str
+    factor: int
+    first: tuple[str, ...]
+    second: tuple[str, ...]
+    values: tuple[int, int]
+
+
+def split_axes(mesh: Mesh, axes: Sequence[str], sizes: Sequence[int]) -> list[tuple[str, ...]] | None:
+    """Distribute a dimension's axes (major to minor) over its factors (major to minor).
+
+    A factor may take axes only once every more-major factor is fully sharded, which is exactly
+    when the blocks of the merged dimension are blocks of the factors. None if impossible.
+    """
+    out: list[list[str]] = [[] for _ in sizes]
+    prod = [1] * len(sizes)
+    k = 0
+    for a in axes:
+        s = mesh.axis_size(a)
+        while k < len(sizes) and prod[k] == sizes[k]:
+            k += 1
+        if k == len(sizes) or sizes[k] % (prod[k] * s):
+            return None
+        out[k].append(a)
+        prod[k] *= s
+    return [tuple(x) for x in out]
+
+
+def compose(mesh: Mesh, per_factor: Sequence[tuple[str, ...]], sizes: Sequence[int]) -> tuple[str, ...] | None:
+    """The dimension's axes given its factors' axes, or None if not a block layout."""
+    out: list[str] = []
+    for k, (axes, n) in enumerate(zip(per_factor, sizes)):
+        if not axes:
+            continue
+        p = math.prod(mesh.axis_size(a) for a in axes)
+        if n % p:
+            return None
+        if any(sizes[j] > 1 and math.prod(mesh.axis_size(a) for a in per_factor[j]) != sizes[j]
+               for j in range(k)):
+            return None
+        out.extend(axes)
+    return tuple(out)
+
+
+def factor_axes(mesh: Mesh, rule: Rule, dims: Dims, layout: Layout) -> dict[int, tuple[str, ...]] | None:
+    """Axes per factor read off one tensor's layout (None when the layout does not fit the rule)."""
+    out: dict[int, tuple[str, ...]] = {}
+    for fs, axes in zip(dims, layout):
+        if not fs:
+            if axes:
+                return None
+            continue
+        parts = split_axes(mesh, axes, [rule.factors[f].size for f in fs])
+        if parts is None:
+            return None
+        out.update(zip(fs, parts))
+    return out
+
+
+def layout_from_factors(mesh: Mesh, rule: Rule, dims: Dims, shape: Sequence[int],
+                        assign: dict[int, tuple[str, ...]]) -> Layout | None:
+    out = []
+    for fs, n in zip(dims, shape):
+        axes = compose(mesh, [assign.get(f, ()) for f in fs], [rule.factors[f].size for f in fs])
+        if axes is None:
+            return None
+        out.append(axes)
+    return tuple(out)
+
+
+class Propagator:
+    """Holds the layouts of all values and runs sweeps; ``pinned`` values never change."""
+
+    def __init__(self, program: Program, mesh: Mesh, rules: Sequence[Rule]) -> None:
+        self.program = program
+        self.mesh = mesh
+        self.rules = rules
+        self.layouts: dict[int, Layout] = {v.id: ((),) * len(v.shape) for v in program.values()}
+        self.pinned: set[int] = set()
+        self.conflicts: dict[tuple[int, int], Conflict] = {}
+
+    def _tensors(self, op: Op, rule: Rule, forward: bool) -> list[tuple[Value, Dims]]:
+        ins = [(a, d) for a, d in zip(op.inputs, rule.operands) if isinstance(a, Value)]
+        outs = list(zip(op.outputs, rule.results))
+        return ins + outs if forward else outs + ins
+
+    def _visit(self, op: Op, rule: Rule, forward: bool) -> set[int]:
+        """One op: agree on axes per factor, then refine every tensor towards them.
+
+        A factor's proposal is the longest of its tensors' axes when they are prefixes of one
+        another (a refinement); tensors whose axes differ otherwise are a conflict, recorded,
+        and the first one seen wins the proposal."""
+        tensors = self._tensors(op, rule, forward)
+        proposal: dict[int, tuple[str, ...]] = {}
+        source: dict[int, int] = {}
+        current: list[dict[int, tuple[str, ...]] | None] = []
+        for v, dims in tensors:
+            fa = factor_axes(self.mesh, rule, dims, self.layouts[v.id])
+            current.append(fa)
+            if fa is None:
+                continue
+            for f, axes in fa.items():
+                if not axes or rule.factors[f].kind == NOSHARD:
+                    continue
+                p = proposal.get(f, ())
+                if axes[:len(p)] == p:
+                    if len(axes) > len(p):
+                        proposal[f], source[f] = axes, v.id
+                elif p[:len(axes)] != axes and (op.index, f) not in self.conflicts:
+                    self.conflicts[(op.index, f)] = Conflict(op.index, op.name, f, p, axes, (source[f], v.id))
+        changed: set[int] = set()
+        if not proposal:
+            return changed
+        for (v, dims), fa in zip(tensors, current):
+            if v.id in self.pinned or fa is None:
+                continue
+            cur = list(self.layouts[v.id])
+            for d, fs in enumerate(dims):
+                if not fs:
+                    continue
+                per = []
+                for f in fs:
+                    c, p = fa.get(f, ()), proposal.get(f, ())
+                    per.append(p if p[:len(c)] == c else c)
+                want = compose(self.mesh, per, [rule.factors[f].size for f in fs])
+                if want is None or want == cur[d]:
+                    continue
+                others = {a for k, axes in enumerate(cur) if k != d for a in axes}
+                if others & set(want):
+                    continue
+                cur[d] = want
+            if tuple(cur) != self.layouts[v.id]:
+                self.layouts[v.id] = tuple(cur)
+                changed.add(v.id)
+        return changed
+
+    def run(self, max_sweeps: int = 64) -> set[int]:
+        """Sweep forward then backward until a fixpoint; returns the values whose layout changed."""
+        changed: set[int] = set()
+        ops = self.program.ops
+        for _ in range(max_sweeps):
+            step: set[int] = set()
+            for op in ops:
+                step |= self._visit(op, self.rules[op.index], True)
+            for op in reversed(ops):
+                step |= self._visit(op, self.rules[op.index], False)
+            changed |= step
+            if not step:
+                break
+        return changed

@@ -1,0 +1,402 @@
+"""Per-primitive sharding rules: how each dimension of each operand relates to the results.
+
+A rule lists **factors** (as in Shardy's ``OpShardingRule``): independent index ranges of the
+computation. Every tensor dimension is a sequence of factors (major to minor; a reshape splits or
+merges them). A factor is
+
+- ``pass``: it indexes a result dimension (operands that share it are sliced alike; a factor only
+  in results is a broadcast and shards for free);
+- ``contract``: summed away (dot_general contracting dims, ``reduce_sum`` axes, scatter-add
+  batch dims): sharding it makes each device compute a partial sum, so the result is
+  **unreduced** over the factor's axes;
+- ``noshard``: must be whole on every device (``reduce_max`` axes, concatenation, gather's
+  indexed dims...).
+
+Given axes for every factor, each primitive runs unchanged on local shards once its shape
+parameters are localised (``local_params``); ``iota`` also needs its block offset.
+
+Unreduced operands: ``linearity="all"`` ops (add, transpose, reduce_sum...) are linear in the
+operands at ``linear`` positions together, so pending sums pass through when those operands share
+them; ``"one"`` ops (mul, dot_general, the numerator of div) are linear in each such operand alone.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+from partir_core.errors import UnknownPrimitiveError
+from partir_core.ir import Op
+
+PASS, CONTRACT, NOSHARD = "pass", "contract", "noshard"
+
+Dims = tuple[tuple[int, ...], ...]
+"""Per tensor dimension, its factor ids (major to minor)."""
+
+
+@dataclass(frozen=True)
+class Factor:
+    size: int
+    kind: str
+
+
+@dataclass(frozen=True)
+class Rule:
+    factors: tuple[Factor, ...]
+    operands: tuple[Dims, ...]
+    results: tuple[Dims, ...]
+    linear: tuple[int, ...] = ()
+    linearity: str = "none"
+
+
+class _RB:
+    """Small builder so each rule reads as 'this dim and that dim share a factor'."""
+
+    def __init__(self, op: Op) -> None:
+        self.op = op
+        self.factors: list[Factor] = []
+        self.ops: list[list[list[int]]] = [[[] for _ in a.shape] for a in op.inputs]
+        self.res: list[list[list[int]]] = [[[] for _ in v.shape] for v in op.outputs]
+
+    def factor(self, size: int, kind: str, operands: Sequence[tuple[int, int]] = (),
+               results: Sequence[tuple[int, int]] = ()) -> int:
+        f = len(self.factors)
+        self.factors.append(Factor(int(size), kind))
+        for i, d in operands:
+            self.ops[i][d].append(f)
+        for i, d in results:
+            self.res[i][d].append(f)
+        return f
+
+    def own(self, kind: str = NOSHARD) -> None:
+        """Every dimension not yet covered gets its own factor (replicated unless ``kind``)."""
+        for i, a in enumerate(self.op.inputs):
+            for d, n in enumerate(a.shape):
+                if not self.ops[i][d]:
+                    self.factor(n, kind, operands=[(i, d)])
+        for i, v in enumerate(self.op.outputs):
+            for d, n in enumerate(v.shape):
+                if not self.res[i][d]:
+                    self.factor(n, kind, results=[(i, d)])
+
+    def build(self, linear: Sequence[int] = (), linearity: str = "none") -> Rule:
+        self.own(NOSHARD)
+        in_results = {f for t in self.res for d in t for f in d}
+        if self.op.outputs:  # a pass factor no result carries would lose data if sharded
+            self.factors = [Factor(f.size, NOSHARD) if f.kind == PASS and i not in in_results else f
+                            for i, f in enumerate(self.factors)]
+        return Rule(tuple(self.factors), tuple(tuple(tuple(d) for d in t) for t in self.ops),
+                    tuple(tuple(tuple(d) for d in t) for t in self.res), tuple(linear), linearity)
+
+
+def _elementwise(op: Op, linear: Sequence[int] = (), linearity: str = "none") -> Rule:
+    b = _RB(op)
+    out = op.outputs[0].shape
+    for d, n in enumerate(out):
+        shared = [(i, d) for i, a in enumerate(op.inputs) if len(a.shape) == len(out) and a.shape[d] == n]
+        b.factor(n, PASS, operands=shared, results=[(r, d) for r in range(len(op.outputs))])
+    return b.build(linear, linearity)
+
+
+_ELEMENTWISE = """abs acos acosh asin asinh atan atan2 atanh cbrt ceil clamp cos cosh erf erfc erf_inv exp
+exp2 expm1 floor imag integer_pow is_finite lgamma digamma log log1p logistic max min nextafter not pow
+real rem round rsqrt sign sin sinh sqrt square tan tanh eq ne lt le gt ge and or xor shift_left
+shift_right_logical shift_right_arithmetic population_count stop_gradient reduce_precision""".split()
+_LINEAR_ALL = {"add": (0, 1), "sub": (0, 1), "add_any": (0, 1), "neg": (0,), "copy": (0,),
+               "copy_p": (0,), "real": (0,), "imag": (0,)}
+_LINEAR_ONE = {"mul": (0, 1), "div": (0,)}
+
+
+def _convert(op: Op) -> Rule:
+    a, r = op.inputs[0].dtype, op.outputs[0].dtype
+    linear = (0,) if a.startswith(("f", "bf", "c")) and r.startswith(("f", "bf", "c")) else ()
+    return _elementwise(op, linear, "all" if linear else "none")
+
+
+def _select_n(op: Op) -> Rule:
+    return _elementwise(op, tuple(range(1, len(op.inputs))), "all")
+
+
+def _broadcast_in_dim(op: Op) -> Rule:
+    b = _RB(op)
+    shape, bdims = op.params["shape"], op.params["broadcast_dimensions"]
+    src = {int(r): i for i, r in enumerate(bdims)}
+    for d, n in enumerate(shape):
+        j = src.get(d)
+        shared = [(0, j)] if j is not None and op.inputs[0].shape[j] == n else []
+        b.factor(n, PASS, operands=shared, results=[(0, d)])
+    return b.build((0,), "all")
+
+
+def reshape_factors(src: Sequence[int], dst: Sequence[int]) -> tuple[list[int], list[list[int]], list[list[int]]]:
+    """Common refinement of two row-major shapes: factor sizes, and each side's dims as factor ids.
+
+    Dimensions that do not split/merge evenly (e.g. 6x4 -> 4x6 past the first common factor) get
+    no factor: they stay unsharded.
+    """
+    sizes: list[int] = []
+    a_f: list[list[int]] = [[] for _ in src]
+    b_f: list[list[int]] = [[] for _ in dst]
+    i = j = 0
+    ra = src[0] if src else 1
+    rb = dst[0] if dst else 1
+    while i < len(src) and j < len(dst):
+        if ra == 1:
+            i += 1
+            ra = src[i] if i < len(src) else 1
+            continue
+        if rb == 1:
+            j += 1
+            rb = dst[j] if j < len(dst) else 1
+            continue
+        g = math.gcd(ra, rb)
+        if g == 1:
+            break
+        sizes.append(g)
+        a_f[i].append(len(sizes) - 1)
+        b_f[j].append(len(sizes) - 1)
+        ra //= g
+        rb //= g
+    return sizes, a_f, b_f
+
+
+def _reshape(op: Op) -> Rule:
+    b = _RB(op)
+    sizes, a_f, b_f = reshape_factors(op.inputs[0].shape, op.outputs[0].shape)
+    a_f = [fs if _covers(fs, sizes, n) else [] for fs, n in zip(a_f, op.inputs[0].shape)]
+    b_f = [fs if _covers(fs, sizes, n) else [] for fs, n in zip(b_f, op.outputs[0].shape)]
+    while True:  # a factor must appear on both sides; drop dims holding one that does not
+        both = {f for fs in a_f for f in fs} & {f for fs in b_f for f in fs}
+        a2 = [fs if set(fs) <= both else [] for fs in a_f]
+        b2 = [fs if set(fs) <= both else [] for fs in b_f]
+        if (a2, b2) == (a_f, b_f):
+            break
+        a_f, b_f = a2, b2
+    ids = [b.factor(s, PASS) for s in sizes]
+    b.ops[0] = [[ids[f] for f in fs] for fs in a_f]
+    b.res[0] = [[ids[f] for f in fs] for fs in b_f]
+    return b.build((0,), "all")
+
+
+def _covers(fs: list[int], sizes: list[int], n: int) -> bool:
+    return math.prod(sizes[f] for f in fs) == n
+
+
+def _transpose(op: Op) -> Rule:
+    b = _RB(op)
+    for d, p in enumerate(op.params["permutation"]):
+        b.factor(op.outputs[0].shape[d], PASS, operands=[(0, int(p))], results=[(0, d)])
+    return b.build((0,), "all")
+
+
+def _reduce(kind: str, linear: bool) -> Callable[[Op], Rule]:
+    def rule(op: Op) -> Rule:
+        b = _RB(op)
+        axes = set(int(a) for a in op.params["axes"])
+        r = 0
+        for d, n in enumerate(op.inputs[0].shape):
+            if d in axes:
+                b.factor(n, kind, operands=[(0, d)])
+            else:
+                b.factor(n, PASS, operands=[(0, d)], results=[(i, r) for i in range(len(op.outputs))])
+                r += 1
+        return b.build((0,) if linear else (), "all" if linear else "none")
+    return rule
+
+
+def _dot_general(op: Op) -> Rule:
+    b = _RB(op)
+    (lc, rc), (lb, rb) = op.params["dimension_numbers"]
+    lhs, rhs = op.inputs[0].shape, op.inputs[1].shape
+    r = 0
+    for x, y in zip(lb, rb):
+        b.factor(lhs[x], PASS, operands=[(0, x), (1, y)], results=[(0, r)])
+        r += 1
+    for d in range(len(lhs)):
+        if d not in lc and d not in lb:
+            b.factor(lhs[d], PASS, operands=[(0, d)], results=[(0, r)])
+            r += 1
+    for d in range(len(rhs)):
+        if d not in rc and d not in rb:
+            b.factor(rhs[d], PASS, operands=[(1, d)], results=[(0, r)])
+            r += 1
+    for x, y in zip(lc, rc):
+        b.factor(lhs[x], CONTRACT, operands=[(0, x), (1, y)])
+    return b.build((0, 1), "one")
+
+
+def _along_axis(key: str) -> Callable[[Op], Rule]:
+    """Ops that act along one dimension (concatenate, cumsum, sort...): it stays whole."""
+    def rule(op: Op) -> Rule:
+        b = _RB(op)
+        ax = int(op.params[key])
+        rank = len(op.outputs[0].shape)
+        for d in range(rank):
+            if d == ax:
+                continue
+            n = op.outputs[0].shape[d]
+            b.factor(n, PASS, operands=[(i, d) for i, a in enumerate(op.inputs) if len(a.shape) == rank],
+                     results=[(i, d) for i in range(len(op.outputs))])
+        lin = tuple(range(len(op.inputs))) if op.name == "concatenate" else ()
+        return b.build(lin, "all" if lin else "none")
+    return rule
+
+
+def _squeeze(op: Op) -> Rule:
+    b = _RB(op)
+    gone = {int(d) % max(1, len(op.inputs[0].shape)) for d in op.params["dimensions"]}
+    r = 0
+    for d, n in enumerate(op.inputs[0].shape):
+        if d not in gone:
+            b.factor(n, PASS, operands=[(0, d)], results=[(0, r)])
+            r += 1
+    return b.build((0,), "all")
+
+
+def _full_dims(op: Op, starts: Sequence[int] | None, sizes: Sequence[int], lin: tuple[int, ...]) -> Rule:
+    """slice/dynamic_slice/pad: dims taken whole pass through, the others stay unsharded."""
+    b = _RB(op)
+    for d, n in enumerate(op.inputs[0].shape):
+        whole = sizes[d] == n and (starts is None or starts[d] == 0)
+        if whole:
+            b.factor(n, PASS, operands=[(0, d)], results=[(0, d)])
+    return b.build(lin, "all" if lin else "none")
+
+
+def _slice(op: Op) -> Rule:
+    strides = op.params.get("strides") or (1,) * len(op.inputs[0].shape)
+    sizes = [(hi - lo) if s == 1 else -1 for lo, hi, s in
+             zip(op.params["start_indices"], op.params["limit_indices"], strides)]
+    return _full_dims(op, op.params["start_indices"], sizes, (0,))
+
+
+def _dynamic_slice(op: Op) -> Rule:
+    return _full_dims(op, None, op.params["slice_sizes"], (0,))
+
+
+def _pad(op: Op) -> Rule:
+    sizes = [n if tuple(c) == (0, 0, 0) else -1 for n, c in zip(op.inputs[0].shape, op.params["padding_config"])]
+    b = _RB(op)
+    for d, n in enumerate(op.inputs[0].shape):
+        if sizes[d] == n:
+            b.factor(n, PASS, operands=[(0, d)], results=[(0, d)])
+    return b.build()
+
+
+def _dynamic_update_slice(op: Op) -> Rule:
+    b = _RB(op)
+    for d, n in enumerate(op.inputs[0].shape):
+        if op.inputs[1].shape[d] == n:
+            b.factor(n, PASS, operands=[(0, d), (1, d)], results=[(0, d)])
+    return b.build()
+
+
+def _iota(op: Op) -> Rule:
+    b = _RB(op)
+    for d, n in enumerate(op.outputs[0].shape):
+        b.factor(n, PASS, results=[(0, d)])
+    return b.build()
+
+
+def _gather(op: Op) -> Rule:
+    """Embedding-style gather: whole slices along offset dims pass through, indices' batch dims
+    pass through; the indexed operand dims stay whole."""
+    b = _RB(op)
+    dn = op.params["dimension_numbers"]
+    operand, idx = op.inputs[0].shape, op.inputs[1].shape
+    out = op.outputs[0].shape
+    if dn.operand_batching_dims:
+        return b.build()
+    offset_src = [d for d in range(len(operand)) if d not in dn.collapsed_slice_dims]
+    for od, sd in zip(dn.offset_dims, offset_src):
+        if op.params["slice_sizes"][sd] == operand[sd] and sd not in dn.start_index_map:
+            b.factor(operand[sd], PASS, operands=[(0, sd)], results=[(0, int(od))])
+    batch_out = [d for d in range(len(out)) if d not in dn.offset_dims]
+    for k, od in enumerate(batch_out):
+        b.factor(out[od], PASS, operands=[(1, k)], results=[(0, od)])
+    return b.build((0,), "none")
+
+
+def _scatter_add(op: Op) -> Rule:
+    """Scatter-add (embedding gradient): window dims pass through; the update batch dims are
+    summed into the operand, so sharding them leaves the result unreduced (operand must be too)."""
+    b = _RB(op)
+    dn = op.params["dimension_numbers"]
+    operand, idx, upd = op.inputs[0].shape, op.inputs[1].shape, op.inputs[2].shape
+    if dn.operand_batching_dims:
+        return b.build()
+    window_src = [d for d in range(len(operand)) if d not in dn.inserted_window_dims]
+    for ud, sd in zip(dn.update_window_dims, window_src):
+        if upd[ud] == operand[sd] and sd not in dn.scatter_dims_to_operand_dims:
+            b.factor(operand[sd], PASS, operands=[(0, sd), (2, int(ud))], results=[(0, sd)])
+    scatter_dims = [d for d in range(len(upd)) if d not in dn.update_window_dims]
+    for k, ud in enumerate(scatter_dims):
+        b.factor(upd[ud], CONTRACT, operands=[(1, k), (2, ud)])
+    return b.build((0, 2), "all")
+
+
+def _replicate(op: Op) -> Rule:
+    return _RB(op).build()
+
+
+RuleFn = Callable[[Op], Rule]
+RULES: dict[str, RuleFn] = {name: _elementwise for name in _ELEMENTWISE}
+RULES.update({n: (lambda lin: (lambda op: _elementwise(op, lin, "all")))(lin) for n, lin in _LINEAR_ALL.items()})
+RULES.update({n: (lambda lin: (lambda op: _elementwise(op, lin, "one")))(lin) for n, lin in _LINEAR_ONE.items()})
+RULES.update({
+    "convert_element_type": _convert, "select_n": _select_n, "broadcast_in_dim": _broadcast_in_dim,
+    "reshape": _reshape, "transpose": _transpose, "dot_general": _dot_general,
+    "reduce_sum": _reduce(CONTRACT, True), "reduce_max": _reduce(NOSHARD, False),
+    "reduce_min": _reduce(NOSHARD, False), "reduce_prod": _reduce(NOSHARD, False),
+    "reduce_and": _reduce(NOSHARD, False), "reduce_or": _reduce(NOSHARD, False),
+    "argmax": _reduce(NOSHARD, False), "argmin": _reduce(NOSHARD, False),
+    "concatenate": _along_axis("dimension"), "cumsum": _along_axis("axis"),
+    "cumprod": _along_axis("axis"), "cummax": _along_axis("axis"), "cummin": _along_axis("axis"),
+    "cumlogsumexp": _along_axis("axis"), "sort": _along_axis("dimension"), "split": _along_axis("axis"),
+    "squeeze": _squeeze, "slice": _slice, "dynamic_slice": _dynamic_slice, "pad": _pad,
+    "dynamic_update_slice": _dynamic_update_slice, "iota": _iota, "gather": _gather,
+    "scatter-add": _scatter_add, "scatter_add": _scatter_add,
+})
+
+
+def rule_for(op: Op, unknown: str = "error") -> Rule:
+    """The rule of ``op``; an unknown primitive raises, or (``unknown="replicate"``) is run on
+    whole arrays: every operand is gathered and every result replicated."""
+    fn = RULES.get(op.name)
+    if fn is None:
+        if unknown == "replicate":
+            return _replicate(op)
+        raise UnknownPrimitiveError(
+            f"no sharding rule for primitive {op.name!r} (op #{op.index}); register one in "
+            f"partir_core.rules.RULES or pass unknown='replicate' to run it on whole arrays"
+        )
+    return fn(op)
+
+
+# -- localisation: the primitive's parameters for local shapes ------------------------------------
+
+def local_params(op: Op, in_local: Sequence[tuple[int, ...]], out_local: Sequence[tuple[int, ...]]) -> dict[str, Any]:
+    """JAX parameters for running ``op`` on local shards of the given shapes."""
+    p = dict(op.params)
+    name = op.name
+    if name == "broadcast_in_dim":
+        p["shape"] = tuple(out_local[0])
+    elif name == "reshape":
+        p["new_sizes"] = tuple(out_local[0])
+        p["dimensions"] = None
+    elif name == "iota":
+        p["shape"] = tuple(out_local[0])
+    elif name in ("gather", "dynamic_slice"):
+        glob = op.inputs[0].shape
+        p["slice_sizes"] = tuple(
+            in_local[0][d] if s == glob[d] else s for d, s in enumerate(p["slice_sizes"]))
+    elif name == "slice":
+        glob = op.inputs[0].shape
+        p["limit_indices"] = tuple(
+            in_local[0][d] if (hi == glob[d] and lo == 0) else hi
+            for d, (lo, hi) in enumerate(zip(p["start_indices"], p["limit_indices"])))
+    for key in ("sharding", "out_sharding"):
+        if key in p:
+            p[key] = None
+    return p

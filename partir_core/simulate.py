@@ -1,0 +1,138 @@
+"""A simulator of the partitioned program: per-device FLOPs, collectives, peak memory, no running.
+
+It reads the lowering's decisions, so each predicted collective is a step of a ``redist`` plan the
+emitted program executes; costs (bytes, time) are the plans' own measures, from one cost model.
+Peak memory is the largest sum of live local buffers over the program order (a buffer lives from
+the step producing it to its last reader; inputs from the start, outputs to the end).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from dataclasses import dataclass
+
+from partir_core.ir import Value
+from partir_core.lower import Lowered, Move, Step
+from spmd_types import ShardingType
+
+# how each redist step kind appears in StableHLO (exchange/permute: one collective_permute per round)
+HLO_OP = {"all_reduce": "all_reduce", "all_gather": "all_gather", "reduce_scatter": "reduce_scatter",
+          "all_to_all": "all_to_all", "permute": "collective_permute", "exchange": "collective_permute"}
+_MOVEMENT = {"broadcast_in_dim", "reshape", "transpose", "squeeze", "iota", "gather", "slice",
+             "dynamic_slice", "dynamic_update_slice", "concatenate", "pad", "copy", "copy_p",
+             "convert_element_type", "stop_gradient", "split", "select_n"}
+
+
+@dataclass(frozen=True)
+class Collective:
+    kind: str
+    recv_bytes: float
+    time_s: float
+    rounds: int
+    reason: str
+    src: str
+    dst: str
+
+
+@dataclass(frozen=True)
+class Simulation:
+    flops: float
+    collectives: tuple[Collective, ...]
+    peak_bytes: int
+
+    @property
+    def recv_bytes(self) -> float:
+        return sum(c.recv_bytes for c in self.collectives)
+
+    @property
+    def comm_time_s(self) -> float:
+        return sum(c.time_s for c in self.collectives)
+
+    def counts(self) -> dict[str, int]:
+        """Collectives by redist step kind."""
+        return dict(Counter(c.kind for c in self.collectives))
+
+    def hlo_counts(self) -> dict[str, int]:
+        """The collective ops the emitted StableHLO must contain, by op name."""
+        out: Counter[str] = Counter()
+        for c in self.collectives:
+            out[HLO_OP.get(c.kind, c.kind)] += c.rounds if c.kind in ("exchange", "permute") else 1
+        return dict(out)
+
+
+def hlo_collectives(text: str) -> dict[str, int]:
+    """Count collective ops in StableHLO/MLIR text."""
+    out: Counter[str] = Counter()
+    for name in set(HLO_OP.values()):
+        n = len(re.findall(rf'"?stablehlo\.{name}"?[ (]', text))
+        if n:
+            out[name] = n
+    return dict(out)
+
+
+def op_flops(st: Step) -> float:
+    """Per-device FLOPs of one op on local shards (a multiply-add is 2)."""
+    op = st.op
+    if op.name == "dot_general":
+        (lc, _), _ = op.params["dimension_numbers"]
+        lhs = st.in_types[0]
+        k = math.prod(lhs.local_shape[d] for d in lc) if lhs is not None else 1
+        return 2.0 * math.prod(st.out_types[0].local_shape) * k
+    if op.name in _MOVEMENT:
+        return 0.0
+    if op.name.startswith(("reduce_", "arg", "cum")):
+        t = st.in_types[0]
+        return float(t.local_size) if t is not None else 0.0
+    return float(sum(t.local_size for t in st.out_types))
+
+
+def _collectives(mv: Move) -> list[Collective]:
+    out = []
+    for s, m in zip(mv.plan.steps, mv.plan.measures):
+        if m.rounds > 0:
+            out.append(Collective(s.kind, m.recv_bytes, m.time_s, m.rounds, mv.reason, str(mv.src), str(mv.dst)))
+    return out
+
+
+def simulate(low: Lowered) -> Simulation:
+    """Predict the partitioned program's per-device cost without running it."""
+    n = len(low.steps)
+    end = n + 1
+    born: dict[tuple[int, ShardingType], int] = {}
+    last: dict[tuple[int, ShardingType], int] = {}
+    for v, t in zip(low.program.inputs, low.in_types):
+        born[(v.id, t)] = 0
+    for cid, t in low.const_types.items():
+        born[(cid, t)] = 0
+    colls: list[Collective] = []
+    flops = 0.0
+    for i, st in enumerate(low.steps, start=1):
+        for mv in st.moves:
+            last[(mv.value, mv.src)] = i
+            born.setdefault((mv.value, mv.dst), i)
+            colls += _collectives(mv)
+        for a, t in zip(st.op.inputs, st.in_types):
+            if isinstance(a, Value) and t is not None:
+                last[(a.id, t)] = i
+        for v, t in zip(st.op.outputs, st.out_types):
+            born[(v.id, t)] = i
+        flops += op_flops(st)
+    for mv in low.out_moves:
+        last[(mv.value, mv.src)] = end
+        born.setdefault((mv.value, mv.dst), end)
+        colls += _collectives(mv)
+    for v, t in zip(low.program.outputs, low.out_types):
+        if isinstance(v, Value):
+            last[(v.id, t)] = end
+    delta = [0] * (end + 2)
+    for key, b in born.items():
+        size = key[1].local_bytes
+        delta[b] += size
+        delta[max(b, last.get(key, b)) + 1] -= size
+    peak = cur = 0
+    for d in delta:
+        cur += d
+        peak = max(peak, cur)
+    return Simulation(flops, tuple(colls), peak)

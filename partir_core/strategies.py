@@ -1,0 +1,62 @@
+"""Parallelism strategies as schedules of tactics, composable by concatenation.
+
+On a mesh ``{data, model}``: BP shards the batch over ``data``; MP is Megatron over ``model``
+(attention heads: wq/wk/wv by head, wo by head; MLP: w1 by column, w2 by row); Z2 shards the Adam
+state over ``data`` while pinning parameters whole; Z3 shards the parameters themselves over
+``data`` (state follows by propagation); EMB shards the embedding table's rows over ``model``.
+ZeRO is defined on top of data parallelism, so ``Z2`` and ``Z3`` include BP.
+"""
+
+from __future__ import annotations
+
+from partir_core.tactics import Pin, Shard, ShardParams, Tactic
+
+MEGATRON: dict[str, dict[str, int]] = {
+    "mlp": {"params/w1": 1, "params/w2": 0},
+    "transformer": {"params/wq": 1, "params/wk": 1, "params/wv": 1, "params/wo": 0,
+                    "params/w1": 1, "params/w2": 0},
+}
+
+
+def bp(model: str) -> list[Tactic]:
+    return [Shard("batch", dim=0, axis="data")]
+
+
+def mp(model: str) -> list[Tactic]:
+    return [Shard(MEGATRON[model], axis="model")]
+
+
+def z2(model: str) -> list[Tactic]:
+    return [Pin("params", "out/0"), ShardParams(axis="data", policy="largest_dim", target="opt_state")]
+
+
+def z3(model: str) -> list[Tactic]:
+    return [ShardParams(axis="data", policy="largest_dim")]
+
+
+def emb(model: str) -> list[Tactic]:
+    if model != "transformer":
+        raise KeyError(f"EMB needs an embedding table; model {model!r} has none")
+    return [Shard("params/embed", dim=0, axis="model")]
+
+
+STRATEGIES: dict[str, list[str]] = {
+    "BP": ["BP"], "MP": ["MP"], "Z2": ["BP", "Z2"], "Z3": ["BP", "Z3"], "EMB": ["EMB"],
+    "BP+MP": ["BP", "MP"], "BP+MP+Z3": ["BP", "MP", "Z3"],
+}
+_PARTS = {"BP": bp, "MP": mp, "Z2": z2, "Z3": z3, "EMB": emb}
+
+
+def schedule(model: str, strategy: str) -> list[Tactic]:
+    """The tactics of ``strategy`` (a name in ``STRATEGIES`` or parts joined by ``+``) for ``model``."""
+    parts = STRATEGIES.get(strategy, strategy.split("+"))
+    out: list[Tactic] = []
+    for p in parts:
+        if p not in _PARTS:
+            raise KeyError(f"unknown strategy part {p!r}; known: {sorted(_PARTS)}")
+        out += _PARTS[p](model)
+    return out
+
+
+def applicable(model: str) -> list[str]:
+    return [s for s in STRATEGIES if model == "transformer" or "EMB" not in s]

@@ -1,0 +1,188 @@
+"""Tactics: how users say which inputs to shard, kept apart from the model code.
+
+Values are named by pytree path, ``argname/key/...`` for inputs (``params/w1``, ``batch/x``) and
+``out/...`` for outputs. A name matches a path equal to it, a path ending in ``/name``, or every
+path under it (``opt_state`` matches all optimizer state leaves). Tactics are applied in order,
+each followed by propagation to a fixpoint; a tactic may only add axes (refine), so a later one
+never undoes an earlier one: asking for an axis a value already uses is an error.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Mapping, Sequence
+
+from partir_core.errors import AxisUsedTwiceError, IndivisibleDimError, TacticError, UnknownInputError
+from partir_core.ir import Program, Value
+from partir_core.propagate import Propagator
+from spmd_types import Mesh
+
+
+@dataclass(frozen=True)
+class TacticRecord:
+    """What one tactic did: its own settings and every layout that changed (by propagation too)."""
+
+    tactic: str
+    set_by_tactic: tuple[tuple[str, tuple[tuple[str, ...], ...]], ...]
+    changed: tuple[int, ...]
+    notes: tuple[str, ...] = ()
+
+
+def _axes(axis: str | Sequence[str]) -> tuple[str, ...]:
+    return (axis,) if isinstance(axis, str) else tuple(axis)
+
+
+def matching(program: Program, name: str) -> list[tuple[str, Value]]:
+    """Values whose path matches ``name`` (inputs, or outputs for ``out/...``); raises if none."""
+    pairs: list[tuple[str, Value]] = list(zip(program.input_paths, program.inputs))
+    pairs += [(p, v) for p, v in zip(program.output_paths, program.outputs) if isinstance(v, Value)]
+    hits = [(p, v) for p, v in pairs if p == name or p.endswith("/" + name) or p.startswith(name + "/")]
+    if not hits:
+        known = ", ".join(program.input_paths)
+        raise UnknownInputError(f"no input or output path matches {name!r}; inputs are: {known}")
+    return hits
+
+
+class _Ctx:
+    def __init__(self, program: Program, mesh: Mesh, prop: Propagator) -> None:
+        self.program, self.mesh, self.prop = program, mesh, prop
+        self.set: list[tuple[str, tuple[tuple[str, ...], ...]]] = []
+        self.notes: list[str] = []
+
+    def add_axes(self, path: str, v: Value, dim: int, axes: tuple[str, ...]) -> None:
+        if not -len(v.shape) <= dim < len(v.shape):
+            raise TacticError(f"{path} has rank {len(v.shape)} (shape {list(v.shape)}); dimension {dim} does not exist")
+        dim %= len(v.shape)
+        for a in axes:
+            self.mesh.axis_size(a)  # UnknownAxisError names it
+        if v.id in self.prop.pinned:
+            raise TacticError(f"{path} is pinned by an earlier Pin tactic; it cannot be sharded further")
+        cur = list(self.prop.layouts[v.id])
+        used = [a for ax in cur for a in ax]
+        for a in axes:
+            if a in used or axes.count(a) > 1:
+                where = next((d for d, ax in enumerate(cur) if a in ax), dim)
+                raise AxisUsedTwiceError(
+                    f"{path} already uses mesh axis {a!r} (dimension {where}, layout "
+                    f"{_fmt(tuple(cur))}); sharding dimension {dim} over it too would use it twice")
+        new = cur[dim] + axes
+        k = math.prod(self.mesh.axis_size(a) for a in new)
+        if v.shape[dim] % k:
+            raise IndivisibleDimError(
+                f"{path} dimension {dim} has size {v.shape[dim]}, not divisible by {k} "
+                f"(axes {', '.join(f'{a}={self.mesh.axis_size(a)}' for a in new)})")
+        cur[dim] = new
+        self.prop.layouts[v.id] = tuple(cur)
+        self.set.append((path, tuple(cur)))
+
+
+def _fmt(layout: tuple[tuple[str, ...], ...]) -> str:
+    return "[" + ",".join("@(" + ",".join(a) + ")" if a else "_" for a in layout) + "]"
+
+
+@dataclass(frozen=True)
+class Shard:
+    """Shard ``target`` dimension ``dim`` over ``axis``; ``target`` may map names to dims:
+    ``Shard({"w1": 1, "w2": 0}, axis="model")``."""
+
+    targets: tuple[tuple[str, int], ...]
+    axis: tuple[str, ...]
+
+    def __init__(self, target: str | Mapping[str, int], dim: int | None = None,
+                 axis: str | Sequence[str] = "") -> None:
+        if isinstance(target, str):
+            if dim is None:
+                raise TacticError(f"Shard({target!r}) needs dim=...")
+            targets = ((target, int(dim)),)
+        else:
+            if dim is not None:
+                raise TacticError("Shard with a {name: dim} mapping takes no dim=")
+            targets = tuple((str(k), int(d)) for k, d in target.items())
+        if not axis:
+            raise TacticError(f"Shard({target!r}) needs axis=...")
+        object.__setattr__(self, "targets", targets)
+        object.__setattr__(self, "axis", _axes(axis))
+
+    def __str__(self) -> str:
+        t = ", ".join(f"{n}:{d}" for n, d in self.targets)
+        return f"Shard({t} over {','.join(self.axis)})"
+
+    def apply(self, ctx: _Ctx) -> None:
+        for name, dim in self.targets:
+            for path, v in matching(ctx.program, name):
+                ctx.add_axes(path, v, dim, self.axis)
+
+
+@dataclass(frozen=True)
+class ShardParams:
+    """ZeRO-style: shard every leaf under ``target`` (default: the function's first argument)
+    over ``axis``, along the dimension the policy picks. ``largest_dim``: the largest local
+    dimension the axis divides. Leaves that already use the axis, are pinned, or have no
+    divisible dimension are skipped (and say so in explain())."""
+
+    axis: str
+    policy: str = "largest_dim"
+    target: str | None = None
+
+    def __str__(self) -> str:
+        return f"ShardParams({self.target or '<first argument>'} over {self.axis}, {self.policy})"
+
+    def apply(self, ctx: _Ctx) -> None:
+        if self.policy not in ("largest_dim", "first_dim"):
+            raise TacticError(f"unknown ShardParams policy {self.policy!r}; use 'largest_dim' or 'first_dim'")
+        n = ctx.mesh.axis_size(self.axis)
+        target = self.target or ctx.program.input_paths[0].split("/")[0]
+        for path, v in matching(ctx.program, target):
+            lay = ctx.prop.layouts[v.id]
+            if v.id in ctx.prop.pinned or any(self.axis in ax for ax in lay):
+                ctx.notes.append(f"{path}: skipped ({'pinned' if v.id in ctx.prop.pinned else 'already uses ' + self.axis})")
+                continue
+            shards = [math.prod(ctx.mesh.axis_size(a) for a in ax) for ax in lay]
+            ok = [d for d in range(len(v.shape)) if v.shape[d] % (shards[d] * n) == 0]
+            if not ok:
+                ctx.notes.append(f"{path}: skipped (no dimension divisible by {n})")
+                continue
+            if self.policy == "largest_dim":
+                d = max(ok, key=lambda d: (v.shape[d] // shards[d], -d))
+            else:
+                d = ok[0]
+            ctx.add_axes(path, v, d, (self.axis,))
+
+
+@dataclass(frozen=True)
+class Pin:
+    """Freeze the current layout of ``target`` values (inputs or ``out/...`` outputs):
+    propagation and later tactics leave them as they are (e.g. ZeRO-2 keeps parameters whole)."""
+
+    targets: tuple[str, ...] = field(default=())
+
+    def __init__(self, *targets: str) -> None:
+        object.__setattr__(self, "targets", tuple(targets))
+
+    def __str__(self) -> str:
+        return f"Pin({', '.join(self.targets)})"
+
+    def apply(self, ctx: _Ctx) -> None:
+        for name in self.targets:
+            for _, v in matching(ctx.program, name):
+                ctx.prop.pinned.add(v.id)
+
+
+Tactic = Shard | ShardParams | Pin
+
+
+def apply_schedule(program: Program, mesh: Mesh, prop: Propagator,
+                   schedule: Sequence[Tactic]) -> list[TacticRecord]:
+    """Apply tactics in order, propagating to a fixpoint after each one."""
+    records = []
+    for t in schedule:
+        if not isinstance(t, (Shard, ShardParams, Pin)):
+            raise TacticError(f"not a tactic: {t!r}")
+        before = dict(prop.layouts)
+        ctx = _Ctx(program, mesh, prop)
+        t.apply(ctx)
+        prop.run()
+        changed = tuple(sorted(k for k, lay in prop.layouts.items() if before.get(k) != lay))
+        records.append(TacticRecord(str(t), tuple(ctx.set), changed, tuple(ctx.notes)))
+    return records
