@@ -1,0 +1,291 @@
+"""The JAX executor: a plan as one ``shard_map`` program of JAX collectives.
+
+``apply_local(plan, x)`` is the per-device body: it must run inside a ``jax.shard_map`` over a JAX
+mesh with the plan's axes (names and sizes, in order), every mesh axis manual and
+``check_vma=False`` (the partitioner calls it inside its own program). Each step lowers to the
+JAX collective whose per-device semantics are exactly those of ``redist.simulate``:
+
+=================  =====================================================================
+``DynSlice``       ``lax.dynamic_slice_in_dim`` at the device's group index (``axis_index``)
+``AllGather``      ``lax.all_gather(tiled=True)``
+``AllToAll``       ``lax.all_to_all(split_axis=dst_dim, concat_axis=src_dim, tiled=True)``
+``ReduceScatter``  ``lax.psum_scatter(tiled=True)``
+``AllReduce``      ``lax.psum``
+``Discard``        keep the value where the group index is 0, zeros elsewhere
+``PadUnreduced``   ``dynamic_update_slice`` of the block into zeros
+``Permute``,       one ``lax.ppermute`` of one cell per round of ``redist.exchange.schedule``,
+``Exchange``       added into zeros at the receiver's offset (local copies first)
+=================  =====================================================================
+
+Groups. A step over several (sub-)axes is one collective over the flattened group, members in
+mixed-radix order with the step's first axis most significant. The collective is issued over the
+mesh axes the step touches (``axis_name`` in mesh order) and, unless the group is exactly those
+axes in mesh order, with ``axis_index_groups`` listing every group's members in that order. That
+is how sub-axes (a factor of a mesh axis) and axis orders other than the mesh's are expressed;
+JAX 0.10.2 supports ``axis_index_groups`` for all five collectives inside ``shard_map`` when
+``check_vma=False``, on CPU too (the tests check every kind against the simulator).
+
+``compile_plan(plan)`` is one ``jax.jit`` of one ``jax.shard_map`` (so XLA compiles the whole
+plan as a single program), with in/out specs from the plan's source and destination types;
+``run_plan(plan, x)`` checks ``x`` against the source type and runs it. Unreduced types are
+supported end to end: in JAX 0.10.2 ``PartitionSpec(..., unreduced={...})`` works as a
+``shard_map`` in/out spec on a mesh with Explicit axes (the axis type ``Mesh.to_jax`` uses), the
+local values being the partials. Nothing goes through the host, so the same program runs across
+``jax.distributed`` processes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from functools import lru_cache
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+from jax.sharding import NamedSharding
+
+from redist.atoms import Atom, atoms_of_axes, atoms_size
+from redist.errors import ExecutionError
+from redist.exchange import Round, schedule
+from redist.plan import Plan
+from redist.steps import (
+    AllGather,
+    AllReduce,
+    AllToAll,
+    Discard,
+    DynSlice,
+    Exchange,
+    PadUnreduced,
+    Permute,
+    ReduceScatter,
+    Step,
+)
+from spmd_types import Mesh, ShardingType, ShardingTypeError
+from spmd_types.jax_interop import to_partition_spec, type_of
+
+__all__ = ["apply_local", "clear_cache", "collective_group", "compile_plan", "run_plan"]
+
+
+# -- groups ------------------------------------------------------------------------------------------
+
+
+@lru_cache(maxsize=4096)
+def collective_group(mesh: Mesh, atoms: tuple[Atom, ...]) -> tuple[tuple[str, ...], tuple[tuple[int, ...], ...] | None]:
+    """(``axis_name``, ``axis_index_groups``) of a collective over ``atoms`` (major first).
+
+    ``axis_name`` is the tuple of mesh axes the atoms belong to, in mesh order; indices along it
+    are row-major over those axes. ``axis_index_groups`` is ``None`` when the group is exactly
+    those axes in that order (one group, identity order), else every group with its members
+    ordered by their mixed-radix index over ``atoms``.
+    """
+    names = tuple(n for n in mesh.names if any(a[0] == n for a in atoms))
+    sizes = [mesh.axis_size(n) for n in names]
+    total = math.prod(sizes)
+    coords = np.array(list(np.ndindex(*sizes)), dtype=np.int64).reshape(total, len(names))
+    key = coords.copy()
+    idx = np.zeros(total, dtype=np.int64)
+    for name, pre, size in atoms:
+        i = names.index(name)
+        stride = mesh.axis_size(name) // (pre * size)
+        digit = (coords[:, i] // stride) % size
+        idx = idx * size + digit
+        key[:, i] -= digit * stride
+    groups: dict[tuple[int, ...], list[tuple[int, int]]] = {}
+    for lin in range(total):
+        groups.setdefault(tuple(key[lin].tolist()), []).append((int(idx[lin]), lin))
+    ordered = tuple(tuple(v for _, v in sorted(m)) for _, m in sorted(groups.items()))
+    if len(ordered) == 1 and ordered[0] == tuple(range(total)):
+        return names, None
+    return names, ordered
+
+
+def _axis_name(names: tuple[str, ...]) -> Any:
+    return names[0] if len(names) == 1 else names
+
+
+def _group_index(mesh: Mesh, atoms: tuple[Atom, ...]) -> jax.Array:
+    """This device's mixed-radix index over ``atoms`` (major first), from ``lax.axis_index``."""
+    idx: Any = jnp.int32(0)
+    for name, pre, size in atoms:
+        stride = mesh.axis_size(name) // (pre * size)
+        digit = (lax.axis_index(name) // stride) % size
+        idx = idx * size + digit
+    return jnp.asarray(idx, dtype=jnp.int32)
+
+
+def _linear_index(mesh: Mesh) -> jax.Array:
+    """This device's row-major position in the mesh (the numbering of schedules and simulators)."""
+    lin: Any = jnp.int32(0)
+    for name, size in mesh.axes:
+        lin = lin * size + lax.axis_index(name)
+    return jnp.asarray(lin, dtype=jnp.int32)
+
+
+# -- steps -------------------------------------------------------------------------------------------
+
+
+def _lookup(table: np.ndarray, lin: jax.Array) -> Any:
+    """Per-device row of ``table`` (constant when all rows agree, so XLA sees static offsets)."""
+    if table.shape[0] == 0 or (table == table[0]).all():
+        row = table[0] if table.shape[0] else np.zeros(table.shape[1:], table.dtype)
+        return [int(v) for v in np.atleast_1d(row)] if table.ndim > 1 else bool(row)
+    return jnp.asarray(table.astype(np.int32) if table.dtype != bool else table)[lin]
+
+
+def _offsets(table: np.ndarray, lin: jax.Array, rank: int) -> list[Any]:
+    row = _lookup(table, lin)
+    if isinstance(row, list):
+        return row
+    return [row[i] for i in range(rank)]
+
+
+def _add_cell(out: jax.Array, piece: jax.Array, valid: Any, recv_off: list[Any]) -> jax.Array:
+    if valid is False:
+        return out
+    cur = lax.dynamic_slice(out, recv_off, piece.shape)
+    new = cur + piece if valid is True else jnp.where(valid, cur + piece, cur)
+    return lax.dynamic_update_slice(out, new, recv_off)
+
+
+def _point_to_point(before: ShardingType, after: ShardingType, x: jax.Array) -> jax.Array:
+    mesh = before.mesh
+    sch = schedule(before, after)
+    rank = before.rank
+    lin = _linear_index(mesh)
+    out = jnp.zeros(after.local_shape, dtype=x.dtype)
+    cell = sch.cell
+    names = mesh.names
+    rounds: Sequence[Round] = sch.local_copies + sch.rounds
+    for r in rounds:
+        piece = lax.dynamic_slice(x, _offsets(r.send_offset, lin, rank), cell)
+        if r.pairs:
+            piece = lax.ppermute(piece, _axis_name(names), perm=list(r.pairs))
+        out = _add_cell(out, piece, _lookup(r.recv_valid, lin), _offsets(r.recv_offset, lin, rank))
+    return out
+
+
+def _collective_args(mesh: Mesh, atoms: tuple[Atom, ...]) -> dict[str, Any]:
+    names, groups = collective_group(mesh, atoms)
+    args: dict[str, Any] = {"axis_name": _axis_name(names)}
+    if groups is not None:
+        args["axis_index_groups"] = [list(g) for g in groups]
+    return args
+
+
+def lower_step(step: Step, before: ShardingType, after: ShardingType, x: jax.Array) -> jax.Array:
+    """The per-device JAX computation of one step (inside ``shard_map``)."""
+    mesh = before.mesh
+    if isinstance(step, (Permute, Exchange)):
+        return _point_to_point(before, after, x)
+    atoms = atoms_of_axes(mesh, step.group_axes())
+    g = atoms_size(atoms)
+    if g == 1:  # a group of one device (size-1 axes): every step is the identity
+        return x
+    if isinstance(step, DynSlice):
+        size = x.shape[step.dim] // g
+        return lax.dynamic_slice_in_dim(x, _group_index(mesh, atoms) * size, size, axis=step.dim)
+    if isinstance(step, Discard):
+        return jnp.where(_group_index(mesh, atoms) == 0, x, jnp.zeros_like(x))
+    if isinstance(step, PadUnreduced):
+        shape = list(x.shape)
+        size = shape[step.dim]
+        shape[step.dim] = size * g
+        zeros = jnp.zeros(shape, dtype=x.dtype)
+        return lax.dynamic_update_slice_in_dim(zeros, x, _group_index(mesh, atoms) * size, axis=step.dim)
+    args = _collective_args(mesh, atoms)
+    if isinstance(step, AllGather):
+        return lax.all_gather(x, axis=step.dim, tiled=True, **args)
+    if isinstance(step, AllToAll):
+        return lax.all_to_all(x, split_axis=step.dst_dim, concat_axis=step.src_dim, tiled=True, **args)
+    if isinstance(step, ReduceScatter):
+        return lax.psum_scatter(x, scatter_dimension=step.dim, tiled=True, **args)
+    if isinstance(step, AllReduce):
+        return lax.psum(x, **args)
+    raise ExecutionError(f"the JAX executor has no lowering for step {step!r}")
+
+
+def apply_local(plan: Plan, x_local: jax.Array) -> jax.Array:
+    """Run ``plan`` on this device's block; call inside ``jax.shard_map`` (see the module doc).
+
+    ``x_local`` has the source type's local shape; the result has the destination's. Unreduced
+    types are per-device partials, as in ``redist.simulate``.
+    """
+    if tuple(x_local.shape) != tuple(plan.src.local_shape):
+        raise ExecutionError(
+            f"local block has shape {list(x_local.shape)} but the plan's source {plan.src} has local "
+            f"shape {list(plan.src.local_shape)}"
+        )
+    x = x_local
+    ts = plan.all_types
+    for i, step in enumerate(plan.steps):
+        x = lower_step(step, ts[i], ts[i + 1], x)
+        if tuple(x.shape) != tuple(ts[i + 1].local_shape):  # pragma: no cover - a lowering bug
+            raise ExecutionError(
+                f"step {i + 1} ({step}) produced local shape {list(x.shape)}, expected "
+                f"{list(ts[i + 1].local_shape)} for {ts[i + 1]}"
+            )
+    return x
+
+
+# -- whole-program compilation ------------------------------------------------------------------------
+
+
+def _check_mesh(plan: Plan, jmesh: jax.sharding.Mesh) -> None:
+    if Mesh.from_jax(jmesh) != plan.src.mesh:
+        raise ExecutionError(
+            f"the plan is for mesh {plan.src.mesh} but the JAX mesh is {Mesh.from_jax(jmesh)}"
+        )
+
+
+@lru_cache(maxsize=256)
+def _compiled(plan: Plan, jmesh: jax.sharding.Mesh) -> Any:
+    try:
+        in_spec, out_spec = to_partition_spec(plan.src), to_partition_spec(plan.dst)
+    except ShardingTypeError as e:
+        raise ExecutionError(f"plan {plan.src} -> {plan.dst} cannot be compiled: {e}") from None
+    body = jax.shard_map(
+        lambda x: apply_local(plan, x), mesh=jmesh, in_specs=in_spec, out_specs=out_spec, check_vma=False
+    )
+    return jax.jit(body, out_shardings=NamedSharding(jmesh, out_spec))
+
+
+def compile_plan(plan: Plan, mesh: jax.sharding.Mesh | None = None) -> Any:
+    """The whole plan as one jitted ``shard_map`` program (cached per plan and JAX mesh).
+
+    ``mesh`` defaults to ``plan.src.mesh.to_jax()`` (the first devices, Explicit axes); its own
+    device order decides which device sits at which mesh position.
+    """
+    jmesh = plan.src.mesh.to_jax() if mesh is None else mesh
+    _check_mesh(plan, jmesh)
+    return _compiled(plan, jmesh)
+
+
+def clear_cache() -> None:
+    _compiled.cache_clear()
+
+
+def run_plan(plan: Plan, x: Any) -> jax.Array:
+    """``x`` laid out as ``plan.src`` (a ``jax.Array`` with a ``NamedSharding``) -> laid out as ``plan.dst``."""
+    if not isinstance(x, jax.Array):
+        raise ExecutionError(f"expected a jax.Array laid out as {plan.src}, got {type(x).__name__}")
+    want = plan.src
+    if tuple(x.shape) != tuple(want.shape):
+        raise ExecutionError(f"shape mismatch: array has shape {list(x.shape)}, plan source is {want}")
+    try:
+        have = type_of(x)
+    except ShardingTypeError as e:
+        raise ExecutionError(f"sharding mismatch: {e}; the plan's source is {want}") from None
+    if have.dtype != want.dtype:
+        raise ExecutionError(f"dtype mismatch: array is {have.dtype}, plan source is {want}")
+    if have.mesh != want.mesh:
+        raise ExecutionError(
+            f"sharding mismatch: array is on mesh {have.mesh} but the plan's source is on {want.mesh}"
+        )
+    if have != want:
+        raise ExecutionError(f"sharding mismatch: array is laid out as {have}, plan source is {want}")
+    if not plan.steps:
+        return x
+    return compile_plan(plan, x.sharding.mesh)(x)  # type: ignore[attr-defined]
