@@ -87,6 +87,8 @@ def run_bench(args: argparse.Namespace) -> int:
     reps = args.reps if args.reps is not None else (9 if args.quick else 21)
     if not our_side.available():
         print("note: redist.redistribute is not available yet; measuring the XLA side only", file=sys.stderr)
+    elif not our_side.executor_available():
+        print("note: redist.executor is not available yet; recording plans, not running them", file=sys.stderr)
     suite = run_suite(
         named, pairs, command=command_line(args), reps_named=reps, reps_random=max(5, reps // 3),
         pair_spec=spec if pairs else None,

@@ -69,3 +69,26 @@ def test_report_written(tmp_path: Path) -> None:
     data = json.loads((tmp_path / f"{suite.date}.json").read_text())
     assert data["named"][0]["derived"]["xla_best_bytes"] == 1024
     assert summarize(suite.named).cases == 1
+
+
+def test_full_rematerialization_is_detected() -> None:
+    """XLA cannot transpose a 3x2 mesh layout efficiently and says so on file descriptor 2."""
+    case = Case("tiny_size3", "test", (("x", 3), ("y", 2)), "f32[48@x,96@y]", "f32[48@y,96@x]")
+    r = run_case(case, reps=2, with_ours=False)
+    assert r.error is None and r.xla_check is None
+    assert r.xla_remat
+    assert r.xla_primary is not None and "rematerialization" in r.xla_primary.remat_messages[0]
+    assert any("rematerialization" in n for n in r.notes)
+
+
+def test_cli_bench(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from redist_cli.main import main
+
+    rc = main(["bench", "--cases", "rank1_order_swap", "--pairs", "1", "--reps", "2", "--out", str(tmp_path),
+               "--no-plots"])
+    assert rc == 0
+    out = capsys.readouterr().out
+    assert "named cases: geometric-mean speedup" in out
+    md = next(tmp_path.glob("*.md")).read_text()
+    assert "redist bench --cases rank1_order_swap --pairs 1 --reps 2" in md
+    assert "rank1_order_swap" in md and "rand000" in md
