@@ -11,29 +11,39 @@ from redist.atoms import Atom
 from spmd_types import Mesh
 
 
+@lru_cache(maxsize=256)
+def coords(mesh: Mesh) -> np.ndarray:
+    """Cached ``mesh.coord_table()``: ``[devices, axes]`` coordinates, row-major ids."""
+    table = mesh.coord_table()
+    table.setflags(write=False)
+    return table
+
+
 @lru_cache(maxsize=8192)
 def atoms_index(mesh: Mesh, atoms: tuple[Atom, ...]) -> np.ndarray:
     """Per device, the mixed-radix index of its coordinates along ``atoms`` (major first)."""
-    coords = mesh.coord_table()
+    table = coords(mesh)
     out = np.zeros(mesh.size, dtype=np.int64)
     for name, pre, size in atoms:
         n = mesh.axis_size(name)
-        out = out * size + (coords[:, mesh.position(name)] // (n // (pre * size))) % size
+        out = out * size + (table[:, mesh.position(name)] // (n // (pre * size))) % size
+    out.setflags(write=False)
     return out
 
 
 @lru_cache(maxsize=8192)
 def group_key(mesh: Mesh, atoms: tuple[Atom, ...]) -> np.ndarray:
     """Per device, an id shared exactly by the devices that differ only along ``atoms``."""
-    coords = mesh.coord_table().copy()
+    table = coords(mesh).copy()
     for name, pre, size in atoms:
         n = mesh.axis_size(name)
         i = mesh.position(name)
         stride = n // (pre * size)
-        coords[:, i] -= ((coords[:, i] // stride) % size) * stride
+        table[:, i] -= ((table[:, i] // stride) % size) * stride
     out = np.zeros(mesh.size, dtype=np.int64)
     for i, (_, s) in enumerate(mesh.axes):
-        out = out * s + coords[:, i]
+        out = out * s + table[:, i]
+    out.setflags(write=False)
     return out
 
 

@@ -24,6 +24,7 @@ then the least estimated time, then the fewest collectives (a typed collective w
 
 from __future__ import annotations
 
+import math
 from functools import lru_cache
 
 from redist.atoms import Atom, atom_axis, dims_atoms, unreduced_atoms
@@ -43,6 +44,7 @@ from redist.steps import (
     Step,
 )
 from spmd_types import ShardingType
+from spmd_types.layout import overlap_elements
 from spmd_types.types import canonical_axes
 
 Dims = list[list[Atom]]
@@ -285,37 +287,58 @@ def _key(p: Plan) -> tuple[float, float, int, int]:
     return (round(p.recv_bytes, 6), round(p.time_s, 15), p.n_collectives, len(p.steps))
 
 
+def _exchange_floor(cur: ShardingType, dst: ShardingType, cm: CostModel) -> tuple[float, float]:
+    """Optimistic (recv, time) of an exchange ``cur -> dst`` without building its schedule: it
+    receives at least the lower bound, and its busiest device needs one round per missing cell."""
+    if cur.unreduced or dst.unreduced:
+        return (0.0, 0.0)
+    missing = dst.local_size - overlap_elements(cur, dst)
+    cells = math.prod(math.gcd(a, b) for a, b in zip(cur.local_shape, dst.local_shape)) if cur.rank else 1
+    rounds = int(missing.max()) // cells
+    lat = min([cm.latency_s, *(v for _, v in cm.axis_latency_s)])
+    return (float(missing.mean()) * cur.itemsize, rounds * lat)
+
+
 def synthesize(src: ShardingType, dst: ShardingType, cm: CostModel = DEFAULT_COST_MODEL) -> Plan:
     """The best candidate plan (see the module docstring for the order of preference)."""
     if src == dst:
         return Plan(src, dst, (), (), cm)
-    plans: list[Plan] = []
-    seen: set[tuple[Step, ...]] = set()
-    for steps in _typed_candidates(src, dst, cm):
-        for k in range(len(steps), -1, -1):
-            prefix = steps[:k]
-            variants = [prefix] if k == len(steps) else []
-            p0 = Plan.build(src, prefix, cm)
-            if p0.dst != dst:
-                new_u = dst.sorted_unreduced() if dst.unreduced != p0.dst.unreduced else None
-                variants.append(prefix + (Exchange(dst.dims, new_u),))
-            for v in variants:
-                if v in seen:
-                    continue
-                seen.add(v)
-                try:
-                    p = Plan.build(src, v, cm)
-                    if p.dst != dst:
-                        continue
-                    _ = p.measures
-                except StepError:
-                    continue
-                plans.append(p)
     bound = max(src.local_bytes, dst.local_bytes)
-    ok = [p for p in plans if p.peak_bytes <= bound]
-    if not ok:  # pragma: no cover - the typed plan always exists; report rather than fail
-        ok = sorted(plans, key=lambda p: p.peak_bytes)[:1]
-    return min(ok, key=_key)
+    best: Plan | None = None
+    exchanges: list[tuple[tuple[float, float], Plan]] = []
+    seen: set[tuple[Step, ...]] = set()
+
+    def consider(p: Plan) -> None:
+        nonlocal best
+        if p.dst == dst and p.peak_bytes <= bound and (best is None or _key(p) < _key(best)):
+            best = p
+
+    for steps in _typed_candidates(src, dst, cm):
+        full = Plan.build(src, steps, cm)
+        consider(full)
+        for k in range(len(steps) + 1):
+            prefix = Plan(src, full.types[k - 1] if k else src, steps[:k], full.types[:k], cm)
+            if prefix.dst == dst or steps[:k] in seen:
+                continue
+            seen.add(steps[:k])
+            exchanges.append((_add(prefix, _exchange_floor(prefix.dst, dst, cm)), prefix))
+    for floor, prefix in sorted(exchanges, key=lambda e: e[0]):
+        if best is not None and floor > (round(best.recv_bytes, 6), round(best.time_s, 15)):
+            break
+        new_u = dst.sorted_unreduced() if dst.unreduced != prefix.dst.unreduced else None
+        try:
+            p = Plan.build(src, prefix.steps + (Exchange(dst.dims, new_u),), cm)
+            _ = p.measures
+        except StepError:
+            continue
+        consider(p)
+    if best is None:  # pragma: no cover - an exchange always exists within the bound
+        raise RedistError(f"no plan within the memory bound for {src} -> {dst}")
+    return best
+
+
+def _add(prefix: Plan, floor: tuple[float, float]) -> tuple[float, float]:
+    return (round(prefix.recv_bytes + floor[0], 6), round(prefix.time_s + floor[1], 15))
 
 
 @lru_cache(maxsize=4096)
