@@ -186,7 +186,9 @@ the same input gives the temp memory, and its HLO is read with the same parser (
 with the plan is listed under notes). **Temp** is `memory_analysis().temp_size_in_bytes` per device;
 differences up to 64 B (XLA's buffer alignment, a 4-byte device-index scalar) count as equal.
 **Speedup** = median XLA time / median ours over interleaved runs (A B, B A, ...) of the two
-compiled programs on 8 simulated CPU devices; > 1 means ours is faster. Both outputs are checked
+compiled programs on 8 simulated CPU devices, after 2 warm-up runs each, for a minimum number of
+runs and then until a per-case time budget is spent; > 1 means ours is faster (the median of
+per-pair ratios and the minima are in the JSON). Both outputs are checked
 shard by shard against a NumPy reference (exact equality: values are small integers)."""
 
 
@@ -213,14 +215,14 @@ def render_markdown(suite: SuiteResult) -> str:
         "",
         METHOD,
         "",
-        f"## Named cases ({len(suite.named)}, {suite.reps_named} timed runs per side)",
+        f"## Named cases ({len(suite.named)}; {_reps(suite.named, suite.reps_named, suite.budget_named_s)})",
         "",
         f"Reproduce: `{suite.command}`",
         "",
         *case_table(suite.named),
         "",
         *notes_section(suite.named),
-        f"## Random pairs ({len(suite.random)}, {suite.reps_random} timed runs per side)",
+        f"## Random pairs ({len(suite.random)}; {_reps(suite.random, suite.reps_random, suite.budget_random_s)})",
         "",
     ]
     if suite.pair_spec is not None:
@@ -250,6 +252,14 @@ def render_markdown(suite: SuiteResult) -> str:
     for key, value in suite.extra.items():
         lines += [f"## {key}", "", str(value), ""]
     return "\n".join(lines)
+
+
+def _reps(results: Sequence[CaseResult], minimum: int, budget: float) -> str:
+    done = sorted(r.timing.reps for r in results if r.timing is not None)
+    if not done:
+        return "not timed"
+    extra = f" or {budget:g} s of runs" if budget else ""
+    return f"timed runs per side: at least {minimum}{extra}, median {done[len(done) // 2]}"
 
 
 def notes_section(results: Sequence[CaseResult]) -> list[str]:
@@ -311,6 +321,7 @@ def render_json(suite: SuiteResult) -> dict[str, Any]:
         "wall_s": suite.wall_s,
         "ours_available": suite.ours_available,
         "reps": {"named": suite.reps_named, "random": suite.reps_random},
+        "budget_s": {"named": suite.budget_named_s, "random": suite.budget_random_s},
         "pair_spec": _jsonable(suite.pair_spec),
         "summary": {"named": _jsonable(summarize(suite.named)), "random": _jsonable(summarize(suite.random))},
         "named": [case_json(r) for r in suite.named],

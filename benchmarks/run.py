@@ -165,8 +165,10 @@ class SuiteResult:
     named: tuple[CaseResult, ...]
     random: tuple[CaseResult, ...]
     pair_spec: PairSpec | None
-    reps_named: int
+    reps_named: int  # minimum timed runs per side (more while the time budget lasts)
     reps_random: int
+    budget_named_s: float
+    budget_random_s: float
     wall_s: float
     ours_available: bool
     extra: dict[str, Any] = field(default_factory=dict)
@@ -189,7 +191,9 @@ def overlap_bound(src: ShardingType, dst: ShardingType) -> float | None:
 
 
 # -- one case -----------------------------------------------------------------------------------------
-def run_case(case: Case, reps: int, time_it: bool = True, with_ours: bool = True) -> CaseResult:
+def run_case(
+    case: Case, reps: int, time_it: bool = True, with_ours: bool = True, budget_s: float = 0.0
+) -> CaseResult:
     """Measure ``case`` on both sides; failures are recorded, never raised."""
     try:
         src, dst = case.src_type, case.dst_type
@@ -197,7 +201,7 @@ def run_case(case: Case, reps: int, time_it: bool = True, with_ours: bool = True
         return CaseResult(case, 0, 0, None, error=f"invalid case: {type(e).__name__}: {e}")
     base = CaseResult(case, src.local_bytes, dst.local_bytes, overlap_bound(src, dst))
     try:
-        return _run_case(case, src, dst, base, reps, time_it, with_ours)
+        return _run_case(case, src, dst, base, reps, time_it, with_ours, budget_s)
     except Exception as e:
         tb = traceback.format_exception_only(type(e), e)[-1].strip()
         return _replace(base, error=tb)
@@ -211,7 +215,7 @@ def _replace(r: CaseResult, **changes: Any) -> CaseResult:
 
 def _run_case(
     case: Case, src: ShardingType, dst: ShardingType, base: CaseResult, reps: int,
-    time_it: bool, with_ours: bool,
+    time_it: bool, with_ours: bool, budget_s: float,
 ) -> CaseResult:
     auto_mesh, explicit_mesh = jax_meshes(case.mesh)
     x_explicit, expected = make_input(src, explicit_mesh)
@@ -239,7 +243,7 @@ def _run_case(
         return _replace(result, notes=(*_notes(result), "ours: plan only (redist.executor not available)"))
     ours_check = check_output(compiled_ours(x_explicit), expected, dst)
     timing = (
-        time_interleaved(compiled_primary, x_primary, compiled_ours, x_explicit, reps=reps)
+        time_interleaved(compiled_primary, x_primary, compiled_ours, x_explicit, reps=reps, budget_s=budget_s)
         if time_it else None
     )
     result = _replace(result, ours=ours, ours_check=ours_check, timing=timing)
@@ -326,15 +330,16 @@ class Progress:
 def run_suite(
     named: Sequence[Case], random: Sequence[Case], *, command: str, reps_named: int = 21,
     reps_random: int = 7, pair_spec: PairSpec | None = None, progress: bool = True,
-    with_ours: bool = True,
+    with_ours: bool = True, budget_named_s: float = 0.0, budget_random_s: float = 0.0,
 ) -> SuiteResult:
     """Run every case (named first, then random pairs) and collect a ``SuiteResult``."""
     start = time.perf_counter()
     bar = Progress(len(named) + len(random)) if progress else None
     out: dict[str, list[CaseResult]] = {"named": [], "random": []}
-    for group, cases, reps in (("named", named, reps_named), ("random", random, reps_random)):
+    groups = (("named", named, reps_named, budget_named_s), ("random", random, reps_random, budget_random_s))
+    for group, cases, reps, budget in groups:
         for case in cases:
-            r = run_case(case, reps, with_ours=with_ours)
+            r = run_case(case, reps, with_ours=with_ours, budget_s=budget)
             out[group].append(r)
             if bar is not None:
                 bar.step(case.name + ("" if r.ok else "  (problem recorded)"))
@@ -348,6 +353,8 @@ def run_suite(
         pair_spec=pair_spec,
         reps_named=reps_named,
         reps_random=reps_random,
+        budget_named_s=budget_named_s,
+        budget_random_s=budget_random_s,
         wall_s=time.perf_counter() - start,
         ours_available=with_ours and our_side.available() and our_side.executor_available(),
     )

@@ -23,6 +23,7 @@ class Timing:
     ours_median_s: float
     xla_min_s: float
     ours_min_s: float
+    pair_ratio_median: float  # median over adjacent (XLA, ours) pairs of XLA time / ours time
 
     @property
     def speedup(self) -> float:
@@ -44,23 +45,32 @@ def _run_once(fn: Callable[[Any], Any], x: Any) -> float:
 
 def time_interleaved(
     xla: Callable[[Any], Any], xla_input: Any, ours: Callable[[Any], Any], our_input: Any,
-    reps: int = 20, warmup: int = 2,
+    reps: int = 20, warmup: int = 2, budget_s: float = 0.0, max_reps: int = 400,
 ) -> Timing:
-    """Run ``xla(xla_input)`` and ``ours(our_input)`` alternately ``reps`` times each.
+    """Run ``xla(xla_input)`` and ``ours(our_input)`` alternately, at least ``reps`` times each.
 
     The order within each pair alternates too (A B, B A, ...) so neither side always runs
-    right after the other's cache-warming.
+    right after the other's cache-warming. With ``budget_s`` > 0, pairs continue until that many
+    seconds have passed (at most ``max_reps``): cheap programs get many more samples, which is
+    what makes a median stable on a loaded machine.
     """
     for _ in range(warmup):
         _run_once(xla, xla_input)
         _run_once(ours, our_input)
     ta: list[float] = []
     tb: list[float] = []
-    for i in range(reps):
+    start = time.perf_counter()
+    i = 0
+    while i < reps or (time.perf_counter() - start < budget_s and i < max_reps):
         if i % 2 == 0:
             ta.append(_run_once(xla, xla_input))
             tb.append(_run_once(ours, our_input))
         else:
             tb.append(_run_once(ours, our_input))
             ta.append(_run_once(xla, xla_input))
-    return Timing(reps, statistics.median(ta), statistics.median(tb), min(ta), min(tb))
+        i += 1
+    ratios = [a / b for a, b in zip(ta, tb) if b > 0]
+    return Timing(
+        len(ta), statistics.median(ta), statistics.median(tb), min(ta), min(tb),
+        statistics.median(ratios) if ratios else float("nan"),
+    )

@@ -92,6 +92,7 @@ def run_bench(args: argparse.Namespace) -> int:
     suite = run_suite(
         named, pairs, command=command_line(args), reps_named=reps, reps_random=max(5, reps // 3),
         pair_spec=spec if pairs else None,
+        budget_named_s=0.5 if args.quick else 2.0, budget_random_s=0.2 if args.quick else 0.5,
     )
     if args.partitioner:
         suite.extra.update(_partitioner(args))
