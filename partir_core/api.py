@@ -86,8 +86,13 @@ class Partitioned:
         """The StableHLO text of the partitioned program (what the collective counts are read from)."""
         import jax
 
+        from spmd_types.dtypes import numpy_dtype
+        from spmd_types.jax_interop import to_named_sharding
+
         a, fn = self._compiled(*args)
-        specs = [jax.ShapeDtypeStruct(t.shape, t.dtype if t.dtype != "pred" else "bool") for t in a.lowered.in_types]
+        jmesh = fn_mesh(self.mesh)
+        specs = [jax.ShapeDtypeStruct(t.shape, numpy_dtype(t.dtype), sharding=to_named_sharding(t, jmesh))  # type: ignore[arg-type]
+                 for t in a.lowered.in_types]
         return str(fn.lower(*specs).as_text())
 
     @property

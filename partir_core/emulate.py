@@ -17,24 +17,34 @@ from partir_core.rules import local_params
 from redist.simulate import scatter
 from redist.simulate import simulate as run_plan
 from spmd_types import ShardingType
-from spmd_types.dtypes import numpy_dtype
 
 
 def _move(mv: Move, xs: list[np.ndarray]) -> list[np.ndarray]:
     return [np.asarray(x) for x in run_plan(mv.plan.steps, mv.plan.all_types, xs)]
 
 
-def _op(st: Step, dev: int, args: list[Any]) -> list[np.ndarray]:
+def _op(st: Step, args: list[Any], stacked: list[bool]) -> list[np.ndarray]:
+    """Run one op on every device at once (vmapped over a leading device axis)."""
+    import jax
+
     op = st.op
     in_local = [t.local_shape if t is not None else () for t in st.in_types]
     params = local_params(op, in_local, [t.local_shape for t in st.out_types])
-    out = op.prim.bind(*args, **params)
-    outs = [np.asarray(o) for o in (out if op.prim.multiple_results else [out])]
+
+    def one(*xs: Any) -> Any:
+        out = op.prim.bind(*xs, **params)
+        return tuple(out) if op.prim.multiple_results else (out,)
+
+    n = st.out_types[0].mesh.size if st.out_types else 1
+    if any(stacked):
+        outs = [np.asarray(o) for o in jax.vmap(one, in_axes=[0 if s else None for s in stacked])(*args)]
+    else:
+        outs = [np.broadcast_to(np.asarray(o), (n,) + np.shape(o)) for o in one(*args)]
     if op.name == "iota":
         t = st.out_types[0]
         d = int(op.params["dimension"])
-        block = t.block_index(t.mesh.coords(dev))[d]
-        outs[0] = outs[0] + np.asarray(block * t.local_shape[d], outs[0].dtype)
+        offs = np.array([t.block_index(t.mesh.coords(v))[d] * t.local_shape[d] for v in range(n)])
+        outs[0] = outs[0] + offs.reshape((n,) + (1,) * t.rank).astype(outs[0].dtype)
     return outs
 
 
@@ -57,13 +67,18 @@ def emulate(low: Lowered, leaves: Sequence[Any]) -> list[np.ndarray]:
     for st in low.steps:
         for mv in st.moves:
             env[(mv.value, mv.dst)] = _move(mv, env[(mv.value, mv.src)])
-        per_dev: list[list[np.ndarray]] = []
-        for dev in range(n):
-            args = [env[(a.id, t)][dev] if isinstance(a, Value) and t is not None
-                    else np.asarray(a.value, numpy_dtype(a.dtype)) for a, t in zip(st.op.inputs, st.in_types)]  # type: ignore[union-attr]
-            per_dev.append(_op(st, dev, args))
-        for k, (v, t) in enumerate(zip(st.op.outputs, st.out_types)):
-            env[(v.id, t)] = [per_dev[dev][k] for dev in range(n)]
+        args: list[Any] = []
+        stacked: list[bool] = []
+        for a, t in zip(st.op.inputs, st.in_types):
+            if isinstance(a, Value) and t is not None:
+                args.append(np.stack(env[(a.id, t)]))
+                stacked.append(True)
+            else:
+                args.append(a.array())  # type: ignore[union-attr]
+                stacked.append(False)
+        outs = _op(st, args, stacked)
+        for v, t, o in zip(st.op.outputs, st.out_types, outs):
+            env[(v.id, t)] = list(o)
     for mv in low.out_moves:
         env[(mv.value, mv.dst)] = _move(mv, env[(mv.value, mv.src)])
     return [gather_global(t, env[(v.id, t)]) for v, t in zip(low.program.outputs, low.out_types)]  # type: ignore[union-attr]

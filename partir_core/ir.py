@@ -41,6 +41,12 @@ class Const:
     def shape(self) -> tuple[int, ...]:
         return ()
 
+    def array(self) -> np.ndarray:
+        """The literal as a 0-d array of its own dtype (what ``bind`` needs)."""
+        from spmd_types.dtypes import numpy_dtype
+
+        return np.asarray(self.value, dtype=numpy_dtype(self.dtype))  # type: ignore[call-overload]
+
     def __str__(self) -> str:
         return repr(self.value)
 

@@ -28,7 +28,6 @@ from partir_core.propagate import Layout, factor_axes, layout_from_factors
 from partir_core.rules import CONTRACT, NOSHARD, PASS, Rule, local_params
 from redist import Plan, redistribute
 from spmd_types import Mesh, ShardingType, ShardingTypeError
-from spmd_types.dtypes import numpy_dtype
 
 
 @dataclass(frozen=True)
@@ -314,7 +313,7 @@ def body_fn(low: Lowered) -> Callable[..., tuple[Any, ...]]:
         for st in low.steps:
             for mv in st.moves:
                 env[(mv.value, mv.dst)] = apply_local(mv.plan, env[(mv.value, mv.src)])
-            args = [env[(a.id, t)] if isinstance(a, Value) else np.asarray(a.value, numpy_dtype(a.dtype))
+            args = [env[(a.id, t)] if isinstance(a, Value) else a.array()
                     for a, t in zip(st.op.inputs, st.in_types)]
             for v, t, o in zip(st.op.outputs, st.out_types, _run_op(st, args)):
                 env[(v.id, t)] = o
