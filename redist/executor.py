@@ -14,7 +14,8 @@ JAX collective whose per-device semantics are exactly those of ``redist.simulate
 ``Discard``        keep the value where the group index is 0, zeros elsewhere
 ``PadUnreduced``   ``dynamic_update_slice`` of the block into zeros
 ``Permute``,       one ``lax.ppermute`` of one cell per round of ``redist.exchange.schedule``,
-``Exchange``       added into zeros at the receiver's offset (local copies first)
+``Exchange``       added into zeros at the receiver's offset (local copies first); a round marked
+                   ``from_output`` forwards a cell of the new block (a completed sum)
 =================  =====================================================================
 
 Groups. A step over several (sub-)axes is one collective over the flattened group, members in
@@ -160,7 +161,8 @@ def _point_to_point(before: ShardingType, after: ShardingType, x: jax.Array) -> 
     names = mesh.names
     rounds: Sequence[Round] = sch.local_copies + sch.rounds
     for r in rounds:
-        piece = lax.dynamic_slice(x, _offsets(r.send_offset, lin, rank), cell)
+        # A forwarding round sends a cell of the new block (a sum completed in earlier rounds).
+        piece = lax.dynamic_slice(out if r.from_output else x, _offsets(r.send_offset, lin, rank), cell)
         if r.pairs:
             piece = lax.ppermute(piece, _axis_name(names), perm=list(r.pairs))
         out = _add_cell(out, piece, _lookup(r.recv_valid, lin), _offsets(r.recv_offset, lin, rank))
