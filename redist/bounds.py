@@ -3,21 +3,28 @@
 Without unreduced axes a device must receive every element of its destination block that its
 source block lacks: ``|dst| - |dst & src|``, averaged over devices.
 
-With unreduced axes we count messages per element ("value") on the cell grid (per dimension the
-cells are the ``lcm`` of the two shard counts; all elements of a cell behave alike). Split the
-unreduced axes into kept ``K`` (on both sides: each partial moves on its own), reduced ``R`` (source
-only) and new ``N`` (destination only: within a group of devices differing only in ``N``
-coordinates one member may hold the value and the others zeros, so each group counts as one
-target ``T``). For each cell and kept coordinate, with ``k = |R|`` partials:
+With unreduced axes we count messages per element on the cell grid (per dimension the cells are
+the ``lcm`` of the two shard counts; all elements of a cell behave alike). The source holds ``k``
+partials (one per coordinate of its unreduced axes, possibly replicated). A destination *group*
+is a set of devices that differ only along the destination's unreduced axes: only the sum over a
+group matters, so members' partials add for free. A group *covers* the partials its members
+already hold; it is complete when it covers all ``k``. Per element, with ``I`` incomplete groups::
 
-* ``k == 1``: every target group none of whose members holds the element receives it once.
-* ``k >= 2``: at least ``(k - 1) + (|T| - 1)`` messages, plus one if no target holds any partial.
-  Proof sketch: let ``r`` be the first device to know the full sum. Merging ``k`` partials that live
-  on ``k`` different devices into ``r`` takes ``k - 1`` messages (``k`` if ``r`` held none), all in
-  ``r``'s causal past. Every other target lacks at least one partial, so it must receive a message,
-  and its last such message cannot be in ``r``'s causal past (it would then have known the sum
-  first). Summing gives the bound; reduce-scatter then all-gather (or slice first, then all-reduce
-  or reduce-scatter, then permute) attains it, which is how the synthesizer meets it.
+    LB = I                                   if some group is complete (or k == 1)
+    LB = min over groups G (k - cov(G)) + I - 1   otherwise
+
+Proof sketch: let ``G*`` be the first group to become complete. Each partial it lacks lives on a
+device outside it, and every such device must send at least one message in ``G*``'s causal past
+(a merge tree rooted in ``G*`` has one edge per non-root holder): ``k - cov(G*)`` messages. Every
+other incomplete group must receive a message that completes it; that message is not in ``G*``'s
+causal past, or that group would have been complete first. Summing gives the bound.
+
+It is attained by the exchange schedule (merge at one root, forward the sum) whenever each group
+holds at most one partial, i.e. the two types share no unreduced axis. When they do share one,
+a complete group can exist only as a pending sum spread over its members, and forwarding it as one
+value first needs a merge the bound does not count: e.g. ``s32[12@y,6]{U:x} -> s32[12,6]{U:x}`` on
+``{x=2,y=3}`` has bound 96 B and optimum 144 B (reduce-scatter, gather, re-pad; the exhaustive
+search agrees). There the synthesizer meets the search's optimum instead.
 
 Every bound is in bytes averaged over devices, so it is comparable with ``Plan.recv_bytes``.
 """
@@ -57,15 +64,11 @@ def _cells_held(t: ShardingType, counts: list[int]) -> list[np.ndarray]:
 def _unreduced_bound(src: ShardingType, dst: ShardingType) -> float:
     m = src.mesh
     us, ud = unreduced_atoms(src), unreduced_atoms(dst)
-    keep = sorted(us & ud)
-    red = sorted(us - ud)
-    new = sorted(ud - us)
     counts = [math.lcm(src.dim_shards(d), dst.dim_shards(d)) for d in range(src.rank)]
     cell_elems = math.prod(n // c for n, c in zip(src.shape, counts))
-    k = math.prod(a[2] for a in red)
-    kappa = atoms_index(m, tuple(keep))
-    # Target group of a destination device: all coordinates except the new unreduced atoms.
-    group = group_key(m, tuple(new))
+    k = math.prod(a[2] for a in us)
+    part = atoms_index(m, tuple(sorted(us)))
+    group = group_key(m, tuple(sorted(ud)))
     hs, hd = _cells_held(src, counts), _cells_held(dst, counts)
     total = 0
     for cell in np.ndindex(*counts):
@@ -74,18 +77,17 @@ def _unreduced_bound(src: ShardingType, dst: ShardingType) -> float:
         for d, c in enumerate(cell):
             held_s &= hs[d][:, c]
             held_d &= hd[d][:, c]
-        for kv in np.unique(kappa):
-            sel = kappa == kv
-            targets = np.nonzero(held_d & sel)[0]
-            if targets.size == 0:
-                continue
-            holders = held_s & sel
-            groups: dict[int, bool] = {}
-            for v in targets:
-                g = int(group[v])
-                groups[g] = groups.get(g, False) or bool(holders[v])
-            if k == 1:
-                total += sum(1 for has in groups.values() if not has)
-            else:
-                total += (k - 1) + (len(groups) - 1) + (0 if any(groups.values()) else 1)
+        cover: dict[int, set[int]] = {}
+        for v in np.nonzero(held_d)[0]:
+            cover.setdefault(int(group[v]), set())
+        for v in np.nonzero(held_s)[0]:
+            if int(group[v]) in cover:
+                cover[int(group[v])].add(int(part[v]))
+        if not cover:
+            continue
+        incomplete = sum(1 for c in cover.values() if len(c) < k)
+        if incomplete == len(cover):
+            total += min(k - len(c) for c in cover.values()) + incomplete - 1
+        else:
+            total += incomplete
     return total * cell_elems * src.itemsize / m.size

@@ -106,13 +106,18 @@ class _Greedy:
                 self.steps.append(ReduceScatter(j, self.ax(a)))
                 return True
         for i in range(rank):
-            if self.removable(i):
-                a = self.dims[i][-1]
-                j = self.needed_at.get(a)
-                if j is not None and j != i and self.ready(j) and self.D[j][len(self.dims[j])] == a:
-                    self.dims[i].pop()
-                    self.dims[j].append(a)
-                    self.steps.append(AllToAll(i, j, self.ax(a)))
+            # the longest minor-most run of dimension i that dimension j wants next, moved at once
+            for n in range(len(self.dims[i]) - self.plen(i), 0, -1):
+                run = self.dims[i][-n:]
+                j = self.needed_at.get(run[0])
+                if j is None or j == i or not self.ready(j):
+                    continue
+                at = len(self.dims[j])
+                if list(self.D[j][at : at + n]) == run:
+                    del self.dims[i][-n:]
+                    self.dims[j].extend(run)
+                    axes = tuple(atom_axis(self.t.mesh, a) for a in run)
+                    self.steps.append(AllToAll(i, j, canonical_axes(self.t.mesh, axes)))
                     return True
         for a in sorted(self.unred - self.UD):
             if a not in self.needed_at:
@@ -228,6 +233,7 @@ def _typed_candidates(src: ShardingType, dst: ShardingType, cm: CostModel) -> li
     out: list[tuple[Step, ...]] = []
     out.append(_merge(src, _Greedy(src, dst).run(), cm))
     out.extend(_split_reduction_candidates(src, dst, cm))
+    out.extend(_reduce_early_candidates(src, dst, cm))
     for after_slices in (False, True):
         g = _Greedy(src, dst)
         if after_slices:
@@ -247,11 +253,13 @@ def _typed_candidates(src: ShardingType, dst: ShardingType, cm: CostModel) -> li
 
 
 def _split_reduction_candidates(src: ShardingType, dst: ShardingType, cm: CostModel) -> list[tuple[Step, ...]]:
-    """Reductions over a replicated array repeat on every replica; slicing the free (replicated,
-    unused by the destination) axes into one dimension first lets each replica reduce a part,
-    and a gather restores it: ``(k-1)/k + (q-1)/(kq)`` of the data instead of ``(k-1)/k``."""
+    """Reductions over a replicated array repeat on every replica; slicing the free (replicated)
+    axes into one dimension first lets each replica reduce a part, and a gather restores it:
+    ``(k-1)/k + (q-1)/(kq)`` of the data instead of ``(k-1)/k``. Likewise an axis the destination
+    wants unreduced can be sliced before the gathers and padded back into a pending sum for free."""
     g0 = _Greedy(src, dst)
-    if not (g0.unred - set(g0.UD)):
+    wants_new = set(g0.UD) - g0.unred - g0.used()
+    if not (g0.unred - set(g0.UD)) and not wants_new:
         return []
     g0.slices()
     used = g0.used()
@@ -259,17 +267,41 @@ def _split_reduction_candidates(src: ShardingType, dst: ShardingType, cm: CostMo
         (name, pre, size)
         for name, n in src.mesh.axes
         for (name, pre, size) in _atoms_of_name(src, name)
-        if (name, pre, size) not in used and (name, pre, size) not in g0.UD and size > 1
+        if (name, pre, size) not in used and size > 1
     ]
-    if not free:
+    out = []
+    for chosen in {tuple(free), tuple(a for a in free if a in wants_new)}:
+        if not chosen:
+            continue
+        for dim in range(src.rank):
+            g = _Greedy(src, dst)
+            g.slices()
+            for a in chosen:
+                g.dims[dim].append(a)
+                g.steps.append(DynSlice(dim, g.ax(a)))
+            try:
+                out.append(_merge(src, g.run(), cm))
+            except (StepError, RedistError):
+                continue
+    return out
+
+
+def _reduce_early_candidates(src: ShardingType, dst: ShardingType, cm: CostModel) -> list[tuple[Step, ...]]:
+    """Reduce-scatter every unreduced axis first, into one dimension, while the array is small:
+    axes the destination drops are then done, and axes it keeps unreduced become a pending sum
+    again at the end for free (cheaper than moving them partial by partial)."""
+    g0 = _Greedy(src, dst)
+    kept = sorted(g0.unred)
+    if not kept:
         return []
     out = []
     for dim in range(src.rank):
         g = _Greedy(src, dst)
         g.slices()
-        for a in free:
+        for a in kept:
+            g.unred.discard(a)
             g.dims[dim].append(a)
-            g.steps.append(DynSlice(dim, g.ax(a)))
+            g.steps.append(ReduceScatter(dim, g.ax(a)))
         try:
             out.append(_merge(src, g.run(), cm))
         except (StepError, RedistError):
