@@ -17,9 +17,9 @@ _ALIASES: dict[str, str] = {np_name: short for short, (np_name, _) in DTYPES.ite
 _ALIASES.update({"i8": "s8", "i16": "s16", "i32": "s32", "i64": "s64", "bool": "pred"})
 
 
-def canonical_dtype(name: str) -> str:
-    """``float32`` / ``f32`` / ``numpy.float32`` -> ``f32``; unknown names raise."""
-    key = str(name)
+def canonical_dtype(name: object) -> str:
+    """``float32`` / ``f32`` / ``numpy.float32`` / ``jnp.bfloat16`` -> ``f32`` ...; unknown names raise."""
+    key = name if isinstance(name, str) else _dtype_name(name)
     if key in DTYPES:
         return key
     if key in _ALIASES:
@@ -27,11 +27,23 @@ def canonical_dtype(name: str) -> str:
     raise InvalidSizeError(f"unknown dtype {name!r}; known: {sorted(DTYPES)}")
 
 
+def _dtype_name(obj: object) -> str | None:
+    """The NumPy name of a dtype-like object (np.dtype, a scalar type such as np.float32)."""
+    if obj is None:
+        return None
+    try:
+        import numpy as np
+
+        return str(np.dtype(obj))  # type: ignore[call-overload]
+    except Exception:  # noqa: BLE001 - any non-dtype object is simply unknown
+        return None
+
+
 def itemsize(dtype: str) -> int:
     return DTYPES[canonical_dtype(dtype)][1]
 
 
-def numpy_dtype(dtype: str) -> "object":
+def numpy_dtype(dtype: str) -> object:
     """The NumPy dtype (bfloat16 and float8 come from ml_dtypes, which JAX installs)."""
     import numpy as np
 

@@ -7,13 +7,21 @@ uses one is an error that names it.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import jax
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
-from spmd_types.errors import MeshError, MeshMismatchError, ShardingTypeError
+from spmd_types.dtypes import canonical_dtype
+from spmd_types.errors import (
+    MeshError,
+    MeshMismatchError,
+    RankMismatchError,
+    ShardingTypeError,
+    UnknownAxisError,
+)
 from spmd_types.mesh import Mesh, SubAxis
 from spmd_types.types import ShardingType
 
@@ -54,27 +62,55 @@ def to_named_sharding(t: ShardingType, mesh: jax.sharding.Mesh) -> NamedSharding
     return NamedSharding(mesh, to_partition_spec(t))
 
 
+def _spec_entry(spec: PartitionSpec, d: int, e: Any) -> tuple[Any, ...]:
+    if e is None:
+        return ()
+    if isinstance(e, str):
+        return (e,)
+    if isinstance(e, (tuple, list)) and all(isinstance(a, str) for a in e):
+        return tuple(e)
+    raise UnknownAxisError(
+        f"PartitionSpec {spec} entry {d} ({e!r}) is not None, an axis name or a tuple of axis names; "
+        f"a sharding type cannot express it"
+    )
+
+
 def from_partition_spec(
     spec: PartitionSpec, shape: Sequence[int], dtype: Any, mesh: Mesh
 ) -> ShardingType:
-    entries = list(spec) + [None] * (len(shape) - len(spec))
-    if len(entries) != len(shape):
-        from spmd_types.errors import RankMismatchError
-
+    if not isinstance(spec, PartitionSpec):
+        raise ShardingTypeError(f"expected a jax.sharding.PartitionSpec, got {spec!r}")
+    shape = tuple(shape)
+    # ``list(spec)`` raises in JAX when the spec has unreduced/reduced axes: use ``partitions``.
+    parts = list(getattr(spec, "partitions", spec))
+    if len(parts) > len(shape):
         raise RankMismatchError(
-            f"PartitionSpec {spec} has {len(spec)} entries but the shape {list(shape)} has rank {len(shape)}"
+            f"PartitionSpec {spec} has {len(parts)} entries but the shape {list(shape)} has rank {len(shape)}"
         )
-    dims = [() if e is None else (e,) if isinstance(e, str) else tuple(e) for e in entries]
-    unreduced = tuple(getattr(spec, "unreduced", ()) or ())
-    return ShardingType(tuple(int(n) for n in shape), str(np.dtype(dtype)), dims, mesh, unreduced)
+    entries = parts + [None] * (len(shape) - len(parts))
+    dims = [_spec_entry(spec, d, e) for d, e in enumerate(entries)]
+    reduced = getattr(spec, "reduced", None)
+    if reduced:
+        raise ShardingTypeError(
+            f"PartitionSpec {spec} has reduced axes {sorted(map(str, reduced))}, which a sharding "
+            f"type cannot express (only unreduced axes)"
+        )
+    unreduced = getattr(spec, "unreduced", None) or ()
+    if any(not isinstance(a, str) for a in unreduced):
+        raise UnknownAxisError(f"PartitionSpec {spec} has a non-name unreduced axis")
+    return ShardingType(shape, canonical_dtype(dtype), dims, mesh, sorted(unreduced))
 
 
 def from_named_sharding(ns: NamedSharding, shape: Sequence[int], dtype: Any) -> ShardingType:
+    if not isinstance(ns, NamedSharding):
+        raise ShardingTypeError(f"expected a jax.sharding.NamedSharding, got {ns!r}")
     return from_partition_spec(ns.spec, shape, dtype, Mesh.from_jax(ns.mesh))
 
 
 def type_of(x: jax.Array) -> ShardingType:
     """The sharding type of a JAX array laid out with a ``NamedSharding``."""
+    if not hasattr(x, "sharding") or not hasattr(x, "shape") or not hasattr(x, "dtype"):
+        raise ShardingTypeError(f"expected a jax.Array, got {type(x).__name__}")
     if not isinstance(x.sharding, NamedSharding):
         raise ShardingTypeError(f"array has sharding {x.sharding!r}; a NamedSharding is required")
     return from_named_sharding(x.sharding, x.shape, x.dtype)

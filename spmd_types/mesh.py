@@ -10,8 +10,11 @@ intermediate layouts (e.g. moving half of ``y`` before the other half).
 from __future__ import annotations
 
 import math
+import operator
+import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, Union
+from typing import TYPE_CHECKING, Any
 
 from spmd_types.errors import MeshError, UnknownAxisError
 
@@ -31,8 +34,24 @@ class SubAxis:
         return f"{self.name}:({self.pre}){self.size}"
 
 
-Axis = Union[str, SubAxis]
+Axis = str | SubAxis
 """An axis reference in a type: a whole mesh axis (its name) or a sub-axis."""
+
+
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+"""Axis names are ASCII identifiers: exactly what the type text grammar can spell."""
+
+_MESH_ITEM = re.compile(r"\s*(?P<name>[A-Za-z_][A-Za-z0-9_]*)\s*=\s*(?P<size>-?[0-9]+)\s*")
+
+
+def _as_int(value: object) -> int | None:
+    """``value`` as a Python int if it is an integer (NumPy ints included, bools excluded)."""
+    if isinstance(value, bool):
+        return None
+    try:
+        return operator.index(value)  # type: ignore[arg-type]
+    except TypeError:
+        return None
 
 
 def axis_name(a: Axis) -> str:
@@ -52,22 +71,34 @@ class Mesh:
     _index: Mapping[str, int] = field(init=False, repr=False, compare=False, hash=False)
 
     def __init__(self, axes: Mapping[str, int] | Iterable[tuple[str, int]]) -> None:
-        items = tuple(axes.items()) if isinstance(axes, Mapping) else tuple(axes)
+        if isinstance(axes, Mapping):
+            items = tuple(axes.items())
+        elif isinstance(axes, (str, bytes)) or not isinstance(axes, Iterable):
+            raise MeshError(
+                f"a mesh is given as a mapping or (name, size) pairs, e.g. {{'x': 2}}; got {axes!r}"
+            )
+        else:
+            items = tuple(axes)
         if not items:
             raise MeshError("a mesh needs at least one axis")
         seen: dict[str, int] = {}
+        sizes: list[int] = []
         for pos, item in enumerate(items):
-            if not (isinstance(item, tuple) and len(item) == 2):
+            if not (isinstance(item, (tuple, list)) and len(item) == 2):
                 raise MeshError(f"mesh axis #{pos} must be a (name, size) pair, got {item!r}")
             name, size = item
-            if not isinstance(name, str) or not name.isidentifier():
-                raise MeshError(f"mesh axis #{pos} has invalid name {name!r} (must be an identifier)")
+            if not isinstance(name, str) or not _NAME.fullmatch(name):
+                raise MeshError(
+                    f"mesh axis #{pos} has invalid name {name!r} (must be an ASCII identifier)"
+                )
             if name in seen:
                 raise MeshError(f"mesh axis {name!r} appears twice")
-            if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+            n = _as_int(size)
+            if n is None or n < 1:
                 raise MeshError(f"mesh axis {name!r} has size {size!r}; sizes must be integers >= 1")
             seen[name] = pos
-        object.__setattr__(self, "axes", tuple((n, int(s)) for n, s in items))
+            sizes.append(n)
+        object.__setattr__(self, "axes", tuple((str(n), s) for (n, _), s in zip(items, sizes)))
         object.__setattr__(self, "_index", seen)
 
     # -- basic queries -------------------------------------------------------------------------
@@ -84,12 +115,12 @@ class Mesh:
         return math.prod(s for _, s in self.axes)
 
     def __contains__(self, name: object) -> bool:
-        return name in self._index
+        return isinstance(name, str) and name in self._index
 
     def position(self, name: str) -> int:
         try:
             return self._index[name]
-        except KeyError:
+        except (KeyError, TypeError):
             raise UnknownAxisError(
                 f"unknown mesh axis {name!r}; the mesh has axes {list(self.names)}"
             ) from None
@@ -99,14 +130,20 @@ class Mesh:
         if isinstance(a, str):
             return self.axes[self.position(a)][1]
         self.check_subaxis(a)
-        return a.size
+        return int(a.size)
 
     def check_subaxis(self, a: SubAxis) -> None:
-        n = self.axes[self.position(a.name)][1]
-        if a.pre < 1 or a.size < 1 or n % (a.pre * a.size) != 0:
+        if not isinstance(a, SubAxis):
             raise UnknownAxisError(
-                f"sub-axis {a} does not fit mesh axis {a.name!r} of size {n}: "
-                f"pre*size = {a.pre * a.size} must divide {n}"
+                f"{a!r} is not a mesh axis reference (an axis name or a SubAxis); "
+                f"the mesh has axes {list(self.names)}"
+            )
+        n = self.axes[self.position(a.name)][1]
+        pre, size = _as_int(a.pre), _as_int(a.size)
+        if pre is None or size is None or pre < 1 or size < 1 or n % (pre * size) != 0:
+            raise UnknownAxisError(
+                f"sub-axis {a} does not fit mesh axis {a.name!r} of size {n}: pre and size must be "
+                f"integers >= 1 and pre*size = {a.pre}*{a.size} must divide {n}"
             )
 
     def span(self, a: Axis) -> tuple[str, int, int]:
@@ -114,26 +151,29 @@ class Mesh:
         if isinstance(a, str):
             return (a, 1, self.axis_size(a))
         self.check_subaxis(a)
-        return (a.name, a.pre, a.size)
+        return (a.name, int(a.pre), int(a.size))
 
     # -- device ids <-> coordinates (row-major) -----------------------------------------------------
     def coords(self, device: int) -> dict[str, int]:
-        if not 0 <= device < self.size:
+        dev = _as_int(device)
+        if dev is None or not 0 <= dev < self.size:
             raise MeshError(f"device id {device} out of range for a mesh of {self.size} devices")
         out: dict[str, int] = {}
         for name, s in reversed(self.axes):
-            out[name] = device % s
-            device //= s
+            out[name] = dev % s
+            dev //= s
         return {n: out[n] for n in self.names}
 
     def device_id(self, coords: Mapping[str, int]) -> int:
+        if not isinstance(coords, Mapping):
+            raise MeshError(f"coordinates must be a mapping axis name -> int, got {coords!r}")
         dev = 0
         for name, s in self.axes:
             if name not in coords:
                 raise MeshError(f"coordinates {dict(coords)} lack mesh axis {name!r}")
-            c = coords[name]
-            if not 0 <= c < s:
-                raise MeshError(f"coordinate {name}={c} out of range for axis size {s}")
+            c = _as_int(coords[name])
+            if c is None or not 0 <= c < s:
+                raise MeshError(f"coordinate {name}={coords[name]!r} out of range for axis size {s}")
             dev = dev * s + c
         extra = set(coords) - set(self.names)
         if extra:
@@ -144,9 +184,14 @@ class Mesh:
         """The coordinate along (sub-)axis ``a`` of the device at ``coords``."""
         name, pre, size = self.span(a)
         n = self.axes[self.position(name)][1]
-        return (coords[name] // (n // (pre * size))) % size
+        c = _as_int(coords[name]) if name in coords else None
+        if c is None or not 0 <= c < n:
+            raise MeshError(
+                f"coordinates {dict(coords)} give no valid coordinate for mesh axis {name!r} of size {n}"
+            )
+        return (c // (n // (pre * size))) % size
 
-    def coord_table(self) -> "Any":
+    def coord_table(self) -> Any:
         """int array [devices, axes] of every device's coordinates (row-major ids)."""
         import numpy as np
 
@@ -157,24 +202,30 @@ class Mesh:
         return "{" + ",".join(f"{n}={s}" for n, s in self.axes) + "}"
 
     @staticmethod
-    def parse(text: str) -> "Mesh":
+    def parse(text: str) -> Mesh:
         """Parse ``x=2,y=4`` (braces optional), as the CLI takes it."""
-        body = text.strip().removeprefix("{").removesuffix("}")
+        if not isinstance(text, str):
+            raise MeshError(f"mesh text must be a string such as 'x=2,y=4', got {text!r}")
+        body = text.strip()
+        if body.startswith("{") and body.endswith("}"):
+            body = body[1:-1]
         items: list[tuple[str, int]] = []
-        for part in filter(None, (p.strip() for p in body.split(","))):
-            name, eq, size = part.partition("=")
-            if not eq or not size.strip().lstrip("-").isdigit():
-                raise MeshError(f"mesh axis {part!r} must be written name=size, e.g. x=2")
-            items.append((name.strip(), int(size)))
+        for part in body.split(","):
+            m = _MESH_ITEM.fullmatch(part)
+            if not m:
+                raise MeshError(
+                    f"mesh axis {part.strip()!r} in {text!r} must be written name=size, e.g. x=2"
+                )
+            items.append((m["name"], int(m["size"])))
         return Mesh(items)
 
     # -- JAX interop ----------------------------------------------------------------------------
-    def to_jax(self, devices: "Any" = None) -> "jax.sharding.Mesh":
+    def to_jax(self, devices: Any = None) -> jax.sharding.Mesh:
         """A ``jax.sharding.Mesh`` with the same axes; devices default to the first ``size`` ones."""
         from spmd_types.jax_interop import mesh_to_jax
 
         return mesh_to_jax(self, devices)
 
     @staticmethod
-    def from_jax(mesh: "jax.sharding.Mesh") -> "Mesh":
+    def from_jax(mesh: jax.sharding.Mesh | jax.sharding.AbstractMesh) -> Mesh:
         return Mesh(tuple((str(n), int(s)) for n, s in mesh.shape.items()))

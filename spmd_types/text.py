@@ -19,7 +19,7 @@ from spmd_types.errors import ShardingTypeError, TypeSyntaxError
 from spmd_types.mesh import Axis, Mesh, SubAxis, format_axis
 from spmd_types.types import ShardingType
 
-_TOKEN = re.compile(r"\s*(?:(?P<int>\d+)|(?P<ident>[A-Za-z_][A-Za-z0-9_]*)|(?P<punct>[\[\]@(),{}:]))")
+_TOKEN = re.compile(r"\s*(?:(?P<int>[0-9]+)|(?P<ident>[A-Za-z_][A-Za-z0-9_]*)|(?P<punct>[\[\]@(),{}:]))")
 
 
 class _Parser:
@@ -99,7 +99,11 @@ def parse_type(text: str, mesh: Mesh) -> ShardingType:
         while True:
             size, _ = p.take_kind("int", "a dimension size (an integer)")
             shape.append(int(size))
-            dims.append(p.axes() if p.peek() == "@" and p.take("@") is None else ())
+            if p.peek() == "@":
+                p.take("@")
+                dims.append(p.axes())
+            else:
+                dims.append(())
             if p.peek() != ",":
                 break
             p.take(",")

@@ -4,30 +4,64 @@ Conventions (DESIGN.md section 2): dimension ``d`` sharded over axes ``(a1..ak)`
 is cut into ``|a1|*...*|ak|`` equal blocks and the device with coordinates ``c`` holds block
 ``mixed_radix(c[a1], ..., c[ak])``. ``unreduced`` axes mean the value is the sum over their
 coordinates of the local values. Types are validated at construction and canonical (adjacent
-consecutive sub-axes of one axis are merged), so ``==`` is layout equality.
+consecutive sub-axes of one axis are merged, a sub-axis covering its axis becomes the axis name,
+size-1 sub-axes of larger axes are dropped), so ``==`` is layout equality. Two factors of one axis
+may share a type only when both are pieces of one factorisation of the axis (``spans_overlap``).
 """
 
 from __future__ import annotations
 
 import math
+import operator
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Sequence
 
 from spmd_types.dtypes import canonical_dtype, itemsize
 from spmd_types.errors import (
     DuplicateAxisError,
     IndivisibleDimensionError,
     InvalidSizeError,
+    MeshError,
     RankMismatchError,
+    UnknownAxisError,
 )
 from spmd_types.mesh import Axis, Mesh, SubAxis, axis_name, format_axis
 
 
+def _is_trivial(mesh: Mesh, a: Axis) -> bool:
+    """A size-1 sub-axis of a larger axis shards nothing and uses nothing: types drop it."""
+    name, _, size = mesh.span(a)
+    return isinstance(a, SubAxis) and size == 1 and mesh.axis_size(name) > 1
+
+
+def _axis_refs(mesh: Mesh, spec: object, where: str) -> tuple[Axis, ...]:
+    """One dimension's (or the unreduced) axes: ``None``, one axis, or an iterable of axes."""
+    if spec is None:
+        return ()
+    if isinstance(spec, (str, SubAxis)):
+        return (spec,)
+    if not isinstance(spec, Iterable):
+        raise UnknownAxisError(
+            f"{where}: {spec!r} is not a mesh axis, a tuple of mesh axes or None; "
+            f"the mesh has axes {list(mesh.names)}"
+        )
+    axes = tuple(spec)
+    for a in axes:
+        if not isinstance(a, (str, SubAxis)):
+            raise UnknownAxisError(
+                f"{where}: {a!r} is not a mesh axis reference (an axis name or a SubAxis); "
+                f"the mesh has axes {list(mesh.names)}"
+            )
+    return axes
+
+
 def canonical_axes(mesh: Mesh, axes: Sequence[Axis]) -> tuple[Axis, ...]:
     """Merge adjacent sub-axes of one axis that are consecutive (major then minor); a sub-axis
-    covering its whole axis becomes the axis name."""
+    covering its whole axis becomes the axis name; size-1 sub-axes of larger axes are dropped."""
     out: list[tuple[str, int, int]] = []
     for a in axes:
+        if _is_trivial(mesh, a):
+            continue
         name, pre, size = mesh.span(a)
         if out and out[-1][0] == name and out[-1][1] * out[-1][2] == pre:
             prev = out.pop()
@@ -46,13 +80,22 @@ def _sort_key(mesh: Mesh, a: Axis) -> tuple[int, int]:
     return (mesh.position(name), pre)
 
 
+def spans_overlap(pre1: int, size1: int, pre2: int, size2: int) -> bool:
+    """Whether factors ``(pre1)size1`` and ``(pre2)size2`` of one mesh axis share a digit: they are
+    disjoint only when one lies wholly minor to the other in a common factorisation of the axis.
+    Equal spans always overlap (this also catches a size-1 axis named twice)."""
+    if (pre1, size1) == (pre2, size2):
+        return True
+    return not (pre2 % (pre1 * size1) == 0 or pre1 % (pre2 * size2) == 0)
+
+
 def _check_disjoint(mesh: Mesh, used: Iterable[tuple[Axis, str]]) -> None:
     """An axis (or overlapping factors of one axis) may appear once in the whole type."""
     spans: dict[str, list[tuple[int, int, Axis, str]]] = {}
     for a, where in used:
         name, pre, size = mesh.span(a)
         for p2, s2, a2, where2 in spans.get(name, []):
-            if not (p2 % (pre * size) == 0 or pre % (p2 * s2) == 0):
+            if spans_overlap(pre, size, p2, s2):
                 raise DuplicateAxisError(
                     f"axis {format_axis(a)!r} ({where}) overlaps {format_axis(a2)!r} ({where2}); "
                     f"each mesh axis may appear at most once in a type"
@@ -78,32 +121,49 @@ class ShardingType:
         mesh: Mesh,
         unreduced: Iterable[Axis] = (),
     ) -> None:
-        shape = tuple(shape)
+        if not isinstance(mesh, Mesh):
+            raise MeshError(f"a sharding type needs a spmd_types.Mesh, got {mesh!r}")
+        try:
+            shape = tuple(shape)
+        except TypeError:
+            raise InvalidSizeError(f"shape must be a sequence of integers, got {shape!r}") from None
+        sizes: list[int] = []
         for d, n in enumerate(shape):
-            if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            size = None if isinstance(n, bool) else _index(n)
+            if size is None or size < 1:
                 raise InvalidSizeError(f"dimension {d} has size {n!r}; sizes must be integers >= 1")
-        if len(dims) != len(shape):
+            sizes.append(size)
+        shape = tuple(sizes)
+        if isinstance(dims, (str, SubAxis)) or dims is None:
             raise RankMismatchError(
-                f"shape {list(shape)} has rank {len(shape)} but {len(dims)} dimension shardings were given"
+                f"dims must be a sequence with one entry (axes or None) per dimension of shape "
+                f"{list(shape)}, got {dims!r}"
+            )
+        try:
+            dim_specs = list(dims)
+        except TypeError:
+            raise RankMismatchError(
+                f"dims must be a sequence with one entry per dimension, got {dims!r}"
+            ) from None
+        if len(dim_specs) != len(shape):
+            raise RankMismatchError(
+                f"shape {list(shape)} has rank {len(shape)} but {len(dim_specs)} dimension shardings "
+                f"were given"
             )
         norm: list[tuple[Axis, ...]] = []
         used: list[tuple[Axis, str]] = []
-        for d, spec in enumerate(dims):
-            axes: tuple[Axis, ...]
-            if spec is None:
-                axes = ()
-            elif isinstance(spec, (str, SubAxis)):
-                axes = (spec,)
-            else:
-                axes = tuple(spec)
+        for d, spec in enumerate(dim_specs):
+            axes = _axis_refs(mesh, spec, f"dimension {d}")
             for a in axes:
                 mesh.axis_size(a)  # raises UnknownAxisError
-                used.append((a, f"dimension {d}"))
+                if not _is_trivial(mesh, a):
+                    used.append((a, f"dimension {d}"))
             norm.append(canonical_axes(mesh, axes))
-        unred = tuple(unreduced)
+        unred = _axis_refs(mesh, unreduced, "unreduced")
         for a in unred:
             mesh.axis_size(a)
-            used.append((a, "unreduced"))
+            if not _is_trivial(mesh, a):
+                used.append((a, "unreduced"))
         _check_disjoint(mesh, used)
         for d, (n, axes) in enumerate(zip(shape, norm)):
             k = math.prod(mesh.axis_size(a) for a in axes)
@@ -120,7 +180,7 @@ class ShardingType:
 
     # -- construction helpers -----------------------------------------------------------------------
     @staticmethod
-    def parse(text: str, mesh: Mesh) -> "ShardingType":
+    def parse(text: str, mesh: Mesh) -> ShardingType:
         from spmd_types.text import parse_type
 
         return parse_type(text, mesh)
@@ -129,7 +189,7 @@ class ShardingType:
         self,
         dims: Sequence[Sequence[Axis]] | None = None,
         unreduced: Iterable[Axis] | None = None,
-    ) -> "ShardingType":
+    ) -> ShardingType:
         """A validated copy with new dims and/or unreduced axes (shape, dtype, mesh kept)."""
         return ShardingType(
             self.shape,
@@ -197,7 +257,7 @@ class ShardingType:
         idx = self.block_index(self.mesh.coords(device))
         return tuple((i * n, (i + 1) * n) for i, n in zip(idx, self.local_shape))
 
-    def blocks(self) -> "object":
+    def blocks(self) -> object:
         """int64 array ``[devices, rank, 2]`` of every device's block bounds (vectorised)."""
         from spmd_types.layout import block_bounds
 
@@ -212,10 +272,19 @@ class ShardingType:
         return f"ShardingType({str(self)!r}, mesh={self.mesh})"
 
 
+def _index(n: object) -> int | None:
+    try:
+        return operator.index(n)  # type: ignore[arg-type]
+    except TypeError:
+        return None
+
+
 def canonical_unreduced(mesh: Mesh, axes: Iterable[Axis]) -> list[Axis]:
     """Unreduced sub-axes of one axis that together form consecutive factors merge, like dims."""
     by_name: dict[str, list[tuple[int, int]]] = {}
     for a in axes:
+        if _is_trivial(mesh, a):
+            continue
         name, pre, size = mesh.span(a)
         by_name.setdefault(name, []).append((pre, size))
     out: list[Axis] = []
@@ -231,4 +300,4 @@ def canonical_unreduced(mesh: Mesh, axes: Iterable[Axis]) -> list[Axis]:
     return out
 
 
-__all__ = ["ShardingType", "canonical_axes", "axis_name"]
+__all__ = ["ShardingType", "axis_name", "canonical_axes", "canonical_unreduced", "spans_overlap"]
