@@ -315,8 +315,10 @@ def _atoms_of_name(t: ShardingType, name: str) -> tuple[Atom, ...]:
     return atoms_of(t.mesh, name)
 
 
-def _key(p: Plan) -> tuple[float, float, int, int]:
-    return (round(p.recv_bytes, 6), round(p.time_s, 15), p.n_collectives, len(p.steps))
+def _key(p: Plan) -> tuple[float, float, int, int, int]:
+    """Least bytes, then least time, then fewest collectives; typed steps win the remaining ties."""
+    n_p2p = sum(1 for s in p.steps if isinstance(s, Exchange))
+    return (round(p.recv_bytes, 6), round(p.time_s, 15), p.n_collectives, n_p2p, len(p.steps))
 
 
 def _exchange_floor(cur: ShardingType, dst: ShardingType, cm: CostModel) -> tuple[float, float]:
