@@ -266,12 +266,13 @@ def test_one_all_to_all_plan_compiles_to_one_all_to_all() -> None:
 def test_device_order_of_the_jax_mesh_is_respected() -> None:
     plan = redistribute("s32[64@x,64@y]", "s32[64@y,64@x]", XY)
     devs = np.array(jax.devices()[:8][::-1], dtype=object).reshape(2, 4)
-    jm = jax.sharding.Mesh(devs, ("x", "y"), axis_types=(jax.sharding.AxisType.Explicit,) * 2)
     g = _global(plan.src.shape)
-    y = plan(jax.device_put(g, NamedSharding(jm, to_partition_spec(plan.src))))
-    assert y.sharding.mesh == jm
-    for shard in y.addressable_shards:
-        assert np.array_equal(np.asarray(shard.data), g[shard.index])
+    for kind in (jax.sharding.AxisType.Explicit, jax.sharding.AxisType.Auto):
+        jm = jax.sharding.Mesh(devs, ("x", "y"), axis_types=(kind,) * 2)
+        y = plan(jax.device_put(g, NamedSharding(jm, to_partition_spec(plan.src))))
+        assert y.sharding.mesh == jm and y.sharding.spec == to_partition_spec(plan.dst)
+        for shard in y.addressable_shards:
+            assert np.array_equal(np.asarray(shard.data), g[shard.index])
 
 
 def test_run_plan_rejects_mismatched_inputs_and_caches() -> None:
@@ -329,3 +330,36 @@ def test_issue_mesh_with_24_devices_in_a_subprocess() -> None:
                        text=True, timeout=120)
     assert r.returncode == 0, r.stderr[-3000:]
     assert r.stdout.count("ok") == 2
+
+
+def _random_type(rng: np.random.Generator, mesh: Mesh, shape: tuple[int, ...], unreduced: bool) -> str:
+    dims: list[list[str]] = [[] for _ in shape]
+    unred: list[str] = []
+    for name in rng.permutation(list(mesh.names)):
+        r = rng.integers(0, len(shape) + 2)
+        if r < len(shape):
+            dims[r].append(str(name))
+        elif r == len(shape) and unreduced:
+            unred.append(str(name))
+    parts = [f"{n}@({','.join(d)})" if d else str(n) for n, d in zip(shape, dims)]
+    u = "{U:(" + ",".join(unred) + ")}" if unred else ""
+    return "s32[" + ",".join(parts) + "]" + u
+
+
+def _random_pairs(n: int, seed: int = 0) -> list[tuple[Mesh, str, str]]:
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(n):
+        mesh = (XY, XYZ, AB)[i % 3]
+        shape = (24, 24) if i % 2 else (48,)
+        out.append((mesh, _random_type(rng, mesh, shape, True), _random_type(rng, mesh, shape, i % 4 == 3)))
+    return out
+
+
+RANDOM_PAIRS = _random_pairs(18)
+
+
+@pytest.mark.parametrize("mesh,src,dst", RANDOM_PAIRS, ids=[f"{m}:{s}->{d}" for m, s, d in RANDOM_PAIRS])
+def test_random_plans_match_the_simulator(mesh: Mesh, src: str, dst: str) -> None:
+    _need(mesh)
+    agree(redistribute(src, dst, mesh), seed=2)
