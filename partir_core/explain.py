@@ -36,11 +36,11 @@ def explain(a: "Analysis") -> str:
                      f"{len(r.changed)} values changed with propagation")
         for path, lay in r.set_by_tactic:
             lines.append(f"     {path}: {_lay(lay)}")
-        named = [k for k in r.changed if not names.get(k, "%").startswith(("%", "const"))]
-        shown = [k for k in named if names[k] not in dict(r.set_by_tactic)]
+        named = [(k, lay) for k, lay in r.changed if not names.get(k, "%").startswith(("%", "const"))]
+        shown = [(k, lay) for k, lay in named if names[k] not in dict(r.set_by_tactic)]
         inner = len(r.changed) - len(named)
         if shown:
-            lines.append("     propagated to: " + ", ".join(f"{names[k]} {_lay(low.layouts[k])}" for k in shown))
+            lines.append("     propagated to: " + ", ".join(f"{names[k]} {_lay(lay)}" for k, lay in shown))
         if inner:
             lines.append(f"     and {inner} intermediate values")
         for note in r.notes:

@@ -158,7 +158,11 @@ class Propagator:
                 if want is None or want == cur[d]:
                     continue
                 others = {a for k, axes in enumerate(cur) if k != d for a in axes}
-                if others & set(want):
+                if others & set(want):  # blocked: the value uses those axes on another dim
+                    f = next(f for f in fs if proposal.get(f, ()) != fa.get(f, ()))
+                    if (op.index, f) not in self.conflicts and f in source:
+                        self.conflicts[(op.index, f)] = Conflict(
+                            op.index, op.name, f, proposal[f], fa.get(f, ()), (source[f], v.id))
                     continue
                 cur[d] = want
             if tuple(cur) != self.layouts[v.id]:

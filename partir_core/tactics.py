@@ -25,7 +25,7 @@ class TacticRecord:
 
     tactic: str
     set_by_tactic: tuple[tuple[str, tuple[tuple[str, ...], ...]], ...]
-    changed: tuple[int, ...]
+    changed: tuple[tuple[int, tuple[tuple[str, ...], ...]], ...]
     notes: tuple[str, ...] = ()
 
 
@@ -183,6 +183,6 @@ def apply_schedule(program: Program, mesh: Mesh, prop: Propagator,
         ctx = _Ctx(program, mesh, prop)
         t.apply(ctx)
         prop.run()
-        changed = tuple(sorted(k for k, lay in prop.layouts.items() if before.get(k) != lay))
+        changed = tuple(sorted((k, lay) for k, lay in prop.layouts.items() if before.get(k) != lay))
         records.append(TacticRecord(str(t), tuple(ctx.set), changed, tuple(ctx.notes)))
     return records
