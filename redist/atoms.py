@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from spmd_types import Axis, Mesh, ShardingType, SubAxis
+from spmd_types import Axis, IndivisibleDimensionError, Mesh, ShardingType, SubAxis
+from spmd_types.types import canonical_axes, canonical_unreduced
 
 Atom = tuple[str, int, int]
 """(axis name, pre, size) with a prime ``size``: a factor of one mesh axis."""
@@ -71,9 +72,17 @@ def atoms_size(atoms: tuple[Atom, ...]) -> int:
 def from_atoms(
     t: ShardingType, dims: tuple[tuple[Atom, ...], ...], unreduced: frozenset[Atom]
 ) -> ShardingType:
-    """A type like ``t`` (shape, dtype, mesh) with atom-level dims/unreduced (canonicalised)."""
+    """A type like ``t`` (shape, dtype, mesh) with atom-level dims/unreduced (canonicalised).
+
+    Step rules only ever move atoms that are disjoint by construction, so this checks just what
+    can still go wrong (divisibility) and builds the type without the full validation."""
     m = t.mesh
-    return ShardingType(
-        t.shape, t.dtype, [tuple(atom_axis(m, x) for x in d) for d in dims], m,
-        [atom_axis(m, x) for x in sorted(unreduced)],
-    )
+    for d, (n, atoms) in enumerate(zip(t.shape, dims)):
+        k = atoms_size(atoms)
+        if n % k:
+            raise IndivisibleDimensionError(
+                f"dimension {d} of size {n} is not divisible by {k}, the product of its axes"
+            )
+    cdims = tuple(canonical_axes(m, tuple(atom_axis(m, x) for x in d)) for d in dims)
+    unred = frozenset(canonical_unreduced(m, [atom_axis(m, x) for x in sorted(unreduced)]))
+    return ShardingType.trusted(t.shape, t.dtype, cdims, m, unred)

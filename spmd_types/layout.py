@@ -6,17 +6,26 @@ it once as an array ``[devices, rank, 2]`` keeps that O(devices x rank) NumPy wo
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import numpy as np
 
 from spmd_types.mesh import Axis, Mesh
 from spmd_types.types import ShardingType
 
 
+@lru_cache(maxsize=256)
+def _coord_table(mesh: Mesh) -> np.ndarray:
+    table = mesh.coord_table()
+    table.setflags(write=False)
+    return table
+
+
 def axis_coords(mesh: Mesh, a: Axis) -> np.ndarray:
     """Coordinate along (sub-)axis ``a`` of every device, as an int64 vector."""
     name, pre, size = mesh.span(a)
     n = mesh.axis_size(name)
-    full = mesh.coord_table()[:, mesh.position(name)]
+    full = _coord_table(mesh)[:, mesh.position(name)]
     return (full // (n // (pre * size))) % size
 
 
@@ -29,11 +38,14 @@ def block_indices(t: ShardingType) -> np.ndarray:
     return out
 
 
+@lru_cache(maxsize=8192)
 def block_bounds(t: ShardingType) -> np.ndarray:
     """int64 ``[devices, rank, 2]``: global ``[start, stop)`` of each device's block."""
     local = np.array(t.local_shape, dtype=np.int64)
     start = block_indices(t) * local
-    return np.stack([start, start + local], axis=-1)
+    out = np.stack([start, start + local], axis=-1)
+    out.setflags(write=False)  # cached: shared by every caller
+    return out
 
 
 def overlap_elements(a: ShardingType, b: ShardingType) -> np.ndarray:

@@ -15,6 +15,7 @@ import math
 import operator
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 from spmd_types.dtypes import canonical_dtype, itemsize
 from spmd_types.errors import (
@@ -178,6 +179,28 @@ class ShardingType:
         object.__setattr__(self, "unreduced", frozenset(canonical_unreduced(mesh, unred)))
         object.__setattr__(self, "mesh", mesh)
 
+    @classmethod
+    def trusted(
+        cls, shape: tuple[int, ...], dtype: str, dims: tuple[tuple[Axis, ...], ...], mesh: Mesh,
+        unreduced: frozenset[Axis],
+    ) -> ShardingType:
+        """Build without validation, for callers (the planner's step rules) that construct only
+        canonical, disjoint axes and check divisibility themselves; planning builds thousands."""
+        t = object.__new__(cls)
+        object.__setattr__(t, "shape", shape)
+        object.__setattr__(t, "dtype", dtype)
+        object.__setattr__(t, "dims", dims)
+        object.__setattr__(t, "unreduced", unreduced)
+        object.__setattr__(t, "mesh", mesh)
+        return t
+
+    def __hash__(self) -> int:
+        h = self.__dict__.get("_hash")
+        if h is None:
+            h = hash((self.shape, self.dtype, self.dims, self.unreduced, self.mesh))
+            object.__setattr__(self, "_hash", h)
+        return h
+
     # -- construction helpers -----------------------------------------------------------------------
     @staticmethod
     def parse(text: str, mesh: Mesh) -> ShardingType:
@@ -214,11 +237,11 @@ class ShardingType:
     def dim_shards(self, d: int) -> int:
         return math.prod(self.mesh.axis_size(a) for a in self.dims[d])
 
-    @property
+    @cached_property
     def local_shape(self) -> tuple[int, ...]:
         return tuple(n // self.dim_shards(d) for d, n in enumerate(self.shape))
 
-    @property
+    @cached_property
     def local_size(self) -> int:
         return math.prod(self.local_shape)
 
