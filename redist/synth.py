@@ -109,15 +109,15 @@ class _Greedy:
             # the longest minor-most run of dimension i that dimension j wants next, moved at once
             for n in range(len(self.dims[i]) - self.plen(i), 0, -1):
                 run = self.dims[i][-n:]
-                j = self.needed_at.get(run[0])
-                if j is None or j == i or not self.ready(j):
+                want = self.needed_at.get(run[0])
+                if want is None or want == i or not self.ready(want):
                     continue
-                at = len(self.dims[j])
-                if list(self.D[j][at : at + n]) == run:
+                at = len(self.dims[want])
+                if list(self.D[want][at : at + n]) == run:
                     del self.dims[i][-n:]
-                    self.dims[j].extend(run)
+                    self.dims[want].extend(run)
                     axes = tuple(atom_axis(self.t.mesh, a) for a in run)
-                    self.steps.append(AllToAll(i, j, canonical_axes(self.t.mesh, axes)))
+                    self.steps.append(AllToAll(i, want, canonical_axes(self.t.mesh, axes)))
                     return True
         for a in sorted(self.unred - self.UD):
             if a not in self.needed_at:
