@@ -24,14 +24,21 @@ mesh axes the step touches (``axis_name`` in mesh order) and, unless the group i
 axes in mesh order, with ``axis_index_groups`` listing every group's members in that order. That
 is how sub-axes (a factor of a mesh axis) and axis orders other than the mesh's are expressed;
 JAX 0.10.2 supports ``axis_index_groups`` for all five collectives inside ``shard_map`` when
-``check_vma=False``, on CPU too (the tests check every kind against the simulator).
+``check_vma=False``, on CPU too (the tests check every kind against the simulator). We never rely
+on JAX flattening a tuple ``axis_name`` in the tuple's order: in JAX 0.10.2 ``all_gather`` and
+``axis_index`` follow the tuple's order (first axis major) but ``ppermute`` numbers devices in
+mesh order whatever the tuple's order, so tuples are always passed in mesh order.
+
+``check_vma=False`` is required: with JAX's varying-axes checks on, a gather's output (replicated
+in our types) is typed varying and ``out_specs`` that replicate would be rejected.
 
 ``compile_plan(plan)`` is one ``jax.jit`` of one ``jax.shard_map`` (so XLA compiles the whole
 plan as a single program), with in/out specs from the plan's source and destination types;
 ``run_plan(plan, x)`` checks ``x`` against the source type and runs it. Unreduced types are
 supported end to end: in JAX 0.10.2 ``PartitionSpec(..., unreduced={...})`` works as a
-``shard_map`` in/out spec on a mesh with Explicit axes (the axis type ``Mesh.to_jax`` uses), the
-local values being the partials. Nothing goes through the host, so the same program runs across
+``shard_map`` in/out spec (with ``check_vma=False``) on a mesh whose unreduced axes are Explicit
+(the axis type ``Mesh.to_jax`` uses), the local values being the partials; ``run_plan`` raises
+``ExecutionError`` for an unreduced plan on Auto axes, which JAX rejects. Nothing goes through the host, so the same program runs across
 ``jax.distributed`` processes.
 """
 
@@ -290,4 +297,14 @@ def run_plan(plan: Plan, x: Any) -> jax.Array:
         raise ExecutionError(f"sharding mismatch: array is laid out as {have}, plan source is {want}")
     if not plan.steps:
         return x
-    return compile_plan(plan, x.sharding.mesh)(x)  # type: ignore[attr-defined]
+    jmesh = x.sharding.mesh  # type: ignore[attr-defined]
+    unreduced = sorted({str(a) for t in (plan.src, plan.dst) for a in t.unreduced})
+    explicit = jax.sharding.AxisType.Explicit
+    auto = [n for n, k in zip(jmesh.axis_names, jmesh.axis_types) if k != explicit and n in unreduced]
+    if auto:
+        raise ExecutionError(
+            f"plan {plan.src} -> {plan.dst} has unreduced axes {auto}, which JAX allows only on mesh axes of "
+            f"type Explicit, but the array's mesh has them {jmesh.axis_types}; lay the input out on a mesh "
+            f"with Explicit axes (e.g. Mesh.to_jax())"
+        )
+    return compile_plan(plan, jmesh)(x)

@@ -42,7 +42,7 @@ from redist.exchange import schedule
 from redist.executor import apply_local, collective_group, compile_plan, run_plan
 from redist.simulate import check, scatter, simulate
 from spmd_types import Mesh, SubAxis, parse
-from spmd_types.jax_interop import to_partition_spec
+from spmd_types.jax_interop import mesh_to_jax, to_partition_spec
 
 pytestmark = pytest.mark.jax
 
@@ -296,6 +296,11 @@ def test_run_plan_rejects_mismatched_inputs_and_caches() -> None:
     assert np.array_equal(np.asarray(plan(good)), _global((32, 16)))
     same = redistribute("s32[32@x,16]", "s32[32@x,16]", XY)
     assert same(good) is good
+    # JAX allows unreduced axes only on Explicit mesh axes: a clear error, not JAX's
+    pad = redistribute("s32[32@(x,y),16]", "s32[32,16]{U:(x,y)}", XY)
+    auto = mesh_to_jax(XY, explicit=False)
+    with pytest.raises(ExecutionError, match="Explicit"):
+        pad(jax.device_put(_global((32, 16)), NamedSharding(auto, to_partition_spec(pad.src))))
 
 
 BIG_MESH_SCRIPT = textwrap.dedent(
@@ -308,7 +313,7 @@ BIG_MESH_SCRIPT = textwrap.dedent(
     from redist import redistribute
     from redist.simulate import check, scatter
     from spmd_types import Mesh
-    from spmd_types.jax_interop import to_partition_spec
+    from spmd_types.jax_interop import mesh_to_jax, to_partition_spec
     mesh = Mesh({"a": 2, "b": 2, "c": 3, "d": 2})
     jm = mesh.to_jax()
     for src, dst in [("s32[48@(a,b),24@(c,d)]", "s32[48@(c,d),24@(b,a)]"),
