@@ -1,1 +1,18 @@
-"""proofs (see DESIGN.md)."""
+"""proofs: z3 models of the steps and certificates of plans (tracker issue 4).
+
+Importing this package registers ``verify_plan`` with ``redist.plan`` so ``Plan.verify()`` works
+(``redist`` never imports ``proofs``: it is a plug-in of a higher layer, DESIGN.md section 1).
+"""
+
+from proofs.budget import BudgetResult, check_budget
+from proofs.certificate import Certificate, Property, verify_plan
+from proofs.errors import VerificationError
+from proofs.link import Outcome, prove_link
+from redist.plan import register_verifier
+
+register_verifier(verify_plan)
+
+__all__ = [
+    "BudgetResult", "Certificate", "Outcome", "Property", "VerificationError", "check_budget",
+    "prove_link", "verify_plan",
+]

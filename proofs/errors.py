@@ -1,0 +1,22 @@
+"""The error a failed proof raises: the violated property and a concrete counterexample."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from redist.errors import RedistError
+
+
+class VerificationError(RedistError):
+    """z3 refuted a property of a plan (or of a step). ``prop`` names the property (``chain``,
+    ``memory``, ``recv``, ``recv_formula``, ``lower_bound``, ``budget``, ``typing``) and
+    ``counterexample`` gives concrete sizes (global shape, device coordinates, local index...)."""
+
+    def __init__(self, prop: str, message: str, counterexample: dict[str, Any] | None = None) -> None:
+        self.prop = prop
+        self.counterexample = dict(counterexample or {})
+        detail = ", ".join(f"{k}={v}" for k, v in self.counterexample.items())
+        super().__init__(f"property '{prop}' violated: {message}" + (f"\n  counterexample: {detail}" if detail else ""))
+
+
+__all__ = ["VerificationError"]

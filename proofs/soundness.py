@@ -1,0 +1,186 @@
+"""Soundness of the step typing rules over a range of meshes: for a (type, step) instance, every
+state meeting the input type becomes, by the step's index-level semantics, a state meeting
+``step.apply(type)`` - for all devices, local indices and dimension sizes (``proofs.link``).
+
+``sweep`` covers every mesh of 1-3 axes (named x, y, z) with sizes 1-4 (84 meshes), ranks 1-3 and
+every step kind, drawing per (mesh, rank, kind) up to ``per_kind`` valid instances from random
+types that use whole axes and, for axes of size 4, their two halves as sub-axes.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+from proofs.link import DEFAULT_TIMEOUT_MS, prove_link
+from redist.errors import StepError
+from redist.steps import (
+    AllGather,
+    AllReduce,
+    AllToAll,
+    Discard,
+    DynSlice,
+    Exchange,
+    PadUnreduced,
+    Permute,
+    ReduceScatter,
+    Step,
+)
+from spmd_types import Axis, Mesh, ShardingType, ShardingTypeError, SubAxis
+
+KINDS: tuple[str, ...] = (
+    "dynamic_slice", "all_gather", "all_to_all", "reduce_scatter", "all_reduce", "discard", "pad_unreduced",
+    "permute", "exchange",
+)
+
+
+def all_meshes(max_axes: int = 3, sizes: Sequence[int] = (1, 2, 3, 4)) -> Iterator[Mesh]:
+    names = ("x", "y", "z")
+    for n in range(1, max_axes + 1):
+        for ss in itertools.product(sizes, repeat=n):
+            yield Mesh(list(zip(names, ss)))
+
+
+def _units(mesh: Mesh, rng: random.Random) -> list[Axis]:
+    out: list[Axis] = []
+    for name, n in mesh.axes:
+        if n == 4 and rng.random() < 0.5:
+            out += [SubAxis(name, 1, 2), SubAxis(name, 2, 2)]
+        else:
+            out.append(name)
+    return out
+
+
+def random_type(mesh: Mesh, rank: int, rng: random.Random, dtype: str = "f32") -> ShardingType:
+    dims: list[list[Axis]] = [[] for _ in range(rank)]
+    unred: list[Axis] = []
+    for u in _units(mesh, rng):
+        place = rng.randrange(rank + 2)
+        if place < rank:
+            dims[place].insert(rng.randrange(len(dims[place]) + 1), u)
+        elif place == rank:
+            unred.append(u)
+    return ShardingType((mesh.size,) * rank, dtype, [tuple(d) for d in dims], mesh, unred)
+
+
+def _unused(t: ShardingType, rng: random.Random) -> list[Axis]:
+    used = {a if isinstance(a, str) else a.name for a in t.used_axes()}
+    return [u for u in _units(t.mesh, rng) if (u if isinstance(u, str) else u.name) not in used]
+
+
+def _suffixes(axes: tuple[Axis, ...]) -> list[tuple[Axis, ...]]:
+    return [axes[i:] for i in range(len(axes))]
+
+
+def candidate_steps(t: ShardingType, kind: str, rng: random.Random) -> list[Step]:
+    """Steps of ``kind`` that may apply to ``t`` (the typing rule has the last word)."""
+    r = t.rank
+    free = _unused(t, rng)
+    subsets = [tuple(p) for n in (1, 2) for p in itertools.permutations(free, n)]
+    unred = list(t.sorted_unreduced())
+    usubsets = [tuple(p) for n in range(1, len(unred) + 1) for p in itertools.permutations(unred, n)]
+    out: list[Step] = []
+    if kind == "dynamic_slice":
+        out = [DynSlice(d, s) for d in range(r) for s in subsets]
+    elif kind == "all_gather":
+        out = [AllGather(d, s) for d in range(r) for s in _suffixes(t.dims[d])]
+    elif kind == "all_to_all":
+        out = [AllToAll(a, b, s) for a in range(r) for b in range(r) if a != b for s in _suffixes(t.dims[a])]
+    elif kind == "reduce_scatter":
+        out = [ReduceScatter(d, s) for d in range(r) for s in usubsets]
+    elif kind == "all_reduce":
+        out = [AllReduce(s) for s in usubsets]
+    elif kind == "discard":
+        out = [Discard(s) for s in subsets]
+    elif kind == "pad_unreduced":
+        out = [PadUnreduced(d, s) for d in range(r) for s in _suffixes(t.dims[d])]
+    elif kind in ("permute", "exchange"):
+        for _ in range(12):
+            t2 = random_type(t.mesh, r, rng, t.dtype)
+            if t2 == t:
+                continue
+            if kind == "permute":
+                if t2.local_shape == t.local_shape and t2.unreduced == t.unreduced:
+                    out.append(Permute(t2.dims))
+            else:
+                out.append(Exchange(t2.dims, t2.sorted_unreduced()))
+    return out
+
+
+def instances(mesh: Mesh, rank: int, kind: str, count: int, seed: int = 0,
+              tries: int = 60) -> list[tuple[Step, ShardingType, ShardingType]]:
+    """Up to ``count`` distinct valid ``(step, before, after)`` of ``kind`` (deterministic)."""
+    rng = random.Random(f"{seed}-{mesh}-{rank}-{kind}")
+    seen: set[tuple[Step, ShardingType]] = set()
+    out = []
+    for _ in range(tries):
+        try:
+            t = random_type(mesh, rank, rng)
+        except ShardingTypeError:
+            continue
+        cands = candidate_steps(t, kind, rng)
+        rng.shuffle(cands)
+        for s in cands:
+            if (s, t) in seen:
+                continue
+            try:
+                after = s.apply(t)
+            except StepError:
+                continue
+            seen.add((s, t))
+            out.append((s, t, after))
+            break
+        if len(out) >= count:
+            break
+    return out
+
+
+@dataclass
+class SweepResult:
+    proved: int = 0
+    undecided: list[str] = field(default_factory=list)
+    refuted: list[str] = field(default_factory=list)
+    known_bug: list[str] = field(default_factory=list)  # refuted, but sound if replicas agree (exchange.py)
+    by_kind: dict[str, int] = field(default_factory=dict)
+    meshes: int = 0
+    seconds: float = 0.0
+    missing: list[str] = field(default_factory=list)  # (mesh, rank, kind) with no valid instance
+
+    def summary(self) -> str:
+        kinds = ", ".join(f"{k} {self.by_kind.get(k, 0)}" for k in KINDS)
+        return (f"{self.proved} step instances proved sound on {self.meshes} meshes ({kinds}); "
+                f"undecided {len(self.undecided)}, refuted {len(self.refuted)} (of which {len(self.known_bug)} "
+                f"sound only if replicas hold equal partials); solver {self.seconds:.1f} s; "
+                f"{len(self.missing)} (mesh, rank, kind) without a valid instance")
+
+
+def sweep(meshes: Sequence[Mesh] | None = None, ranks: Sequence[int] = (1, 2, 3), per_kind: int = 1,
+          kinds: Sequence[str] = KINDS, timeout_ms: int = DEFAULT_TIMEOUT_MS, seed: int = 0) -> SweepResult:
+    res = SweepResult()
+    ms = list(all_meshes()) if meshes is None else list(meshes)
+    res.meshes = len(ms)
+    for mesh in ms:
+        for rank in ranks:
+            for kind in kinds:
+                got = instances(mesh, rank, kind, per_kind, seed)
+                if not got and not (kind == "all_to_all" and rank == 1):
+                    res.missing.append(f"{mesh} rank {rank} {kind}")
+                for step, before, after in got:
+                    o = prove_link(step, before, after, timeout_ms)
+                    res.seconds += o.seconds
+                    what = f"{step} on {before} -> {after} (mesh {mesh})"
+                    if o.status == "proved":
+                        res.proved += 1
+                        res.by_kind[kind] = res.by_kind.get(kind, 0) + 1
+                    elif o.status == "undecided":
+                        res.undecided.append(f"{what}: {o.reason}")
+                    else:
+                        res.refuted.append(f"{what}: {o.reason} {o.counterexample}")
+                        if prove_link(step, before, after, timeout_ms, replicas_agree=True).status == "proved":
+                            res.known_bug.append(what)
+    return res
+
+
+__all__ = ["KINDS", "SweepResult", "all_meshes", "candidate_steps", "instances", "random_type", "sweep"]

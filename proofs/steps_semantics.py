@@ -1,0 +1,210 @@
+"""What each step does to the data, as z3 terms (the model of ``redist.simulate``).
+
+``apply_step(step, arr, before, after, space)`` maps the model array ``arr`` (laid out as
+``before``) to the array after the step. The semantics are written from the step definitions of
+DESIGN.md section 3, the same way the NumPy simulator reads them: a step over several axes is one
+collective over the flattened group whose members are ordered by the mixed-radix number of their
+coordinates along the axes (major first), a device's index in its group is that number, and the
+``i``-th chunk of a dimension split ``g`` ways is the ``i``-th contiguous ``1/g`` of it.
+
+Only ``Permute`` and ``Exchange`` read the types: their semantics *is* the point-to-point schedule
+(``redist.exchange.schedule``) the executors run, taken at the plan's concrete shape and expressed
+in cells, so a wrong schedule is caught like a wrong step. Everything else follows from the step
+and the local extents the model tracks itself, so a plan whose recorded types lie is caught too.
+"""
+
+from __future__ import annotations
+
+import z3
+
+from proofs.errors import VerificationError
+from proofs.model import Arr, Dev, Index, Space, Term, mixed, set_mixed, size_of, spans_of
+from redist.steps import (
+    AllGather,
+    AllReduce,
+    AllToAll,
+    Discard,
+    DynSlice,
+    Exchange,
+    PadUnreduced,
+    Permute,
+    ReduceScatter,
+    Step,
+)
+from spmd_types import ShardingType
+
+
+def _with(idx: Index, d: int, q: Term) -> Index:
+    return idx[:d] + ((q, idx[d][1]),) + idx[d + 1:]
+
+
+def _split(step: Step, ext: int, g: int, dim: int) -> int:
+    if ext % g:
+        raise VerificationError(
+            "chain", f"{step}: local extent {ext} cells of dimension {dim} is not divisible by the group size {g}",
+            {"dimension": dim, "local_cells": ext, "group_size": g},
+        )
+    return ext // g
+
+
+def apply_step(step: Step, arr: Arr, before: ShardingType, after: ShardingType, sp: Space) -> Arr:
+    mesh = sp.mesh
+    if isinstance(step, (Permute, Exchange)):
+        return _p2p(step, arr, before, after, sp)
+    spans = spans_of(mesh, step.group_axes())
+    g = size_of(spans)
+    ext = arr.ext
+    src = arr.val
+
+    def gi(dev: Dev) -> Term:
+        return mixed(mesh, dev, spans)
+
+    def member(dev: Dev, j: Term) -> Dev:
+        return set_mixed(mesh, dev, spans, j)
+
+    if isinstance(step, DynSlice):
+        d = step.dim
+        e = _split(step, ext[d], g, d)
+        return Arr(ext[:d] + (e,) + ext[d + 1:],
+                   lambda dev, idx: src(dev, _with(idx, d, gi(dev) * e + idx[d][0])))
+    if isinstance(step, Discard):
+        return Arr(ext, lambda dev, idx: z3.If(gi(dev) == 0, src(dev, idx), 0))
+    if isinstance(step, PadUnreduced):
+        d, e = step.dim, ext[step.dim]
+
+        def pad(dev: Dev, idx: Index) -> Term:
+            q = idx[d][0]
+            return z3.If(q / e == gi(dev), src(dev, _with(idx, d, q - gi(dev) * e)), 0)
+
+        return Arr(ext[:d] + (e * g,) + ext[d + 1:], pad)
+    if isinstance(step, AllGather):
+        d, e = step.dim, ext[step.dim]
+
+        def gather(dev: Dev, idx: Index) -> Term:
+            q = idx[d][0]
+            j = q / e
+            return src(member(dev, j), _with(idx, d, q - j * e))
+
+        return Arr(ext[:d] + (e * g,) + ext[d + 1:], gather)
+    if isinstance(step, AllToAll):
+        s, t = step.src_dim, step.dst_dim
+        es = ext[s]
+        et = _split(step, ext[t], g, t)
+
+        def a2a(dev: Dev, idx: Index) -> Term:
+            q = idx[s][0]
+            j = q / es
+            inner = _with(_with(idx, s, q - j * es), t, gi(dev) * et + idx[t][0])
+            return src(member(dev, j), inner)
+
+        new = list(ext)
+        new[s], new[t] = es * g, et
+        return Arr(tuple(new), a2a)
+    if isinstance(step, AllReduce):
+        return Arr(ext, lambda dev, idx: z3.Sum([src(member(dev, j), idx) for j in range(g)]))
+    if isinstance(step, ReduceScatter):
+        d = step.dim
+        e = _split(step, ext[d], g, d)
+
+        def rs(dev: Dev, idx: Index) -> Term:
+            inner = _with(idx, d, gi(dev) * e + idx[d][0])
+            return z3.Sum([src(member(dev, j), inner) for j in range(g)])
+
+        return Arr(ext[:d] + (e,) + ext[d + 1:], rs)
+    raise VerificationError("chain", f"the proof model has no semantics for step {step!r}", {"step": str(step)})
+
+
+Rounds = list[tuple[bool, list[tuple[int, int, tuple[int, ...], tuple[int, ...]]]]]
+
+
+def p2p_rounds(step: Step, before: ShardingType, after: ShardingType, sp: Space) -> tuple[tuple[int, ...], Rounds]:
+    """The schedule of a ``Permute``/``Exchange`` in cells: the cell extents and, in order, every
+    round as ``(from_output, [(source, destination, source offset, destination offset)])``."""
+    from redist.exchange import schedule
+
+    mesh = sp.mesh
+    try:
+        sch = schedule(before, after)
+    except Exception as e:  # a schedule that cannot be built is a failed step
+        raise VerificationError("chain", f"{step}: no schedule {before} -> {after}: {e}", {"step": str(step)}) from None
+    unit = [n // L for n, L in zip(before.shape, sp.L)]  # the plan's concrete m_d
+
+    def to_q(off: object, d: int) -> int:
+        v = int(off)  # type: ignore[call-overload]
+        if v % unit[d]:
+            raise VerificationError("chain", f"{step}: schedule offset {v} is not a whole cell of dimension {d}",
+                                    {"dimension": d, "offset": v})
+        return v // unit[d]
+
+    cell = tuple(to_q(c, d) for d, c in enumerate(sch.cell))
+    rounds: Rounds = []
+    for r in sch.local_copies + sch.rounds:
+        pairs = r.pairs if r.pairs else [(d, d) for d in range(mesh.size) if r.recv_valid[d]]
+        items = []
+        for s, d in pairs:
+            so = tuple(to_q(r.send_offset[s][k], k) for k in range(sp.rank))
+            do = tuple(to_q(r.recv_offset[d][k], k) for k in range(sp.rank))
+            items.append((int(s), int(d), so, do))
+        rounds.append((bool(getattr(r, "from_output", False)), items))
+    return cell, rounds
+
+
+def device_coords(sp: Space, v: int) -> Dev:
+    return tuple(z3.IntVal(sp.mesh.coords(v)[n]) for n in sp.mesh.names)
+
+
+def p2p_cells(step: Step, arr: Arr, before: ShardingType, after: ShardingType, sp: Space, o: Index
+              ) -> tuple[tuple[int, ...], dict[tuple[int, tuple[int, ...]], Term]]:
+    """Run the schedule on the model, cell by cell: the value at offset ``o`` (symbolic, inside the
+    cell) of every destination cell ``(device, cell start)``, accumulated into zeros round by
+    round. A round is one ``ppermute``: every sender reads the state *before* the round (its old
+    block, or its new block for ``from_output`` rounds that forward completed sums)."""
+    cell, rounds = p2p_rounds(step, before, after, sp)
+    ext = sp.ext(after)
+    for _, items in rounds:
+        for _s, d, _so, do in items:
+            if any(do[k] % cell[k] or do[k] + cell[k] > ext[k] for k in range(sp.rank)):
+                raise VerificationError("chain", f"{step}: a scheduled cell at {list(do)} of device {d} is off the "
+                                        f"destination's cell grid", {"device": d, "local_cell": list(do)})
+    coords = {v: device_coords(sp, v) for v in range(sp.mesh.size)}
+    state: dict[tuple[int, tuple[int, ...]], Term] = {}
+    for from_output, items in rounds:
+        prev = dict(state)
+        for s, d, so, do in items:
+            if from_output:
+                if any(so[k] % cell[k] for k in range(sp.rank)):
+                    raise VerificationError("chain", f"{step}: a forwarded cell at {list(so)} of device {s} is off "
+                                            f"the cell grid", {"device": s, "local_cell": list(so)})
+                piece = prev.get((s, so), z3.IntVal(0))
+            else:
+                piece = arr.val(coords[s], tuple((so[k] + o[k][0], o[k][1]) for k in range(sp.rank)))
+            state[(d, do)] = state[(d, do)] + piece if (d, do) in state else piece
+    return cell, state
+
+
+def _p2p(step: Step, arr: Arr, before: ShardingType, after: ShardingType, sp: Space) -> Arr:
+    """The schedule as a function of a symbolic device and local index (``If`` over the cells)."""
+    mesh = sp.mesh
+    o = sp.index_vars("_cell")
+    cell, state = p2p_cells(step, arr, before, after, sp, o)
+    strides = []
+    w = 1
+    for _, n in reversed(mesh.axes):
+        strides.append(w)
+        w *= n
+    strides.reverse()
+
+    def val(dev: Dev, idx: Index) -> Term:
+        dev_id = z3.Sum([c * s for c, s in zip(dev, strides)])
+        out: Term = z3.IntVal(0)
+        for (d, off), term in state.items():
+            inside = z3.And([dev_id == d] + [z3.And(idx[k][0] >= off[k], idx[k][0] < off[k] + cell[k])
+                                             for k in range(sp.rank)])
+            subs = [(o[k][0], idx[k][0] - off[k]) for k in range(sp.rank)] + [(o[k][1], idx[k][1]) for k in range(sp.rank)]
+            out = z3.If(inside, z3.substitute(term, *subs) if subs else term, out)
+        return out
+
+    return Arr(sp.ext(after), val)
+
+
+__all__ = ["apply_step", "device_coords", "p2p_cells", "p2p_rounds"]

@@ -1,0 +1,83 @@
+"""Plan certificates: examples, Plan.verify / CLI, and the synthesizer's exhaustive pairs (sampled by
+default, all 18,580 under HYPOTHESIS_PROFILE=thorough)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from conftest import THOROUGH
+
+import proofs
+from benchmarks.proofs_bench import MESHES, RANKS, exhaustive_pairs
+from proofs import Certificate, VerificationError, verify_plan
+from redist import redistribute
+from spmd_types import Mesh
+
+M24 = Mesh({"x": 2, "y": 4})
+
+
+@pytest.mark.parametrize("src,dst", [
+    ("f32[512@(x,y),128]", "f32[512,128@(y,x)]"),
+    ("f32[2048@x,2048@y]", "f32[2048@y,2048@x]"),
+    ("f32[4096@y]", "f32[4096@x]"),
+    ("f32[2048@x,1024]{U:y}", "f32[2048@(x,y),1024]"),
+    ("bf16[64,32]{U:(x,y)}", "bf16[64@y,32@x]"),
+    ("f32[16@x,8]", "f32[16,8]{U:y}"),
+])
+def test_examples_certified(src: str, dst: str) -> None:
+    plan = redistribute(src, dst, M24)
+    cert = plan.verify()
+    assert isinstance(cert, Certificate) and cert.ok and cert.recv_at_bound
+    assert {p.name for p in cert.properties} == {"chain", "memory", "recv"}
+    assert len(cert.links) >= len(plan.steps) and cert.solver_seconds > 0
+    text = str(cert)
+    assert "all properties proved" in text and "m0" in cert.lower_bound_bytes
+
+
+def test_empty_plan_is_certified() -> None:
+    plan = redistribute("f32[8@x]", "f32[8@x]", M24)
+    assert plan.steps == () and verify_plan(plan).ok
+
+
+def test_cli_verify_and_budget(capsys: pytest.CaptureFixture[str]) -> None:
+    from redist_cli import main
+
+    assert main(["verify", "f32[64@x,64@y]", "f32[64@y,64@x]", "--mesh", "x=2,y=4"]) == 0
+    assert "all properties proved" in capsys.readouterr().out
+    assert main(["budget", "f32[64@x,64@y]", "f32[64@y,64@x]", "--mesh", "x=2,y=4", "--bytes", "100"]) == 1
+    assert "counterexample" in capsys.readouterr().out
+    assert main(["budget", "f32[64@x,64@y]", "f32[64@y,64@x]", "--mesh", "x=2,y=4", "--bytes", "1e6"]) == 0
+
+
+def _pairs() -> list:  # type: ignore[type-arg]
+    pairs = list(exhaustive_pairs(MESHES, RANKS))
+    if THOROUGH:
+        return pairs
+    return random.Random(4).sample(pairs, 150)
+
+
+def test_exhaustive_pairs_certified() -> None:
+    """Every plan is certified, except those hitting the known exchange bug (replicated partials,
+    see test_proofs_negative.py): those must be certified under ``replicas_agree=True``."""
+    known_bug = 0
+    n = 0
+    for a, b in _pairs():
+        plan = redistribute(a, b)
+        try:
+            cert = verify_plan(plan)
+        except VerificationError as e:
+            assert e.prop == "chain", f"{a} -> {b}: {e}"
+            assert verify_plan(plan, replicas_agree=True).ok, f"{a} -> {b}: {e}"
+            known_bug += 1
+            continue
+        assert cert.ok, f"{a} -> {b}: {cert}"
+        n += 1
+    assert n > 0
+    print(f"certified {n}, known exchange bug {known_bug}")
+
+
+def test_registered_with_redist() -> None:
+    import redist.plan
+
+    assert redist.plan._VERIFIER == [proofs.verify_plan]
