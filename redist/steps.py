@@ -9,11 +9,12 @@ several axes is one collective over the flattened group (major-to-minor order of
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import ClassVar
 
 from redist.atoms import Atom, atoms_of_axes, dims_atoms, from_atoms, unreduced_atoms
 from redist.errors import StepError
-from spmd_types import Axis, ShardingType, ShardingTypeError
+from spmd_types import Axis, Mesh, ShardingType, ShardingTypeError
 from spmd_types.mesh import format_axis
 
 
@@ -221,11 +222,17 @@ class PadUnreduced(Step):
 
 def _target(step: Permute | Exchange, t: ShardingType) -> ShardingType:
     unreduced = getattr(step, "unreduced", None)
+    u = t.unreduced if unreduced is None else frozenset(unreduced)
     try:
-        out = ShardingType(t.shape, t.dtype, step.dims, t.mesh, t.unreduced if unreduced is None else unreduced)
+        return _validated(t.shape, t.dtype, step.dims, t.mesh, u)
     except ShardingTypeError as e:
         raise StepError(f"{step} on {t}: {e}") from None
-    return out
+
+
+@lru_cache(maxsize=8192)
+def _validated(shape: tuple, dtype: str, dims: tuple, mesh: Mesh, unreduced: frozenset) -> ShardingType:  # type: ignore[type-arg]
+    """The planner asks for the same destination type many times per plan: validate it once."""
+    return ShardingType(shape, dtype, dims, mesh, unreduced)
 
 
 @dataclass(frozen=True)

@@ -28,8 +28,10 @@ import math
 from functools import lru_cache
 
 from redist.atoms import Atom, atom_axis, dims_atoms, unreduced_atoms
+from redist.bounds import lower_bound_bytes
 from redist.cost import DEFAULT_COST_MODEL, CostModel
 from redist.errors import RedistError, StepError
+from redist.measure import measure
 from redist.plan import Plan
 from redist.steps import (
     AllGather,
@@ -191,9 +193,9 @@ def _merge(src: ShardingType, steps: list[Step], cm: CostModel) -> tuple[Step, .
                 except StepError:
                     ok = False
                 if ok:
-                    pa = Plan.build(before, (prev, s), cm)
-                    pf = Plan.build(before, (fused,), cm)
-                    if pf.time_s <= pa.time_s * (1 + 1e-12) + 1e-18:
+                    mid = types[-1]
+                    split = measure(prev, before, mid, cm).time_s + measure(s, mid, after, cm).time_s
+                    if measure(fused, before, after, cm).time_s <= split * (1 + 1e-12) + 1e-18:
                         out[-1] = fused
                         types[-1] = after
                         continue
@@ -321,6 +323,7 @@ def _key(p: Plan) -> tuple[float, float, int, int, int]:
     return (round(p.recv_bytes, 6), round(p.time_s, 15), p.n_collectives, n_p2p, len(p.steps))
 
 
+@lru_cache(maxsize=4096)
 def _exchange_floor(cur: ShardingType, dst: ShardingType, cm: CostModel) -> tuple[float, float]:
     """Optimistic (recv, time) of an exchange ``cur -> dst`` without building its schedule: it
     receives at least the lower bound, and its busiest device needs one round per missing cell."""
@@ -339,7 +342,7 @@ def synthesize(src: ShardingType, dst: ShardingType, cm: CostModel = DEFAULT_COS
         return Plan(src, dst, (), (), cm)
     bound = max(src.local_bytes, dst.local_bytes)
     best: Plan | None = None
-    exchanges: list[tuple[tuple[float, float], Plan]] = []
+    exchanges: list[Plan] = []
     seen: set[tuple[Step, ...]] = set()
 
     def consider(p: Plan) -> None:
@@ -355,9 +358,22 @@ def synthesize(src: ShardingType, dst: ShardingType, cm: CostModel = DEFAULT_COS
             if prefix.dst == dst or steps[:k] in seen:
                 continue
             seen.add(steps[:k])
-            exchanges.append((_add(prefix, _exchange_floor(prefix.dst, dst, cm)), prefix))
-    for floor, prefix in sorted(exchanges, key=lambda e: e[0]):
-        if best is not None and floor > (round(best.recv_bytes, 6), round(best.time_s, 15)):
+            exchanges.append(prefix)
+    # Prune by floors, cheapest first: any plan receives at least the source's lower bound, and an
+    # exchange costs at least one latency; then the exchange's own optimistic (bytes, time).
+    floor_all = lower_bound_bytes(src, dst) if not (src.unreduced or dst.unreduced) else 0.0
+    lat = min([cm.latency_s, *(v for _, v in cm.axis_latency_s)])
+
+    def beaten(floor: tuple[float, float]) -> bool:
+        return best is not None and floor > (round(best.recv_bytes, 6), round(best.time_s, 15))
+
+    ranked = []
+    for prefix in exchanges:
+        cheap = (round(max(prefix.recv_bytes, floor_all), 6), round(prefix.time_s + lat, 15))
+        if not beaten(cheap):
+            ranked.append((_add(prefix, _exchange_floor(prefix.dst, dst, cm)), prefix))
+    for floor, prefix in sorted(ranked, key=lambda e: e[0]):
+        if beaten(floor):
             break
         new_u = dst.sorted_unreduced() if dst.unreduced != prefix.dst.unreduced else None
         try:

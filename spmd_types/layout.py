@@ -21,12 +21,15 @@ def _coord_table(mesh: Mesh) -> np.ndarray:
     return table
 
 
+@lru_cache(maxsize=4096)
 def axis_coords(mesh: Mesh, a: Axis) -> np.ndarray:
     """Coordinate along (sub-)axis ``a`` of every device, as an int64 vector."""
     name, pre, size = mesh.span(a)
     n = mesh.axis_size(name)
     full = _coord_table(mesh)[:, mesh.position(name)]
-    return (full // (n // (pre * size))) % size
+    out = (full // (n // (pre * size))) % size
+    out.setflags(write=False)  # cached: shared by every caller
+    return out
 
 
 def block_indices(t: ShardingType) -> np.ndarray:
@@ -51,9 +54,9 @@ def block_bounds(t: ShardingType) -> np.ndarray:
 def overlap_elements(a: ShardingType, b: ShardingType) -> np.ndarray:
     """Per device: number of elements in both its block of ``a`` and its block of ``b``."""
     ba, bb = block_bounds(a), block_bounds(b)
-    lo = np.maximum(ba[..., 0], bb[..., 0])
-    hi = np.minimum(ba[..., 1], bb[..., 1])
-    return np.prod(np.clip(hi - lo, 0, None), axis=-1)
+    width = np.minimum(ba[..., 1], bb[..., 1]) - np.maximum(ba[..., 0], bb[..., 0])
+    np.maximum(width, 0, out=width)
+    return width.prod(axis=-1)
 
 
 def reduction_group_coords(t: ShardingType) -> np.ndarray:

@@ -69,6 +69,7 @@ class Mesh:
 
     axes: tuple[tuple[str, int], ...]
     _index: Mapping[str, int] = field(init=False, repr=False, compare=False, hash=False)
+    _spans_ok: set[SubAxis] = field(init=False, repr=False, compare=False, hash=False)
 
     def __init__(self, axes: Mapping[str, int] | Iterable[tuple[str, int]]) -> None:
         if isinstance(axes, Mapping):
@@ -100,6 +101,7 @@ class Mesh:
             sizes.append(n)
         object.__setattr__(self, "axes", tuple((str(n), s) for (n, _), s in zip(items, sizes)))
         object.__setattr__(self, "_index", seen)
+        object.__setattr__(self, "_spans_ok", set())  # validated sub-axes (memo; not part of equality)
 
     # -- basic queries -------------------------------------------------------------------------
     @property
@@ -127,6 +129,8 @@ class Mesh:
 
     def axis_size(self, a: Axis) -> int:
         """Size of a whole axis or a sub-axis (validated against this mesh)."""
+        if isinstance(a, str) and a in self._index:
+            return self.axes[self._index[a]][1]  # hot path: planners ask this constantly
         if isinstance(a, str):
             return self.axes[self.position(a)][1]
         self.check_subaxis(a)
@@ -150,7 +154,14 @@ class Mesh:
         """(axis name, pre, size) of ``a`` as a factor of its mesh axis; a whole axis is (name, 1, N)."""
         if isinstance(a, str):
             return (a, 1, self.axis_size(a))
+        try:
+            if a in self._spans_ok:
+                return (a.name, a.pre, a.size)
+        except TypeError:  # an unhashable field: let check_subaxis name the problem
+            pass
         self.check_subaxis(a)
+        if isinstance(a.pre, int) and isinstance(a.size, int):
+            self._spans_ok.add(a)
         return (a.name, int(a.pre), int(a.size))
 
     # -- device ids <-> coordinates (row-major) -----------------------------------------------------

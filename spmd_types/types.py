@@ -59,6 +59,8 @@ def _axis_refs(mesh: Mesh, spec: object, where: str) -> tuple[Axis, ...]:
 def canonical_axes(mesh: Mesh, axes: Sequence[Axis]) -> tuple[Axis, ...]:
     """Merge adjacent sub-axes of one axis that are consecutive (major then minor); a sub-axis
     covering its whole axis becomes the axis name; size-1 sub-axes of larger axes are dropped."""
+    if all(isinstance(a, str) for a in axes):
+        return tuple(axes)  # whole axes: nothing to merge (duplicates are rejected elsewhere)
     out: list[tuple[str, int, int]] = []
     for a in axes:
         if _is_trivial(mesh, a):

@@ -1,0 +1,21 @@
+"""``redist bench-plan``: the synthesizer's planning time and its gap to the exhaustive search."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+
+def register(sub: Any, handlers: dict[str, Any]) -> None:
+    p = sub.add_parser("bench-plan", help="planning time (cold cache) and optimality gap to the search")
+    p.add_argument("--pairs", type=int, default=500)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--gap-pairs", type=int, default=150)
+    handlers["bench-plan"] = _run
+
+
+def _run(args: argparse.Namespace) -> int:
+    from benchmarks.planning import main
+
+    print(main(args.pairs, args.seed, args.gap_pairs))
+    return 0
