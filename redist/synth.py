@@ -163,16 +163,35 @@ class _Greedy:
         raise RedistError(f"synthesizer did not converge from {self.t}")  # pragma: no cover
 
     def relabel(self) -> list[list[Atom]] | None:
-        """Replace atoms to be removed by wanted atoms of equal size, in place (a ``Permute``)."""
+        """Replace atoms to be removed by wanted atoms of equal size, in place (a ``Permute``).
+
+        A wanted atom may still sit in another dimension's removable tail; that spot takes an
+        atom displaced by the replacement instead (it is going to be removed anyway)."""
         new = [list(d) for d in self.dims]
+        placed: set[Atom] = set()
+        displaced: list[Atom] = []
         for i, d in enumerate(self.dims):
-            p = self.plen(i)
-            k = p
+            k = self.plen(i)
             while k < len(d) and k < len(self.D[i]) and d[k][2] == self.D[i][k][2]:
+                if d[k] != self.D[i][k]:
+                    displaced.append(d[k])
+                    placed.add(self.D[i][k])
                 new[i][k] = self.D[i][k]
                 k += 1
+        if new == self.dims:
+            return None
+        fixed = set()
+        for i, d in enumerate(new):
+            for k in range(len(d)):
+                if d[k] in placed and self.dims[i][k] == d[k] and k >= self.plen(i):
+                    # a removable spot still holding an atom that now sits where it is wanted
+                    swap = next((a for a in displaced if a[2] == d[k][2] and a not in fixed), None)
+                    if swap is None:
+                        return None
+                    fixed.add(swap)
+                    d[k] = swap
         flat = [a for d in new for a in d]
-        if new == self.dims or len(flat) != len(set(flat)) or set(flat) & self.unred:
+        if len(flat) != len(set(flat)) or set(flat) & self.unred:
             return None
         return new
 
