@@ -7,7 +7,11 @@ changes are planned by ``redist``, and can ``explain()`` and ``simulate()`` the 
 
 from partir_core.api import Analysis, Partitioned, analyze, partition
 from partir_core.errors import (
-    AxisUsedTwiceError, IndivisibleDimError, PartitionError, TacticError, UnknownInputError,
+    AxisUsedTwiceError,
+    IndivisibleDimError,
+    PartitionError,
+    TacticError,
+    UnknownInputError,
     UnknownPrimitiveError,
 )
 from partir_core.simulate import Simulation, hlo_collectives, simulate

@@ -6,8 +6,9 @@ arrays or ``jax.ShapeDtypeStruct``s), cached per input signature like ``jax.jit`
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from partir_core.ir import Program, trace
 from partir_core.lower import Lowered, compile_lowered, lower

@@ -7,7 +7,8 @@ bookkeeping) independently of the ``shard_map`` emitter and of the JAX collectiv
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -69,9 +70,9 @@ def emulate(low: Lowered, leaves: Sequence[Any]) -> list[np.ndarray]:
             env[(mv.value, mv.dst)] = _move(mv, env[(mv.value, mv.src)])
         args: list[Any] = []
         stacked: list[bool] = []
-        for a, t in zip(st.op.inputs, st.in_types):
-            if isinstance(a, Value) and t is not None:
-                args.append(np.stack(env[(a.id, t)]))
+        for a, ta in zip(st.op.inputs, st.in_types):
+            if isinstance(a, Value) and ta is not None:
+                args.append(np.stack(env[(a.id, ta)]))
                 stacked.append(True)
             else:
                 args.append(a.array())  # type: ignore[union-attr]

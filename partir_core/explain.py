@@ -25,7 +25,7 @@ def _move(mv: Move, names: dict[int, str]) -> list[str]:
     return out
 
 
-def explain(a: "Analysis") -> str:
+def explain(a: Analysis) -> str:
     prog, low = a.program, a.lowered
     names = prog.names()
     lines = [f"partitioned over mesh {low.mesh}: {len(prog.ops)} ops, {len(prog.inputs)} inputs"]
@@ -79,6 +79,7 @@ def explain(a: "Analysis") -> str:
                  f"received {sim.recv_bytes:,.0f} B; communication {sim.comm_time_s * 1e6:.1f} us")
     counts = ", ".join(f"{k} x{n}" for k, n in sorted(sim.counts().items())) or "none"
     lines.append(f"  collectives: {counts}")
-    for c in sim.collectives:
-        lines.append(f"    {c.kind:<15} {c.recv_bytes:>10,.0f} B {c.time_s * 1e6:>8.1f} us  {c.reason}: {c.src} -> {c.dst}")
+    for col in sim.collectives:
+        lines.append(f"    {col.kind:<15} {col.recv_bytes:>10,.0f} B {col.time_s * 1e6:>8.1f} us  "
+                     f"{col.reason}: {col.src} -> {col.dst}")
     return "\n".join(lines)

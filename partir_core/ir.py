@@ -8,8 +8,9 @@ only primitives, and dead code is dropped so unused values never force a collect
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import jax
 import numpy as np

@@ -16,11 +16,10 @@ emitter executes, so predicted and emitted collectives cannot drift apart.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, Callable, Sequence
-
-import numpy as np
+from typing import Any
 
 from partir_core.errors import PartitionError
 from partir_core.ir import Const, Op, Program, Value
@@ -130,8 +129,9 @@ class _Planner:
 
     def _candidates(self, op: Op, rule: Rule, produced: list[ShardingType | None]
                     ) -> list[tuple[str, dict[int, tuple[str, ...]]]]:
-        res = [(d, self.layouts[v.id]) for v, d in zip(op.outputs, rule.results)]
-        ins = [(d, t.dims) for d, t in zip(rule.operands, produced) if t is not None]
+        res: list[tuple[Any, Layout]] = [(d, self.layouts[v.id]) for v, d in zip(op.outputs, rule.results)]
+        ins: list[tuple[Any, Layout]] = [(d, t.dims) for d, t in zip(rule.operands, produced)  # type: ignore[misc]
+                                         if t is not None]
         idx = [i for i, t in enumerate(produced) if t is not None]
         cands = [("result-led", self._gather_assign(rule, res + ins, len(res))),
                  ("operand-led", self._gather_assign(rule, ins + res, 0))]
@@ -264,9 +264,10 @@ def lower(program: Program, mesh: Mesh, rules: Sequence[Rule], layouts: dict[int
         pl.avail[cid] = [t]
     steps = tuple(pl.step(op) for op in program.ops)
     out_moves, out_types = [], []
-    for v, path in zip(program.outputs, program.output_paths):
-        if not isinstance(v, Value):
-            raise PartitionError(f"output {path} is the literal {v}; return an array instead")
+    for o, path in zip(program.outputs, program.output_paths):
+        if not isinstance(o, Value):
+            raise PartitionError(f"output {path} is the literal {o}; return an array instead")
+        v = o
         dst = _type(v, layouts[v.id], mesh)
         if dst not in pl.avail[v.id]:
             src, _ = pl._best_src(v, dst)
@@ -313,7 +314,7 @@ def body_fn(low: Lowered) -> Callable[..., tuple[Any, ...]]:
         for st in low.steps:
             for mv in st.moves:
                 env[(mv.value, mv.dst)] = apply_local(mv.plan, env[(mv.value, mv.src)])
-            args = [env[(a.id, t)] if isinstance(a, Value) else a.array()
+            args = [env[(a.id, t)] if isinstance(a, Value) and t is not None else a.array()  # type: ignore[union-attr]
                     for a, t in zip(st.op.inputs, st.in_types)]
             for v, t, o in zip(st.op.outputs, st.out_types, _run_op(st, args)):
                 env[(v.id, t)] = o

@@ -16,8 +16,8 @@ earlier tactic (and what it propagated) is never silently undone by a later one.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from partir_core.ir import Op, Program, Value
 from partir_core.rules import NOSHARD, Dims, Rule
@@ -92,7 +92,7 @@ def factor_axes(mesh: Mesh, rule: Rule, dims: Dims, layout: Layout) -> dict[int,
 def layout_from_factors(mesh: Mesh, rule: Rule, dims: Dims, shape: Sequence[int],
                         assign: dict[int, tuple[str, ...]]) -> Layout | None:
     out = []
-    for fs, n in zip(dims, shape):
+    for fs in dims:
         axes = compose(mesh, [assign.get(f, ()) for f in fs], [rule.factors[f].size for f in fs])
         if axes is None:
             return None

@@ -23,8 +23,9 @@ them; ``"one"`` ops (mul, dot_general, the numerator of div) are linear in each 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from partir_core.errors import UnknownPrimitiveError
 from partir_core.ir import Op
@@ -304,7 +305,7 @@ def _gather(op: Op) -> Rule:
     pass through; the indexed operand dims stay whole."""
     b = _RB(op)
     dn = op.params["dimension_numbers"]
-    operand, idx = op.inputs[0].shape, op.inputs[1].shape
+    operand = op.inputs[0].shape
     out = op.outputs[0].shape
     if dn.operand_batching_dims:
         return b.build()
@@ -323,7 +324,7 @@ def _scatter_add(op: Op) -> Rule:
     summed into the operand, so sharding them leaves the result unreduced (operand must be too)."""
     b = _RB(op)
     dn = op.params["dimension_numbers"]
-    operand, idx, upd = op.inputs[0].shape, op.inputs[1].shape, op.inputs[2].shape
+    operand, upd = op.inputs[0].shape, op.inputs[2].shape
     if dn.operand_batching_dims:
         return b.build()
     window_src = [d for d in range(len(operand)) if d not in dn.inserted_window_dims]
@@ -342,8 +343,14 @@ def _replicate(op: Op) -> Rule:
 
 RuleFn = Callable[[Op], Rule]
 RULES: dict[str, RuleFn] = {name: _elementwise for name in _ELEMENTWISE}
-RULES.update({n: (lambda lin: (lambda op: _elementwise(op, lin, "all")))(lin) for n, lin in _LINEAR_ALL.items()})
-RULES.update({n: (lambda lin: (lambda op: _elementwise(op, lin, "one")))(lin) for n, lin in _LINEAR_ONE.items()})
+
+
+def _linear(lin: tuple[int, ...], kind: str) -> RuleFn:
+    return lambda op: _elementwise(op, lin, kind)
+
+
+RULES.update({n: _linear(lin, "all") for n, lin in _LINEAR_ALL.items()})
+RULES.update({n: _linear(lin, "one") for n, lin in _LINEAR_ONE.items()})
 RULES.update({
     "convert_element_type": _convert, "select_n": _select_n, "broadcast_in_dim": _broadcast_in_dim,
     "reshape": _reshape, "transpose": _transpose, "dot_general": _dot_general,

@@ -113,19 +113,19 @@ def simulate(low: Lowered) -> Simulation:
             last[(mv.value, mv.src)] = i
             born.setdefault((mv.value, mv.dst), i)
             colls += _collectives(mv)
-        for a, t in zip(st.op.inputs, st.in_types):
-            if isinstance(a, Value) and t is not None:
-                last[(a.id, t)] = i
-        for v, t in zip(st.op.outputs, st.out_types):
-            born[(v.id, t)] = i
+        for a, ta in zip(st.op.inputs, st.in_types):
+            if isinstance(a, Value) and ta is not None:
+                last[(a.id, ta)] = i
+        for r, tr in zip(st.op.outputs, st.out_types):
+            born[(r.id, tr)] = i
         flops += op_flops(st)
     for mv in low.out_moves:
         last[(mv.value, mv.src)] = end
         born.setdefault((mv.value, mv.dst), end)
         colls += _collectives(mv)
-    for v, t in zip(low.program.outputs, low.out_types):
-        if isinstance(v, Value):
-            last[(v.id, t)] = end
+    for o, t in zip(low.program.outputs, low.out_types):
+        if isinstance(o, Value):
+            last[(o.id, t)] = end
     delta = [0] * (end + 2)
     for key, b in born.items():
         size = key[1].local_bytes

@@ -10,8 +10,8 @@ never undoes an earlier one: asking for an axis a value already uses is an error
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
 
 from partir_core.errors import AxisUsedTwiceError, IndivisibleDimError, TacticError, UnknownInputError
 from partir_core.ir import Program, Value
@@ -91,6 +91,7 @@ class Shard:
 
     def __init__(self, target: str | Mapping[str, int], dim: int | None = None,
                  axis: str | Sequence[str] = "") -> None:
+        targets: tuple[tuple[str, int], ...]
         if isinstance(target, str):
             if dim is None:
                 raise TacticError(f"Shard({target!r}) needs dim=...")

@@ -19,12 +19,12 @@ MESH = Mesh({"data": 4, "model": 2})
 CASES = [(m, s) for m in ("mlp", "transformer") for s in S.applicable(m)]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _model(name: str) -> M.Model:
     return M.MODELS[name]()
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _reference(name: str) -> list[np.ndarray]:
     m = _model(name)
     return [np.asarray(x) for x in jax.tree_util.tree_leaves(jax.jit(m.step)(*m.args))]

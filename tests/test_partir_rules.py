@@ -6,12 +6,14 @@ it checks the rules and local parameters independently of the shard_map emitter.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from conftest import THOROUGH
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from jax import lax
@@ -22,8 +24,6 @@ from partir_core.lower import lower
 from partir_core.propagate import Propagator
 from partir_core.rules import RULES, rule_for
 from spmd_types import Mesh
-
-from conftest import THOROUGH
 
 pytestmark = pytest.mark.jax
 MESH = Mesh({"data": 4, "model": 2})

@@ -8,8 +8,14 @@ import numpy as np
 import pytest
 
 from partir_core import (
-    AxisUsedTwiceError, IndivisibleDimError, Pin, Shard, ShardParams, UnknownInputError,
-    UnknownPrimitiveError, partition,
+    AxisUsedTwiceError,
+    IndivisibleDimError,
+    Pin,
+    Shard,
+    ShardParams,
+    UnknownInputError,
+    UnknownPrimitiveError,
+    partition,
 )
 from partir_core.emulate import emulate
 from partir_core.models import mlp
