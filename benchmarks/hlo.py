@@ -75,6 +75,7 @@ class Collective:
     recv_bytes: float | None  # averaged over the module's devices; None if data-dependent
     operand_elements: int = 0
     recv_elements: float | None = None  # the same count in elements (dtype-independent)
+    groups_form: str = ""  # how the groups were spelled: explicit, iota, mesh, all, pairs
 
     @property
     def group_size(self) -> int:
@@ -365,6 +366,16 @@ def _mesh_replica_groups(text: str) -> tuple[tuple[int, ...], ...]:
     return tuple(tuple(d for _, d in sorted(members)) for members in groups.values())
 
 
+def groups_form(text: str) -> str:
+    """Which of XLA's spellings ``text`` uses (the same groups can run differently fast)."""
+    text = text.strip()
+    if text.startswith("mesh["):
+        return "mesh"
+    if text.startswith("["):
+        return "iota"
+    return "all" if text in ("", "{}") else "explicit"
+
+
 def parse_pairs(text: str) -> tuple[tuple[int, int], ...]:
     """``{{0,1},{1,0}}`` -> ((0, 1), (1, 0))."""
     return tuple((int(a), int(b)) for a, b in re.findall(r"\{\s*(\d+)\s*,\s*(\d+)\s*\}", text))
@@ -421,15 +432,20 @@ def parse_collectives(hlo_text: str, num_devices: int | None = None) -> HloColle
         if kind == "collective-permute":
             pairs = parse_pairs(_attr(ins.attrs, "source_target_pairs") or "")
             groups: tuple[tuple[int, ...], ...] = pairs
+            form = "pairs"
             recv = permute_recv_bytes(pairs, operand_bytes, num_devices)
             recv_el = permute_recv_bytes(pairs, elements, num_devices)
         else:
-            groups = parse_replica_groups(_attr(ins.attrs, "replica_groups") or "{}", num_devices)
+            text = _attr(ins.attrs, "replica_groups") or "{}"
+            groups = parse_replica_groups(text, num_devices)
+            form = groups_form(text)
             if kind != "ragged-all-to-all":
                 sizes = [len(g) for g in groups]
                 recv = ring_recv_bytes(kind, sizes, operand_bytes, num_devices)
                 recv_el = ring_recv_bytes(kind, sizes, elements, num_devices)
-        out.append(Collective(ins.name, kind, groups, operand_bytes, result_bytes, recv, elements, recv_el))
+        out.append(
+            Collective(ins.name, kind, groups, operand_bytes, result_bytes, recv, elements, recv_el, form)
+        )
     return HloCollectives(num_devices, tuple(out))
 
 

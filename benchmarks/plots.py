@@ -66,11 +66,16 @@ def plot_speedups(suite: SuiteResult, path: Path) -> Path:
             if not vals:
                 continue
             gm = math.exp(sum(map(math.log, vals)) / len(vals))
-            ax.hist(vals, bins=bins, alpha=0.6, label=f"{label} (geo-mean {gm:.2f}x)")
-            ax.axvline(gm, linestyle=":", linewidth=1.2)
+            _, _, patches = ax.hist(vals, bins=bins, alpha=0.6, label=f"{label} (geo-mean {gm:.2f}x)")
+            color = patches[0].get_facecolor() if len(patches) else None
+            ax.axvline(gm, linestyle=":", linewidth=1.5, color=color)
         ax.set_xscale("log", base=2)
+        from matplotlib.ticker import FuncFormatter, MaxNLocator
+
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}x"))
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     ax.axvline(1.0, color="black", linewidth=0.8, linestyle="--")
-    ax.set_xlabel("speedup = XLA time / redist time (log scale; > 1: redist faster)")
+    ax.set_xlabel("speedup = XLA time / redist time (log scale; > 1: redist faster; dotted: geo-means)")
     ax.set_ylabel("cases")
     ax.set_title("Wall-clock speedup over XLA, 8 simulated CPU devices")
     if all_vals:

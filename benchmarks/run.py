@@ -24,6 +24,7 @@ import numpy as np
 from benchmarks import our_side
 from benchmarks.arrays import check_output, make_input
 from benchmarks.cases import Case
+from benchmarks.hlo import HloCollectives
 from benchmarks.our_side import OurResult
 from benchmarks.random_pairs import PairSpec
 from benchmarks.timing import Timing, time_interleaved
@@ -290,11 +291,27 @@ def _why_slower(r: CaseResult) -> str:
             f"ours has more temporaries ({r.ours.memory.temp_bytes} vs {x.memory.temp_bytes} B: extra local copies)"
         )
     if not reasons:
-        reasons.append(
-            f"same or fewer bytes and collectives ({r.ours.collectives.summary()} vs "
-            f"{x.collectives.summary()}); the difference is in the local copies around them"
-        )
+        reasons.append(_same_traffic_reason(r.ours.collectives, x.collectives))
     return "; ".join(reasons)
+
+
+def _same_traffic_reason(ours: HloCollectives, xla: HloCollectives) -> str:
+    """Explain a slowdown at equal or better traffic as precisely as the HLO allows."""
+    key = lambda h: [(c.kind, c.groups, c.operand_elements) for c in h.collectives]
+    if key(ours) == key(xla):
+        forms = [(a.groups_form, b.groups_form) for a, b in zip(ours.collectives, xla.collectives)
+                 if a.groups_form != b.groups_form]
+        spelled = (
+            f"; only the replica-group spelling differs (ours {forms[0][0]}, XLA {forms[0][1]})" if forms else ""
+        )
+        return (
+            f"identical collectives ({xla.summary()}){spelled}: the gap is the CPU runtime's handling "
+            f"of the two programs, not traffic"
+        )
+    return (
+        f"same or fewer bytes and collectives ({ours.summary()} vs {xla.summary()}); "
+        f"the difference is in the local copies around them"
+    )
 
 
 def _fmt(v: float | None) -> str:
