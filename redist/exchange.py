@@ -74,19 +74,51 @@ Item = tuple[int, int, tuple[int, ...], tuple[int, ...]]
 
 
 def _colour(transfers: list[Item]) -> list[list[Item]]:
-    """Greedy bipartite edge colouring: each device sends and receives at most one cell a round."""
-    rounds: list[tuple[set[int], set[int], list[Item]]] = []
-    for tr in transfers:
-        s, d = tr[0], tr[1]
-        for senders, receivers, items in rounds:
-            if s not in senders and d not in receivers:
-                senders.add(s)
-                receivers.add(d)
-                items.append(tr)
-                break
-        else:
-            rounds.append(({s}, {d}, [tr]))
-    return [items for _, _, items in rounds]
+    """Bipartite edge colouring with the fewest rounds: max over devices of cells sent or
+    received (Konig). Each transfer takes a colour free at both ends; when the sender's free
+    colour ``a`` is busy at the receiver, the receiver's ``a``/``b`` alternating path is flipped
+    first (it cannot reach the sender in a bipartite graph), which frees ``a`` there."""
+    if not transfers:
+        return []
+    degree: dict[tuple[str, int], int] = {}
+    for s, d, _, _ in transfers:
+        degree[("s", s)] = degree.get(("s", s), 0) + 1
+        degree[("r", d)] = degree.get(("r", d), 0) + 1
+    n_col = max(degree.values())
+    at: dict[tuple[str, int], dict[int, int]] = {}  # vertex -> colour -> transfer index
+    colour = [-1] * len(transfers)
+    for e, (s, d, _, _) in enumerate(transfers):
+        u, v = ("s", s), ("r", d)
+        cu, cv = at.setdefault(u, {}), at.setdefault(v, {})
+        a = next(c for c in range(n_col) if c not in cu)
+        if a in cv:
+            b = next(c for c in range(n_col) if c not in cv)
+            # flip the path from v alternating a, b
+            path = []
+            x, c = v, a
+            while c in at.get(x, {}):
+                f = at[x][c]
+                path.append(f)
+                fs, fd = transfers[f][0], transfers[f][1]
+                x = ("r", fd) if x == ("s", fs) else ("s", fs)
+                c = b if c == a else a
+            for f in path:
+                fs, fd = transfers[f][0], transfers[f][1]
+                for w in (("s", fs), ("r", fd)):
+                    if at[w].get(colour[f]) == f:
+                        del at[w][colour[f]]
+            for f in path:
+                colour[f] = b if colour[f] == a else a
+                fs, fd = transfers[f][0], transfers[f][1]
+                at[("s", fs)][colour[f]] = f
+                at[("r", fd)][colour[f]] = f
+        colour[e] = a
+        cu[a] = e
+        cv[a] = e
+    rounds: list[list[Item]] = [[] for _ in range(n_col)]
+    for e, c in enumerate(colour):
+        rounds[c].append(transfers[e])
+    return [r for r in rounds if r]
 
 
 @lru_cache(maxsize=4096)

@@ -70,7 +70,13 @@ class Plan:
 
     @property
     def n_collectives(self) -> int:
-        return sum(1 for s, m in zip(self.steps, self.measures) if s.is_collective and m.rounds > 0)
+        """Collective ops the plan runs: one per typed collective, one per round of a point-to-point
+        step (each round is a ``collective-permute``), so typed collectives win honest ties."""
+        n = 0
+        for s, m in zip(self.steps, self.measures):
+            if s.is_collective and m.rounds > 0:
+                n += m.rounds if s.kind in ("exchange", "permute") else 1
+        return n
 
     def collectives(self) -> list[tuple[str, float, float]]:
         """(kind, recv_bytes, time_s) of every step that communicates."""
