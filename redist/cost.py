@@ -22,6 +22,19 @@ class CostModel:
     bandwidth_Bps: float = 50e9
     axis_latency_s: tuple[tuple[str, float], ...] = field(default=())
     axis_bandwidth_Bps: tuple[tuple[str, float], ...] = field(default=())
+    objective: str = "bytes"
+    """``"bytes"``: least received bytes, then least time (the synthesizer's contract: meet the
+    transfer bound). ``"time"``: least estimated time, then bytes (for compilers, where a few
+    latency-bound collectives on tiny arrays should not become many point-to-point rounds)."""
+
+    def __post_init__(self) -> None:
+        if self.objective not in ("bytes", "time"):
+            raise ValueError(f"objective must be 'bytes' or 'time', got {self.objective!r}")
+
+    def order(self, recv_bytes: float, time_s: float) -> tuple[float, float]:
+        """The comparison key of a plan's (bytes, time) under this objective."""
+        r, t = round(recv_bytes, 6), round(time_s, 15)
+        return (r, t) if self.objective == "bytes" else (t, r)
 
     @staticmethod
     def make(
@@ -29,6 +42,7 @@ class CostModel:
         bandwidth_Bps: float = 50e9,
         axis_latency_s: Mapping[str, float] | None = None,
         axis_bandwidth_Bps: Mapping[str, float] | None = None,
+        objective: str = "bytes",
     ) -> CostModel:
         for name, v in {**(axis_latency_s or {}), **(axis_bandwidth_Bps or {})}.items():
             if v <= 0:
@@ -37,6 +51,7 @@ class CostModel:
             latency_s, bandwidth_Bps,
             tuple(sorted((axis_latency_s or {}).items())),
             tuple(sorted((axis_bandwidth_Bps or {}).items())),
+            objective,
         )
 
     @staticmethod

@@ -337,9 +337,10 @@ def _atoms_of_name(t: ShardingType, name: str) -> tuple[Atom, ...]:
 
 
 def _key(p: Plan) -> tuple[float, float, int, int, int]:
-    """Least bytes, then least time, then fewest collectives; typed steps win the remaining ties."""
+    """Under the default objective least bytes, then least time (``CostModel.objective`` may swap
+    them), then fewest collectives; typed steps win the remaining ties."""
     n_p2p = sum(1 for s in p.steps if isinstance(s, Exchange))
-    return (round(p.recv_bytes, 6), round(p.time_s, 15), p.n_collectives, n_p2p, len(p.steps))
+    return (*p.cost_model.order(p.recv_bytes, p.time_s), p.n_collectives, n_p2p, len(p.steps))
 
 
 @lru_cache(maxsize=4096)
@@ -384,13 +385,13 @@ def synthesize(src: ShardingType, dst: ShardingType, cm: CostModel = DEFAULT_COS
     lat = min([cm.latency_s, *(v for _, v in cm.axis_latency_s)])
 
     def beaten(floor: tuple[float, float]) -> bool:
-        return best is not None and floor > (round(best.recv_bytes, 6), round(best.time_s, 15))
+        return best is not None and floor > cm.order(best.recv_bytes, best.time_s)
 
     ranked = []
     for prefix in exchanges:
-        cheap = (round(max(prefix.recv_bytes, floor_all), 6), round(prefix.time_s + lat, 15))
+        cheap = cm.order(max(prefix.recv_bytes, floor_all), prefix.time_s + lat)
         if not beaten(cheap):
-            ranked.append((_add(prefix, _exchange_floor(prefix.dst, dst, cm)), prefix))
+            ranked.append((_add(prefix, _exchange_floor(prefix.dst, dst, cm), cm), prefix))
     for floor, prefix in sorted(ranked, key=lambda e: e[0]):
         if beaten(floor):
             break
@@ -406,8 +407,8 @@ def synthesize(src: ShardingType, dst: ShardingType, cm: CostModel = DEFAULT_COS
     return best
 
 
-def _add(prefix: Plan, floor: tuple[float, float]) -> tuple[float, float]:
-    return (round(prefix.recv_bytes + floor[0], 6), round(prefix.time_s + floor[1], 15))
+def _add(prefix: Plan, floor: tuple[float, float], cm: CostModel) -> tuple[float, float]:
+    return cm.order(prefix.recv_bytes + floor[0], prefix.time_s + floor[1])
 
 
 @lru_cache(maxsize=4096)

@@ -122,3 +122,16 @@ def test_step_misuse_is_a_typed_error(step, text: str) -> None:  # type: ignore[
     with pytest.raises(StepError):
         step.apply(parse(text, XY))
     assert issubclass(StepError, ShardingTypeError)
+
+
+def test_time_objective_keeps_a_scalar_all_reduce() -> None:
+    """Bytes first (the contract) meets the unreduced bound with a reduce-then-forward exchange;
+    a compiler's time objective keeps the one all-reduce."""
+    mesh = Mesh({"data": 4, "model": 2})
+    by_bytes = redistribute("f32[]{U:data}", "f32[]", mesh)
+    by_time = redistribute("f32[]{U:data}", "f32[]", mesh, cost_model=CostModel(objective="time"))
+    assert by_bytes.recv_bytes == by_bytes.lower_bound_bytes == 5.0
+    assert [s.kind for s in by_time.steps] == ["all_reduce"] and by_time.recv_bytes == 6.0
+    assert by_time.time_s < by_bytes.time_s
+    with pytest.raises(ValueError, match="objective"):
+        CostModel(objective="latency")
