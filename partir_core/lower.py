@@ -25,7 +25,7 @@ from partir_core.errors import PartitionError
 from partir_core.ir import Const, Op, Program, Value
 from partir_core.propagate import Layout, factor_axes, layout_from_factors
 from partir_core.rules import CONTRACT, NOSHARD, PASS, Rule, local_params
-from redist import Plan, redistribute
+from redist import CostModel, Plan, redistribute
 from spmd_types import Mesh, ShardingType, ShardingTypeError
 
 
@@ -71,9 +71,14 @@ class Lowered:
         return [m for s in self.steps for m in s.moves] + list(self.out_moves)
 
 
+PARTITIONER_COST_MODEL = CostModel(objective="time")
+"""A compiler wants the fastest move, not the fewest bytes at any latency (a scalar loss must not
+become a many-round exchange to save a byte): inside programs redist minimises estimated time."""
+
+
 @lru_cache(maxsize=65536)
 def plan_move(src: ShardingType, dst: ShardingType) -> Plan:
-    return redistribute(src, dst)
+    return redistribute(src, dst, cost_model=PARTITIONER_COST_MODEL)
 
 
 def _cost(src: ShardingType, dst: ShardingType) -> float:
