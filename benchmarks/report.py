@@ -342,7 +342,7 @@ def write_report(suite: SuiteResult, out_dir: Path, plots: bool = True) -> list[
     md = out_dir / f"{stem}.md"
     js = out_dir / f"{stem}.json"
     md.write_text(render_markdown(suite))
-    js.write_text(json.dumps(render_json(suite), indent=1) + "\n")
+    js.write_text(json.dumps(render_json(suite), separators=(",", ":")) + "\n")  # compact: ~3 KB/case
     written = [md, js]
     if plots:
         from benchmarks.plots import write_plots

@@ -269,6 +269,11 @@ def _notes(r: CaseResult) -> tuple[str, ...]:
             notes.append(
                 f"bound mismatch: plan {_fmt(r.ours.lower_bound_bytes)} B vs benchmark {_fmt(r.overlap_bound_bytes)} B"
             )
+    if r.memory_cmp() == 1 and r.ours is not None and r.ours.memory is not None:
+        notes.append(
+            f"ours uses more temp memory: {r.ours.memory.temp_bytes:,} B vs XLA's {r.xla_best_temp:,} B "
+            f"(plan peak {r.ours.peak_bytes:,} B)"
+        )
     if r.timing is not None and r.timing.speedup < 1.0 and r.ours is not None and r.xla_primary is not None:
         notes.append("slower: " + _why_slower(r))
     return tuple(notes)
