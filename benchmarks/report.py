@@ -215,6 +215,7 @@ def render_markdown(suite: SuiteResult) -> str:
         "",
         METHOD,
         "",
+        *control_lines(suite),
         f"## Named cases ({len(suite.named)}; {_reps(suite.named, suite.reps_named, suite.budget_named_s)})",
         "",
         f"Reproduce: `{suite.command}`",
@@ -260,6 +261,18 @@ def _reps(results: Sequence[CaseResult], minimum: int, budget: float) -> str:
         return "not timed"
     extra = f" or {budget:g} s of runs" if budget else ""
     return f"timed runs per side: at least {minimum}{extra}, median {done[len(done) // 2]}"
+
+
+def control_lines(suite: SuiteResult) -> list[str]:
+    c = suite.control
+    if c is None:
+        return []
+    return [
+        f"Timing control: XLA's program for `{suite.control_case}` timed against itself the same way "
+        f"gives {c.speedup:.3f}x ({c.reps} runs per side; per-pair median {c.pair_ratio_median:.3f}x): "
+        f"ratios within a few percent of 1.0 are noise on this machine.",
+        "",
+    ]
 
 
 def notes_section(results: Sequence[CaseResult]) -> list[str]:
@@ -321,6 +334,7 @@ def render_json(suite: SuiteResult) -> dict[str, Any]:
         "wall_s": suite.wall_s,
         "ours_available": suite.ours_available,
         "reps": {"named": suite.reps_named, "random": suite.reps_random},
+        "control": {"case": suite.control_case, "timing": _jsonable(suite.control)},
         "budget_s": {"named": suite.budget_named_s, "random": suite.budget_random_s},
         "pair_spec": _jsonable(suite.pair_spec),
         "summary": {"named": _jsonable(summarize(suite.named)), "random": _jsonable(summarize(suite.random))},

@@ -172,6 +172,8 @@ class SuiteResult:
     budget_random_s: float
     wall_s: float
     ours_available: bool
+    control: Timing | None = None  # XLA's program timed against itself: the noise floor of a ratio
+    control_case: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -323,6 +325,23 @@ def _fmt(v: float | None) -> str:
     return "n/a" if v is None else f"{v:,.0f}"
 
 
+def timing_control(case: Case, reps: int, budget_s: float) -> Timing | None:
+    """Time XLA's program for ``case`` against itself, exactly as the two sides are timed.
+
+    Why: on a shared machine a ratio of 1.05 can be noise; this A/A ratio, printed in the report,
+    shows how far from 1.0 identical programs land under the same conditions.
+    """
+    try:
+        auto_mesh, explicit_mesh = jax_meshes(case.mesh)
+        src, dst = case.src_type, case.dst_type
+        fn, mesh_used = xla_programs(src, dst, auto_mesh, explicit_mesh)["out_shardings"]
+        x = make_input(src, mesh_used)[0]
+        compiled = fn.lower(x).compile()
+        return time_interleaved(compiled, x, compiled, x, reps=reps, budget_s=budget_s)
+    except Exception:  # the control is informative only; never fail the suite for it
+        return None
+
+
 # -- the suite ----------------------------------------------------------------------------------------
 class Progress:
     """A dependency-free progress bar on stderr (one line per step when stderr is not a TTY)."""
@@ -356,6 +375,8 @@ def run_suite(
 ) -> SuiteResult:
     """Run every case (named first, then random pairs) and collect a ``SuiteResult``."""
     start = time.perf_counter()
+    first = (list(named) + list(random))[:1]
+    control = timing_control(first[0], reps_named, budget_named_s) if first else None
     bar = Progress(len(named) + len(random)) if progress else None
     out: dict[str, list[CaseResult]] = {"named": [], "random": []}
     groups = (("named", named, reps_named, budget_named_s), ("random", random, reps_random, budget_random_s))
@@ -379,4 +400,6 @@ def run_suite(
         budget_random_s=budget_random_s,
         wall_s=time.perf_counter() - start,
         ours_available=with_ours and our_side.available() and our_side.executor_available(),
+        control=control,
+        control_case=first[0].name if first else "",
     )
