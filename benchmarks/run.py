@@ -7,6 +7,7 @@ imported; ``redist bench`` does that, library users must do it themselves.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import os
 import platform
@@ -211,9 +212,7 @@ def run_case(
 
 
 def _replace(r: CaseResult, **changes: Any) -> CaseResult:
-    from dataclasses import replace
-
-    return replace(r, **changes)
+    return dataclasses.replace(r, **changes)
 
 
 def _run_case(
@@ -240,7 +239,11 @@ def _run_case(
     )
     if not (with_ours and our_side.available()):
         return _replace(result, notes=_notes(result))
-    ours, compiled_ours = our_side.measure_ours(src, dst, x_explicit)
+    try:
+        ours, compiled_ours = our_side.measure_ours(src, dst, x_explicit)
+    except Exception as e:  # keep XLA's measurements; our failure is the case's error
+        err = traceback.format_exception_only(type(e), e)[-1].strip()
+        return _replace(result, error=f"ours: {err}", notes=_notes(result))
     if compiled_ours is None:  # planner only, no executor yet
         result = _replace(result, ours=ours)
         return _replace(result, notes=(*_notes(result), "ours: plan only (redist.executor not available)"))

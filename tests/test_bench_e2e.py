@@ -92,3 +92,14 @@ def test_cli_bench(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     md = next(tmp_path.glob("*.md")).read_text()
     assert "redist bench --cases rank1_order_swap --pairs 1 --reps 2" in md
     assert "rank1_order_swap" in md and "rand000" in md
+
+
+def test_our_failure_keeps_xla_results(monkeypatch: pytest.MonkeyPatch) -> None:
+    def boom(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("planner exploded")
+
+    monkeypatch.setattr(our_side, "available", lambda: True)
+    monkeypatch.setattr(our_side, "measure_ours", boom)
+    r = run_case(GATHER, reps=2)
+    assert r.error == "ours: RuntimeError: planner exploded"
+    assert r.xla_best_bytes == 1024 and r.ours is None and not r.ok
