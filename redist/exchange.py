@@ -17,7 +17,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from redist.atoms import unreduced_atoms
+from redist.atoms import atoms_of, dims_atoms, unreduced_atoms
 from redist.errors import StepError
 from redist.groups import atoms_index, group_key
 from spmd_types import ShardingType
@@ -125,7 +125,8 @@ def _colour(transfers: list[Item]) -> list[list[Item]]:
 def schedule(old: ShardingType, new: ShardingType) -> Schedule:
     """Cells each device adds into its new block, locally or from a peer.
 
-    Unreduced axes of ``old`` that ``new`` keeps move partial by partial. Those ``new`` drops are
+    Unreduced axes of ``old`` that ``new`` keeps move partial by partial, all partials of a cell
+    from one replica (replicas may hold different decompositions of the same value). Those ``new`` drops are
     summed at one *root* per element (a target that holds a partial, if any): it receives one cell
     per partial it lacks, then forwards the sum to the element's other targets, which is the
     ``(k-1) + (|T|-1)`` message bound of ``redist.bounds``. Axes ``new`` adds are provided by one
@@ -144,9 +145,16 @@ def schedule(old: ShardingType, new: ShardingType) -> Schedule:
     ob, nb = block_bounds(old)[..., 0], block_bounds(new)[..., 0]
     kap, part = atoms_index(mesh, kept), atoms_index(mesh, reduced)
     gkey, gidx = group_key(mesh, fresh), atoms_index(mesh, fresh)
+    # An unreduced source promises only that each replica's partials sum to the value: replicas
+    # (coordinates along the axes the source does not use) may hold different decompositions, so
+    # every partial of one cell must come from one replica.
+    used = set(ua) | {a for d in dims_atoms(old) for a in d}
+    free = tuple(a for name, _ in mesh.axes for a in atoms_of(mesh, name) if a not in used)
+    rep = atoms_index(mesh, free) if ua else np.zeros(n_dev, dtype=np.int64)
     holders: dict[tuple[int, ...], list[int]] = {}
     for v in range(n_dev):
-        holders.setdefault(tuple((ob[v] // lo).tolist()) + (int(kap[v]), int(part[v])), []).append(v)
+        key = tuple((ob[v] // lo).tolist()) + (int(kap[v]), int(part[v]), int(rep[v]))
+        holders.setdefault(key, []).append(v)
     cell_arr = np.array(cell, dtype=np.int64)
     # targets[(global cell, kappa)] = [(device, offset of the cell in its new block)]
     targets: dict[tuple[tuple[int, ...], int], list[tuple[int, np.ndarray]]] = {}
@@ -163,10 +171,23 @@ def schedule(old: ShardingType, new: ShardingType) -> Schedule:
     def src_off(v: int, g: np.ndarray) -> tuple[int, ...]:
         return tuple((g - ob[v]).tolist())
 
+    by_cell: dict[tuple[int, ...], list[tuple[int, list[tuple[int, np.ndarray]]]]] = {}
+    for (gcell, kv), tgts in targets.items():
+        by_cell.setdefault(gcell, []).append((kv, tgts))
+    replica: dict[tuple[int, ...], int] = {}  # per global cell: the replica partials come from
     for (gcell, kv), tgts in targets.items():
         g = np.array(gcell, dtype=np.int64) * cell_arr
         block = tuple((g // lo).tolist())
-        hs_u = [holders.get(block + (kv, u), []) for u in range(k)]
+        if gcell not in replica:
+            # the replica whose partials most targets already hold (all kept coordinates alike)
+            hits = {
+                f: sum(1 for kv2, ts in by_cell[gcell] for d, _ in ts for u in range(k)
+                       if d in holders.get(block + (kv2, u, f), []))
+                for f in sorted(set(rep.tolist()))
+            }
+            replica[gcell] = max(hits, key=lambda f: (hits[f], -f)) if ua else 0
+        f = replica[gcell]
+        hs_u = [holders.get(block + (kv, u, f), []) for u in range(k)]
         holding = {h for hs in hs_u for h in hs}
         if fresh:
             # one provider per group of devices that differ only along newly unreduced axes

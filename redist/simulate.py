@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from redist.atoms import atoms_of_axes
+from redist.atoms import atoms_of, atoms_of_axes, dims_atoms, unreduced_atoms
 from redist.exchange import schedule
 from redist.groups import atoms_index, members
 from redist.steps import (
@@ -86,18 +86,30 @@ def simulate(steps: Sequence[Step], types: Sequence[ShardingType], xs: Sequence[
 
 
 def scatter(x: np.ndarray, t: ShardingType, rng: np.random.Generator | None = None) -> list[np.ndarray]:
-    """Per-device locals of global ``x`` laid out as ``t``; unreduced axes get random partials."""
-    red = atoms_index(t.mesh, tuple(sorted(a for ax in t.unreduced for a in atoms_of_axes(t.mesh, (ax,)))))
-    k = int(red.max()) + 1 if t.unreduced else 1
-    partials = [x]
-    if k > 1:
-        rng = rng or np.random.default_rng(0)
-        partials = [rng.integers(-50, 50, size=x.shape).astype(x.dtype) for _ in range(k - 1)]
-        partials.append(x - sum(partials))
+    """Per-device locals of global ``x`` laid out as ``t``.
+
+    Unreduced axes get random partials, and *each replica* (each coordinate of the axes the type
+    does not use) gets its own decomposition: the type only promises that every replica's partials
+    sum to the value, so executors must never mix partials of different replicas."""
+    mesh = t.mesh
+    red_atoms = tuple(sorted(unreduced_atoms(t)))
+    red = atoms_index(mesh, red_atoms)
+    k = int(red.max()) + 1 if red_atoms else 1
+    used = set(red_atoms) | {a for d in dims_atoms(t) for a in d}
+    free = tuple(a for name, _ in mesh.axes for a in atoms_of(mesh, name) if a not in used)
+    rep = atoms_index(mesh, free) if k > 1 else np.zeros(mesh.size, dtype=np.int64)
+    rng = rng or np.random.default_rng(0)
+    decomps: dict[int, list[np.ndarray]] = {}
+    for f in sorted(set(rep.tolist())):
+        parts = [x]
+        if k > 1:
+            parts = [rng.integers(-50, 50, size=x.shape).astype(x.dtype) for _ in range(k - 1)]
+            parts.append(x - sum(parts))
+        decomps[f] = parts
     out = []
-    for v in range(t.mesh.size):
+    for v in range(mesh.size):
         box = tuple(slice(a, b) for a, b in t.block(v))
-        out.append(np.array(partials[int(red[v])][box]))
+        out.append(np.array(decomps[int(rep[v])][int(red[v])][box]))
     return out
 
 

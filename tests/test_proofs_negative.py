@@ -104,12 +104,39 @@ def test_budget_fits_and_refutes_with_a_shape() -> None:
     assert e.value.prop == "budget"
 
 
-@pytest.mark.xfail(strict=True, reason="redist bug: Exchange sums partials from different replicas "
-                   "(redist/exchange.py picks a partial's holder across replica groups)")
 def test_exchange_of_replicated_partials() -> None:
-    """``s32[4]{U:y}`` on ``{x=2,y=2}``: replicas over x may hold different partials (redist's own
-    ``s32[4@(x,y)] -> s32[4]{U:y}`` exchange lays them out so); the exchange mixes them."""
+    """Regression (found by z3): ``s32[4]{U:y}`` on ``{x=2,y=2}``: replicas over x may hold
+    different partials (redist's own ``s32[4@(x,y)] -> s32[4]{U:y}`` exchange lays them out so);
+    the exchange must take all partials of a cell from one replica."""
     src, dst = parse("s32[4]{U:y}", M22), parse("s32[4@(x,y)]", M22)
     plan = Plan.build(src, (Exchange(dst.dims, ()),))
-    assert verify_plan(plan, replicas_agree=True).ok  # right when replicas agree...
-    verify_plan(plan)  # ...wrong in general (raises)
+    assert verify_plan(plan, replicas_agree=True).ok
+    assert verify_plan(plan).ok  # also when replicas disagree
+
+
+def test_a_schedule_mixing_replicas_is_refuted() -> None:
+    """The checker fails a schedule that sums partials of different replicas: device 0 = (x0,y0)
+    takes partial y1 from device 3 = (x1,y1) of the other x replica (and so on round the ring)."""
+    import unittest.mock as mock
+
+    import numpy as np
+
+    from redist import exchange
+
+    src, dst = parse("s32[4]{U:y}", M22), parse("s32[4@(x,y)]", M22)
+    good = exchange.schedule(src, dst)
+    assert [r.pairs for r in good.rounds] == [((1, 0), (0, 1), (3, 2), (2, 3))]  # same replica
+    r = good.rounds[0]
+    mixed = exchange.Round(((3, 0), (0, 1), (1, 2), (2, 3)), np.array([[1], [2], [3], [0]]),
+                           r.recv_offset, r.recv_valid, r.from_output)
+    bad = exchange.Schedule(good.cell, good.local_copies, (mixed,), good.recv_cells)
+    from proofs import link
+
+    link.prove_link.cache_clear()  # step proofs are memoised per (step, types)
+    try:
+        with mock.patch.object(exchange, "schedule", lambda a, b: bad):
+            with pytest.raises(VerificationError) as e:
+                verify_plan(Plan.build(src, (Exchange(dst.dims, ()),)))
+        assert e.value.prop == "chain"
+    finally:
+        link.prove_link.cache_clear()
