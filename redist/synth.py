@@ -370,7 +370,7 @@ def synthesize(src: ShardingType, dst: ShardingType, cm: CostModel = DEFAULT_COS
         if p.dst == dst and p.peak_bytes <= bound and (best is None or _key(p) < _key(best)):
             best = p
 
-    for steps in _typed_candidates(src, dst, cm):
+    for steps in dict.fromkeys(_typed_candidates(src, dst, cm)):  # distinct, in order
         full = Plan.build(src, steps, cm)
         consider(full)
         for k in range(len(steps) + 1):
