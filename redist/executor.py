@@ -158,11 +158,34 @@ def _add_cell(out: jax.Array, piece: jax.Array, valid: Any, recv_off: list[Any])
     return lax.dynamic_update_slice(out, new, recv_off)
 
 
+def _whole_block_swap(sch: Any, before: ShardingType, after: ShardingType) -> bool:
+    """A permute of whole blocks: one round, and every device either keeps its block or receives one
+    (no partial sums, no forwarding). It lowers to a single ``ppermute`` and a select, without the
+    zero-filled receive buffer of the general schedule."""
+    if sch.cell != tuple(before.local_shape) or sch.cell != tuple(after.local_shape):
+        return False
+    if len(sch.rounds) > 1 or len(sch.local_copies) > 1:
+        return False
+    if any(r.from_output for r in sch.rounds):
+        return False
+    keep = sch.local_copies[0].recv_valid if sch.local_copies else np.zeros(before.mesh.size, bool)
+    recv = sch.rounds[0].recv_valid if sch.rounds else np.zeros(before.mesh.size, bool)
+    return bool(np.all(keep ^ recv))
+
+
 def _point_to_point(before: ShardingType, after: ShardingType, x: jax.Array) -> jax.Array:
     mesh = before.mesh
     sch = schedule(before, after)
     rank = before.rank
     lin = _linear_index(mesh)
+    if _whole_block_swap(sch, before, after):
+        if not sch.rounds:
+            return x
+        received = lax.ppermute(x, _axis_name(mesh.names), perm=list(sch.rounds[0].pairs))
+        keep = _lookup(sch.local_copies[0].recv_valid, lin) if sch.local_copies else False
+        if keep is True or keep is False:
+            return x if keep else received
+        return jnp.where(keep, x, received)
     out = jnp.zeros(after.local_shape, dtype=x.dtype)
     cell = sch.cell
     names = mesh.names
@@ -229,14 +252,42 @@ def apply_local(plan: Plan, x_local: jax.Array) -> jax.Array:
         )
     x = x_local
     ts = plan.all_types
-    for i, step in enumerate(plan.steps):
+    i = 0
+    while i < len(plan.steps):
+        j = i
+        while j < len(plan.steps) and isinstance(plan.steps[j], DynSlice):
+            j += 1
+        if j - i >= 2:  # consecutive local slices: one dynamic_slice, no intermediate copy
+            x = _slices(plan.steps[i:j], ts[i].mesh, x)
+            if tuple(x.shape) != tuple(ts[j].local_shape):  # pragma: no cover - a lowering bug
+                raise ExecutionError(f"slices {i + 1}..{j} produced local shape {list(x.shape)}")
+            i = j
+            continue
+        step = plan.steps[i]
         x = lower_step(step, ts[i], ts[i + 1], x)
         if tuple(x.shape) != tuple(ts[i + 1].local_shape):  # pragma: no cover - a lowering bug
             raise ExecutionError(
                 f"step {i + 1} ({step}) produced local shape {list(x.shape)}, expected "
                 f"{list(ts[i + 1].local_shape)} for {ts[i + 1]}"
             )
+        i += 1
     return x
+
+
+def _slices(steps: Sequence[Step], mesh: Mesh, x: jax.Array) -> jax.Array:
+    """A run of ``DynSlice`` steps as one ``dynamic_slice``: each step keeps chunk ``idx`` of the
+    current extent, so offsets accumulate as ``off += idx * new_size`` per dimension."""
+    shape = list(x.shape)
+    offsets: list[Any] = [0] * len(shape)
+    for step in steps:
+        atoms = atoms_of_axes(mesh, step.group_axes())
+        g = atoms_size(atoms)
+        if g == 1:
+            continue
+        dim = step.dim  # type: ignore[attr-defined]
+        shape[dim] //= g
+        offsets[dim] = offsets[dim] + _group_index(mesh, atoms) * shape[dim]
+    return lax.dynamic_slice(x, [jnp.asarray(o, jnp.int32) for o in offsets], shape)
 
 
 # -- whole-program compilation ------------------------------------------------------------------------

@@ -89,13 +89,13 @@ class _Greedy:
             changed = False
             used = self.used()
             for j in range(len(self.dims)):
-                if self.ready(j):
+                # exhaust one dimension before the next, so its slices fuse into one step
+                while self.ready(j) and self.D[j][len(self.dims[j])] not in used:
                     a = self.D[j][len(self.dims[j])]
-                    if a not in used:
-                        self.dims[j].append(a)
-                        used.add(a)
-                        self.steps.append(DynSlice(j, self.ax(a)))
-                        changed = True
+                    self.dims[j].append(a)
+                    used.add(a)
+                    self.steps.append(DynSlice(j, self.ax(a)))
+                    changed = True
 
     def step_once(self) -> bool:
         """One non-slice step; False when done."""
