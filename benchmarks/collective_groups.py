@@ -50,7 +50,7 @@ def main(runs: int = 200) -> str:
     lines = ["Command: python -m benchmarks.collective_groups", "",
              "| program | replica groups in the compiled HLO | median ms |", "|---|---|---|"]
     for name, c in compiled.items():
-        groups = re.findall(r"all-to-all\(.*?replica_groups=(\S+ ?\S*)", c.as_text())
+        groups = re.findall(r"all-to-all\(.*?replica_groups=(\S+ ?\S*)", c.as_text() or "")
         lines.append(f"| {name} | `{groups[0][:48] if groups else '?'}` | {1e3 * np.median(times[name]):.3f} |")
     return "\n".join(lines)
 
