@@ -1,19 +1,28 @@
-"""One switch for every memo table of the planner, so benchmarks can measure a cold cache."""
+"""One switch for every memo table of the planner, so benchmarks can measure a cold cache.
+
+``clear_caches("plans")`` forgets everything derived from particular types (plans, schedules,
+bounds, block tables); per-mesh tables (device coordinates, prime factors of axes) stay, as they
+would in a compiler planning many moves on one mesh. ``clear_caches("all")`` forgets those too.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
 
-def clear_caches() -> None:
+def clear_caches(level: str = "all") -> None:
+    if level not in ("plans", "all"):
+        raise ValueError(f"level must be 'plans' or 'all', got {level!r}")
     from redist import atoms, bounds, exchange, groups, steps, synth
     from spmd_types import layout
 
-    fns: list[Any] = [
-        atoms.atoms_of, atoms.dims_atoms, atoms.unreduced_atoms, bounds.lower_bound_bytes,
-        exchange.schedule, groups.coords, groups.atoms_index, groups.group_key,
-        synth.cached_synthesize, synth._exchange_floor, layout.block_bounds, layout._coord_table,
-        layout.axis_coords, steps._validated,
+    per_type: list[Any] = [
+        atoms.dims_atoms, atoms.unreduced_atoms, bounds.lower_bound_bytes, exchange.schedule,
+        synth.cached_synthesize, synth._exchange_floor, layout.block_bounds, steps._validated,
     ]
-    for f in fns:
+    per_mesh: list[Any] = [
+        atoms.atoms_of, groups.coords, groups.atoms_index, groups.group_key, layout._coord_table,
+        layout.axis_coords,
+    ]
+    for f in per_type + (per_mesh if level == "all" else []):
         f.cache_clear()
