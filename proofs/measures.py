@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from fractions import Fraction
 
 from proofs.model import shards, size_of, spans_of
+from redist.atoms import primes
 from redist.steps import AllGather, AllReduce, AllToAll, Exchange, Permute, ReduceScatter, Step
 from spmd_types import Mesh, ShardingType
 
@@ -53,24 +54,12 @@ def step_recv_cells(step: Step, before: ShardingType, after: ShardingType, L: Se
 
 
 # -- the lower bound, derived on the cell grid ----------------------------------------------------------
-def _primes(n: int) -> list[int]:
-    out, p = [], 2
-    while p * p <= n:
-        while n % p == 0:
-            out.append(p)
-            n //= p
-        p += 1
-    if n > 1:
-        out.append(n)
-    return out
-
-
 def _prime_digits(mesh: Mesh, axes: Sequence[object]) -> set[tuple[str, int, int]]:
     """The prime factors ``(name, pre, p)`` of the given (sub-)axes."""
     out = set()
     for a in axes:
         name, pre, size = mesh.span(a)  # type: ignore[arg-type]
-        for p in _primes(size):
+        for p in primes(size):
             out.add((name, pre, p))
             pre *= p
     return out

@@ -16,7 +16,8 @@ Atom = tuple[str, int, int]
 """(axis name, pre, size) with a prime ``size``: a factor of one mesh axis."""
 
 
-def _primes(n: int) -> list[int]:
+def primes(n: int) -> list[int]:
+    """Prime factors of ``n``, smallest first, with multiplicity."""
     out, p = [], 2
     while p * p <= n:
         while n % p == 0:
@@ -35,7 +36,7 @@ def atoms_of(mesh: Mesh, a: Axis) -> tuple[Atom, ...]:
     if size == 1:
         return ((name, pre, 1),)
     out: list[Atom] = []
-    for p in _primes(size):
+    for p in primes(size):
         out.append((name, pre, p))
         pre *= p
     return tuple(out)

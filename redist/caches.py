@@ -21,7 +21,7 @@ def clear_caches(level: str = "all") -> None:
         synth.cached_synthesize, synth._exchange_floor, layout.block_bounds, steps._validated,
     ]
     per_mesh: list[Any] = [
-        atoms.atoms_of, groups.coords, groups.atoms_index, groups.group_key, layout._coord_table,
+        atoms.atoms_of, groups.atoms_index, groups.group_key, layout.coord_table,
         layout.axis_coords,
     ]
     for f in per_type + (per_mesh if level == "all" else []):

@@ -9,14 +9,10 @@ import numpy as np
 
 from redist.atoms import Atom
 from spmd_types import Mesh
+from spmd_types.layout import coord_table
 
-
-@lru_cache(maxsize=256)
-def coords(mesh: Mesh) -> np.ndarray:
-    """Cached ``mesh.coord_table()``: ``[devices, axes]`` coordinates, row-major ids."""
-    table = mesh.coord_table()
-    table.setflags(write=False)
-    return table
+coords = coord_table
+"""``[devices, axes]`` coordinates of a mesh (cached in the type layer)."""
 
 
 @lru_cache(maxsize=8192)

@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 from functools import lru_cache
 
-from redist.atoms import Atom, atom_axis, dims_atoms, unreduced_atoms
+from redist.atoms import Atom, atom_axis, atoms_of, dims_atoms, unreduced_atoms
 from redist.bounds import lower_bound_bytes
 from redist.cost import DEFAULT_COST_MODEL, CostModel
 from redist.errors import RedistError, StepError
@@ -287,23 +287,13 @@ def _split_reduction_candidates(src: ShardingType, dst: ShardingType, cm: CostMo
     free = [
         (name, pre, size)
         for name, n in src.mesh.axes
-        for (name, pre, size) in _atoms_of_name(src, name)
+        for (name, pre, size) in atoms_of(src.mesh, name)
         if (name, pre, size) not in used and size > 1
     ]
     out = []
     for chosen in {tuple(free), tuple(a for a in free if a in wants_new)}:
-        if not chosen:
-            continue
-        for dim in range(src.rank):
-            g = _Greedy(src, dst)
-            g.slices()
-            for a in chosen:
-                g.dims[dim].append(a)
-                g.steps.append(DynSlice(dim, g.ax(a)))
-            try:
-                out.append(_merge(src, g.run(), cm))
-            except (StepError, RedistError):
-                continue
+        if chosen:
+            out.extend(_park(src, dst, cm, chosen, reduce=False))
     return out
 
 
@@ -315,25 +305,31 @@ def _reduce_early_candidates(src: ShardingType, dst: ShardingType, cm: CostModel
     kept = sorted(g0.unred)
     if not kept:
         return []
+    return _park(src, dst, cm, tuple(kept), reduce=True)
+
+
+def _park(
+    src: ShardingType, dst: ShardingType, cm: CostModel, atoms: tuple[Atom, ...], reduce: bool
+) -> list[tuple[Step, ...]]:
+    """After the free slices, put ``atoms`` on the minor end of one dimension (each dimension in
+    turn), by slicing them (free axes) or reduce-scattering them (unreduced axes), and let the
+    greedy pass finish from there."""
     out = []
     for dim in range(src.rank):
         g = _Greedy(src, dst)
         g.slices()
-        for a in kept:
-            g.unred.discard(a)
+        for a in atoms:
+            if reduce:
+                g.unred.discard(a)
+                g.steps.append(ReduceScatter(dim, g.ax(a)))
+            else:
+                g.steps.append(DynSlice(dim, g.ax(a)))
             g.dims[dim].append(a)
-            g.steps.append(ReduceScatter(dim, g.ax(a)))
         try:
             out.append(_merge(src, g.run(), cm))
         except (StepError, RedistError):
             continue
     return out
-
-
-def _atoms_of_name(t: ShardingType, name: str) -> tuple[Atom, ...]:
-    from redist.atoms import atoms_of
-
-    return atoms_of(t.mesh, name)
 
 
 def _key(p: Plan) -> tuple[float, float, int, int, int]:

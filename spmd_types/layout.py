@@ -15,7 +15,8 @@ from spmd_types.types import ShardingType
 
 
 @lru_cache(maxsize=256)
-def _coord_table(mesh: Mesh) -> np.ndarray:
+def coord_table(mesh: Mesh) -> np.ndarray:
+    """Cached, read-only ``mesh.coord_table()``: ``[devices, axes]`` coordinates, row-major ids."""
     table = mesh.coord_table()
     table.setflags(write=False)
     return table
@@ -26,7 +27,7 @@ def axis_coords(mesh: Mesh, a: Axis) -> np.ndarray:
     """Coordinate along (sub-)axis ``a`` of every device, as an int64 vector."""
     name, pre, size = mesh.span(a)
     n = mesh.axis_size(name)
-    full = _coord_table(mesh)[:, mesh.position(name)]
+    full = coord_table(mesh)[:, mesh.position(name)]
     out = (full // (n // (pre * size))) % size
     out.setflags(write=False)  # cached: shared by every caller
     return out
