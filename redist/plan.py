@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, lru_cache
 from typing import Any
 
 from redist.bounds import lower_bound_bytes
@@ -14,6 +14,18 @@ from redist.steps import Step
 from spmd_types import ShardingType
 
 _VERIFIER: list[Callable[..., Any]] = []
+
+
+@lru_cache(maxsize=1 << 16)
+def apply_step(step: Step, t: ShardingType) -> ShardingType:
+    """``step.apply(t)``, memoised: the planner's candidate plans share most of their steps."""
+    return step.apply(t)
+
+
+@lru_cache(maxsize=1 << 16)
+def measure_step(step: Step, before: ShardingType, after: ShardingType, cm: CostModel) -> StepMeasure:
+    """``measure``, memoised for the same reason."""
+    return measure(step, before, after, cm)
 
 
 def register_verifier(fn: Callable[..., Any]) -> None:
@@ -35,7 +47,7 @@ class Plan:
         types = []
         cur = src
         for s in steps:
-            cur = s.apply(cur)
+            cur = apply_step(s, cur)
             types.append(cur)
         return Plan(src, cur, tuple(steps), tuple(types), cost_model)
 
@@ -46,7 +58,7 @@ class Plan:
     @cached_property
     def measures(self) -> tuple[StepMeasure, ...]:
         ts = self.all_types
-        return tuple(measure(s, ts[i], ts[i + 1], self.cost_model) for i, s in enumerate(self.steps))
+        return tuple(measure_step(s, ts[i], ts[i + 1], self.cost_model) for i, s in enumerate(self.steps))
 
     @property
     def peak_bytes(self) -> int:

@@ -31,8 +31,7 @@ from redist.atoms import Atom, atom_axis, atoms_of, dims_atoms, unreduced_atoms
 from redist.bounds import lower_bound_bytes
 from redist.cost import DEFAULT_COST_MODEL, CostModel
 from redist.errors import RedistError, StepError
-from redist.measure import measure
-from redist.plan import Plan
+from redist.plan import Plan, apply_step, measure_step
 from redist.steps import (
     AllGather,
     AllReduce,
@@ -202,19 +201,19 @@ def _merge(src: ShardingType, steps: list[Step], cm: CostModel) -> tuple[Step, .
     out: list[Step] = []
     types = [src]
     for s in steps:
-        after = s.apply(types[-1])
+        after = apply_step(s, types[-1])
         if out:
             prev, before = out[-1], types[-2]
             fused = _fuse(prev, s, before.mesh)
             if fused is not None:
                 try:
-                    ok = fused.apply(before) == after
+                    ok = apply_step(fused, before) == after
                 except StepError:
                     ok = False
                 if ok:
                     mid = types[-1]
-                    split = measure(prev, before, mid, cm).time_s + measure(s, mid, after, cm).time_s
-                    if measure(fused, before, after, cm).time_s <= split * (1 + 1e-12) + 1e-18:
+                    split = measure_step(prev, before, mid, cm).time_s + measure_step(s, mid, after, cm).time_s
+                    if measure_step(fused, before, after, cm).time_s <= split * (1 + 1e-12) + 1e-18:
                         out[-1] = fused
                         types[-1] = after
                         continue
