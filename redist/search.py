@@ -98,7 +98,7 @@ def search(src: ShardingType, dst: ShardingType, cm: CostModel = DEFAULT_COST_MO
             nc: Cost = (
                 round(cost[0] + m.recv_bytes, 6),
                 round(cost[1] + m.time_s, 15),
-                cost[2] + (1 if step.is_collective and m.rounds > 0 else 0),
+                cost[2] + _collectives(step, m.rounds),
             )
             if nc < best.get(nxt, (float("inf"), float("inf"), 1 << 30)):
                 best[nxt] = nc
@@ -111,6 +111,13 @@ def search(src: ShardingType, dst: ShardingType, cm: CostModel = DEFAULT_COST_MO
         cur, step = prev[cur]
         steps.append(step)
     return Plan.build(src, tuple(reversed(steps)), cm)
+
+
+def _collectives(step: Step, rounds: int) -> int:
+    """As ``Plan.n_collectives`` counts them: one per typed collective, one per p2p round."""
+    if not step.is_collective or rounds == 0:
+        return 0
+    return rounds if step.kind in ("exchange", "permute") else 1
 
 
 def plan_key(p: Plan) -> tuple[float, float, int]:
