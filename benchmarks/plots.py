@@ -18,7 +18,12 @@ RATIO_CAP = 8.0
 
 
 def _matplotlib() -> Any:
-    import matplotlib
+    try:
+        import matplotlib
+    except ModuleNotFoundError:
+        raise RuntimeError(
+            "the benchmark plots need matplotlib: pip install -e '.[bench]', or run with --no-plots"
+        ) from None
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
