@@ -59,19 +59,11 @@ def executor_available() -> bool:
 
 
 def _clear_plan_cache() -> None:
-    """Forget cached plans so planning time is the synthesizer's, not a dictionary lookup.
+    """Forget the planner's per-type memo tables (``redist.caches``), so planning time is the
+    synthesizer's, not a dictionary lookup; per-mesh tables stay warm, as in a compiler."""
+    from redist.caches import clear_caches
 
-    ``redistribute`` memoizes plans; the cache lives on ``redist.synth.cached_synthesize`` (an
-    ``lru_cache``). Looked up defensively: if it moves, timings become the cached call's time
-    for repeats, and the first (cold) call still counts.
-    """
-    try:
-        from redist import synth
-    except ImportError:  # pragma: no cover
-        return
-    clear = getattr(getattr(synth, "cached_synthesize", None), "cache_clear", None)
-    if callable(clear):
-        clear()
+    clear_caches("plans")
 
 
 def plan_case(src: ShardingType, dst: ShardingType, repeats: int = 3) -> tuple[Any, float]:

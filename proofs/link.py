@@ -48,14 +48,9 @@ def check_meaning(sp: Space, arr: Arr, t: ShardingType, timeout_ms: int = DEFAUL
     s.set("timeout", int(timeout_ms))
     s.add(*sp.bounds(dev, idx, want))
     s.add(sp.meaning_violation(arr, t, dev, idx))
-    t0 = time.perf_counter()
-    r = s.check()
-    dt = time.perf_counter() - t0
-    if r == z3.unsat:
-        return Outcome("proved", dt)
-    if r == z3.unknown:
-        return Outcome("undecided", dt, reason=s.reason_unknown())
-    md = s.model()
+    done, dt, md = _solve(s)
+    if done is not None:
+        return done
     ms = [_val(md, m) for m in sp.m]
     coords = {n: _val(md, c) for n, c in zip(sp.mesh.names, dev)}
     local = [_val(md, q) * m + _val(md, r) for (q, r), m in zip(idx, ms)]
@@ -63,6 +58,19 @@ def check_meaning(sp: Space, arr: Arr, t: ShardingType, timeout_ms: int = DEFAUL
         "global_shape": [L * m for L, m in zip(sp.L, ms)],
         "device": sp.mesh.device_id(coords), "coords": coords, "local_index": local,
     }, "the value differs")
+
+
+def _solve(s: z3.Solver) -> tuple[Outcome | None, float, Any]:
+    """Check ``s`` (which asserts a violation): an Outcome when proved or undecided, else the
+    model of the counterexample for the caller to describe."""
+    t0 = time.perf_counter()
+    r = s.check()
+    dt = time.perf_counter() - t0
+    if r == z3.unsat:
+        return Outcome("proved", dt), dt, None
+    if r == z3.unknown:
+        return Outcome("undecided", dt, reason=s.reason_unknown()), dt, None
+    return None, dt, s.model()
 
 
 @lru_cache(maxsize=1 << 16)
@@ -134,14 +142,9 @@ def prove_p2p(step: Step, before: ShardingType, after: ShardingType, timeout_ms:
     for k in range(sp.rank):
         s.add(o[k][0] >= 0, o[k][0] < cell[k], o[k][1] >= 0, o[k][1] < sp.m[k])
     s.add(z3.Or([c for _, _, c in cases]))
-    t0 = time.perf_counter()
-    r = s.check()
-    dt = time.perf_counter() - t0
-    if r == z3.unsat:
-        return Outcome("proved", dt)
-    if r == z3.unknown:
-        return Outcome("undecided", dt, reason=s.reason_unknown())
-    md = s.model()
+    done, dt, md = _solve(s)
+    if done is not None:
+        return done
     ms = [_val(md, m) for m in sp.m]
     bad = next((v, off) for v, off, c in cases if z3.is_true(md.eval(c, model_completion=True)))
     v, off = bad
