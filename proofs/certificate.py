@@ -18,17 +18,16 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any
+from typing import Any, NamedTuple
 
 import z3
 
 from proofs.errors import VerificationError
-from proofs.link import DEFAULT_TIMEOUT_MS, Outcome, _val, prove_link
+from proofs.link import DEFAULT_TIMEOUT_MS, Outcome, Status, _val, prove_link
 from proofs.measures import local_cells, lower_bound_cells, shares_unreduced, step_recv_cells
 from proofs.model import cells, shards
 from redist.errors import StepError
 from redist.plan import Plan
-from spmd_types import ShardingType
 
 
 @dataclass(frozen=True)
@@ -36,7 +35,7 @@ class Property:
     """One proved (or undecided) claim, with its statement and the solver seconds spent on it."""
 
     name: str
-    status: str  # "proved" or "undecided"
+    status: Status
     statement: str
     seconds: float
     note: str = ""
@@ -69,12 +68,12 @@ class Certificate:
 
     @property
     def undecided(self) -> tuple[str, ...]:
-        return tuple(f"{p.name}: {p.note}" for p in self.links + self.properties if p.status == "undecided")
+        return tuple(f"{p.name}: {p.note}" for p in self.links + self.properties if p.status is Status.UNDECIDED)
 
     @property
     def recv_at_bound(self) -> bool:
         """``recv_bytes <= lower_bound_bytes`` proved (False: above a bound known not to be tight)."""
-        return all(p.status == "proved" for p in self.properties if p.name == "recv")
+        return all(p.status is Status.PROVED for p in self.properties if p.name == "recv")
 
     def __str__(self) -> str:
         lines = [
@@ -135,40 +134,44 @@ def prove_inequality(name: str, rank: int, lhs: Sequence[Fraction], rhs: Fractio
         s.add(z3.Or([int(x * den) * M > int(rhs * den) * M for x in lhs]))
         r = s.check()
         if r == z3.unsat:
-            return Property(name, "proved", statement, time.perf_counter() - t0, note), None
+            return Property(name, Status.PROVED, statement, time.perf_counter() - t0, note), None
         if r == z3.sat:
             md = s.model()
             ms = [_val(md, m) for m in sz.m] if attempt == "polynomial" else [_val(md, M)] + [1] * (rank - 1)
-            return Property(name, "refuted", statement, time.perf_counter() - t0), {
+            return Property(name, Status.REFUTED, statement, time.perf_counter() - t0), {
                 "global_shape": [Ld * m for Ld, m in zip(L, ms)],
             }
         note = f"polynomial form undecided ({s.reason_unknown()}); proved in monomial form"
-    return Property(name, "undecided", statement, time.perf_counter() - t0, f"z3: {s.reason_unknown()}"), None
+    return Property(name, Status.UNDECIDED, statement, time.perf_counter() - t0, f"z3: {s.reason_unknown()}"), None
 
 
 def _link_property(i: int, what: str, o: Outcome) -> Property:
-    return Property(f"link{i}", o.status, what, o.seconds, o.reason if o.status != "proved" else "")
+    return Property(f"link{i}", o.status, what, o.seconds, o.reason if o.status is not Status.PROVED else "")
 
 
-def verify_plan(plan: Plan, timeout_ms: int = DEFAULT_TIMEOUT_MS, check_recv: bool = True,
-                check_memory: bool = True, strict_recv: bool = False, replicas_agree: bool = False) -> Certificate:
-    """Certify ``plan`` (see the module docstring); raises ``VerificationError`` on a refutation.
+class _Scale(NamedTuple):
+    """The plan's symbolic sizes: cell counts ``L`` and the bytes of one ``prod m_d`` unit at its shape."""
 
-    Where source and destination share an unreduced axis the lower bound is documented not to be
-    attainable (``redist.bounds``); there a plan above it is not an error unless ``strict_recv``:
-    the certificate records the refuted inequality as ``exceeds`` with the gap instead.
+    L: tuple[int, ...]
+    bytes_per_unit: int
 
-    ``replicas_agree=True`` proves the chain under a narrower assumption on unreduced inputs
-    (replicas hold equal partials, see ``proofs.model.Space.generic``); the certificate says so."""
-    types: tuple[ShardingType, ...] = plan.all_types
-    src, dst = plan.src, plan.dst
-    rank, itemsize = src.rank, src.itemsize
-    L = cells(list(types) + [dst])
+
+def _scale(plan: Plan) -> _Scale:
+    L = cells(list(plan.all_types) + [plan.dst])
+    unit = [n // c for n, c in zip(plan.src.shape, L)]
+    return _Scale(tuple(L), math.prod(unit) * plan.src.itemsize)
+
+
+def prove_chain(plan: Plan, timeout_ms: int = DEFAULT_TIMEOUT_MS, replicas_agree: bool = False
+                ) -> tuple[list[Property], Property]:
+    """Each link a theorem for all shapes its two types allow (``proofs.link``), the recorded
+    types those of the typing rules, and the last type means the destination. Returns the link
+    properties and the chain property; raises ``VerificationError`` on a refutation."""
+    types, dst = plan.all_types, plan.dst
     links: list[Property] = []
-    # 1. the chain, link by link (each link a theorem for all shapes its two types allow).
     for i, step in enumerate(plan.steps):
         o = prove_link(step, types[i], types[i + 1], timeout_ms, replicas_agree)
-        if o.status == "refuted":
+        if o.status is Status.REFUTED:
             raise VerificationError(
                 "chain", f"step {i + 1} ({step}) does not take {types[i]} to {types[i + 1]}: {o.reason}",
                 dict(o.counterexample, step=i + 1),
@@ -176,82 +179,135 @@ def verify_plan(plan: Plan, timeout_ms: int = DEFAULT_TIMEOUT_MS, check_recv: bo
         links.append(_link_property(i + 1, f"{step}: {types[i]} -> {types[i + 1]}", o))
     if types[-1] != dst:
         o = prove_link(None, types[-1], dst, timeout_ms, replicas_agree)
-        if o.status == "refuted":
+        if o.status is Status.REFUTED:
             raise VerificationError(
                 "chain", f"the plan ends in {types[-1]}, which does not hold the destination {dst}: {o.reason}",
                 dict(o.counterexample, step=len(plan.steps)),
             )
         links.append(_link_property(len(plan.steps) + 1, f"{types[-1]} means {dst}", o))
-    # The recorded types are those of the typing rules (so the chain is one of sound typing rules).
+    _check_typing(plan)
+    proved = all(p.status is Status.PROVED for p in links)
+    note = ("" if proved else "a link is undecided") + (" assuming replicas hold equal partials" if replicas_agree else "")
+    chain = Property("chain", Status.PROVED if proved else Status.UNDECIDED,
+                     f"the {len(plan.steps)} steps take {plan.src} to {dst}", sum(p.seconds for p in links), note)
+    return links, chain
+
+
+def _check_typing(plan: Plan) -> None:
+    """The recorded types are those of the typing rules (so the chain is one of sound typing rules)."""
+    types = plan.all_types
     for i, step in enumerate(plan.steps):
         try:
-            ok = step.apply(types[i]) == types[i + 1]
+            got = step.apply(types[i])
         except StepError as e:
             raise VerificationError("typing", f"step {i + 1} ({step}): {e}", {"step": i + 1}) from None
-        if not ok:
-            raise VerificationError("typing", f"step {i + 1} ({step}) types {types[i]} as "
-                                    f"{step.apply(types[i])}, the plan records {types[i + 1]}", {"step": i + 1})
-    chain_secs = sum(p.seconds for p in links)
-    chain_status = "proved" if all(p.status == "proved" for p in links) else "undecided"
-    props = [Property("chain", chain_status, f"the {len(plan.steps)} steps take {src} to {dst}", chain_secs,
-                      ("" if chain_status == "proved" else "a link is undecided")
-                      + (" assuming replicas hold equal partials" if replicas_agree else ""))]
-    unit = [n // c for n, c in zip(src.shape, L)]
-    scale = math.prod(unit) * itemsize
-    # 2. memory.
-    peak_c = [local_cells(t, L) for t in types]
-    bound_c = max(local_cells(src, L), local_cells(dst, L))
-    if max(peak_c) * scale != plan.peak_bytes or bound_c * scale != plan.memory_bound_bytes:
-        raise VerificationError("peak_formula", f"symbolic peak {max(peak_c) * scale} / bound {bound_c * scale} "
-                                f"at the plan's shape differ from plan.peak_bytes {plan.peak_bytes} / "
-                                f"memory_bound_bytes {plan.memory_bound_bytes}", {"global_shape": list(src.shape)})
-    if check_memory:
-        p, cex = prove_inequality(
-            "memory", rank, [Fraction(c) for c in peak_c], Fraction(bound_c),
-            "peak_bytes <= max(local_bytes(src), local_bytes(dst))", L, timeout_ms)
-        if p.status == "refuted":
-            worst = max(range(len(types)), key=lambda j: peak_c[j])
-            raise VerificationError("memory", f"type {types[worst]} after step {worst} holds "
-                                    f"{_mono(Fraction(peak_c[worst]), itemsize, rank)} per device, more than "
-                                    f"max(src, dst) = {_mono(Fraction(bound_c), itemsize, rank)}",
-                                    dict(cex or {}, peak_bytes=peak_c[worst] * itemsize,
-                                         bound_bytes=bound_c * itemsize, step=worst))
-        props.append(p)
-    # 3. transfer.
-    per_step = [step_recv_cells(s, types[i], types[i + 1], L) for i, s in enumerate(plan.steps)]
+        if got != types[i + 1]:
+            raise VerificationError("typing", f"step {i + 1} ({step}) types {types[i]} as {got}, the plan "
+                                    f"records {types[i + 1]}", {"step": i + 1})
+
+
+def memory_cells(plan: Plan) -> tuple[list[int], int]:
+    """Per type along the plan its local size, and the bound ``max(src, dst)``, in units of
+    ``prod m_d`` elements, cross-checked against the plan's own figures at its shape."""
+    sc = _scale(plan)
+    peak_c = [local_cells(t, sc.L) for t in plan.all_types]
+    bound_c = max(local_cells(plan.src, sc.L), local_cells(plan.dst, sc.L))
+    if max(peak_c) * sc.bytes_per_unit != plan.peak_bytes or bound_c * sc.bytes_per_unit != plan.memory_bound_bytes:
+        raise VerificationError("peak_formula", f"symbolic peak {max(peak_c) * sc.bytes_per_unit} / bound "
+                                f"{bound_c * sc.bytes_per_unit} at the plan's shape differ from plan.peak_bytes "
+                                f"{plan.peak_bytes} / memory_bound_bytes {plan.memory_bound_bytes}",
+                                {"global_shape": list(plan.src.shape)})
+    return peak_c, bound_c
+
+
+def prove_memory(plan: Plan, timeout_ms: int = DEFAULT_TIMEOUT_MS) -> Property:
+    """``peak_bytes <= max(local_bytes(src), local_bytes(dst))`` for every shape."""
+    types, rank, itemsize = plan.all_types, plan.src.rank, plan.src.itemsize
+    peak_c, bound_c = memory_cells(plan)
+    p, cex = prove_inequality("memory", rank, [Fraction(c) for c in peak_c], Fraction(bound_c),
+                              "peak_bytes <= max(local_bytes(src), local_bytes(dst))", _scale(plan).L, timeout_ms)
+    if p.status is Status.REFUTED:
+        worst = max(range(len(types)), key=lambda j: peak_c[j])
+        raise VerificationError("memory", f"type {types[worst]} after step {worst} holds "
+                                f"{_mono(Fraction(peak_c[worst]), itemsize, rank)} per device, more than "
+                                f"max(src, dst) = {_mono(Fraction(bound_c), itemsize, rank)}",
+                                dict(cex or {}, peak_bytes=peak_c[worst] * itemsize,
+                                     bound_bytes=bound_c * itemsize, step=worst))
+    return p
+
+
+def transfer_cells(plan: Plan) -> tuple[Fraction, Fraction]:
+    """(recv, lower bound) in units of ``prod m_d`` elements, each derived here independently and
+    cross-checked against ``redist.measure`` / ``redist.bounds`` at the plan's shape."""
+    types, src, dst = plan.all_types, plan.src, plan.dst
+    sc = _scale(plan)
+    per_step = [step_recv_cells(s, types[i], types[i + 1], sc.L) for i, s in enumerate(plan.steps)]
     for i, (c, m) in enumerate(zip(per_step, plan.measures)):
-        if abs(float(c * scale) - m.recv_bytes) > 1e-6 * max(1.0, m.recv_bytes):
+        if abs(float(c * sc.bytes_per_unit) - m.recv_bytes) > 1e-6 * max(1.0, m.recv_bytes):
             raise VerificationError("recv_formula", f"step {i + 1} ({plan.steps[i]}): recv formula gives "
-                                    f"{float(c * scale)} B, redist.measure {m.recv_bytes} B",
+                                    f"{float(c * sc.bytes_per_unit)} B, redist.measure {m.recv_bytes} B",
                                     {"global_shape": list(src.shape), "step": i + 1})
-    recv_c = sum(per_step, Fraction(0))
-    lb_c = lower_bound_cells(src, dst, L)
-    if abs(float(lb_c * scale) - plan.lower_bound_bytes) > 1e-6 * max(1.0, plan.lower_bound_bytes):
-        raise VerificationError("lower_bound", f"independent lower bound {float(lb_c * scale)} B differs from "
-                                f"redist.bounds {plan.lower_bound_bytes} B", {"global_shape": list(src.shape)})
-    if check_recv:
-        p, cex = prove_inequality("recv", rank, [recv_c], lb_c, "recv_bytes <= lower_bound_bytes", L, timeout_ms)
-        if p.status == "refuted" and shares_unreduced(src, dst) and not strict_recv:
-            p = Property("recv", "exceeds", "recv_bytes <= lower_bound_bytes", p.seconds,
-                         f"refuted, gap {_mono(recv_c - lb_c, itemsize, rank)}: the types share an unreduced "
-                         f"axis, where the bound is not attainable (redist.bounds)")
-        if p.status == "refuted":
-            raise VerificationError("recv", f"the plan receives {_mono(recv_c, itemsize, rank)} per device, more "
-                                    f"than the lower bound {_mono(lb_c, itemsize, rank)}",
-                                    dict(cex or {}, recv_bytes=float(recv_c * itemsize),
-                                         lower_bound_bytes=float(lb_c * itemsize)))
-        props.append(p)
+    lb_c = lower_bound_cells(src, dst, sc.L)
+    if abs(float(lb_c * sc.bytes_per_unit) - plan.lower_bound_bytes) > 1e-6 * max(1.0, plan.lower_bound_bytes):
+        raise VerificationError("lower_bound", f"independent lower bound {float(lb_c * sc.bytes_per_unit)} B "
+                                f"differs from redist.bounds {plan.lower_bound_bytes} B", {"global_shape": list(src.shape)})
+    return sum(per_step, Fraction(0)), lb_c
+
+
+def prove_transfer(plan: Plan, timeout_ms: int = DEFAULT_TIMEOUT_MS, strict_recv: bool = False) -> Property:
+    """``recv_bytes <= lower_bound_bytes`` for every shape (so, the bound being a bound, equal).
+    Where the types share an unreduced axis the bound is documented not tight: a plan above it is
+    recorded as ``exceeds`` with the gap unless ``strict_recv``."""
+    src, dst = plan.src, plan.dst
+    rank, itemsize = src.rank, src.itemsize
+    recv_c, lb_c = transfer_cells(plan)
+    p, cex = prove_inequality("recv", rank, [recv_c], lb_c, "recv_bytes <= lower_bound_bytes", _scale(plan).L,
+                              timeout_ms)
+    if p.status is Status.REFUTED and shares_unreduced(src, dst) and not strict_recv:
+        return Property("recv", Status.EXCEEDS, "recv_bytes <= lower_bound_bytes", p.seconds,
+                        f"refuted, gap {_mono(recv_c - lb_c, itemsize, rank)}: the types share an unreduced "
+                        f"axis, where the bound is not attainable (redist.bounds)")
+    if p.status is Status.REFUTED:
+        raise VerificationError("recv", f"the plan receives {_mono(recv_c, itemsize, rank)} per device, more "
+                                f"than the lower bound {_mono(lb_c, itemsize, rank)}",
+                                dict(cex or {}, recv_bytes=float(recv_c * itemsize), lower_bound_bytes=float(lb_c * itemsize)))
+    return p
+
+
+def _shapes_text(plan: Plan, L: Sequence[int]) -> str:
+    src, dst, rank = plan.src, plan.dst, plan.src.rank
     endpoints = [math.lcm(shards(src, d), shards(dst, d)) for d in range(rank)]
-    shapes = ", ".join(f"n{d} = {L[d]}*m{d}" for d in range(rank)) + (", m_d >= 1" if rank else "(scalar)")
+    text = ", ".join(f"n{d} = {L[d]}*m{d}" for d in range(rank)) + (", m_d >= 1" if rank else "(scalar)")
     if list(L) != endpoints:
-        shapes += f" (the plan's intermediates need multiples of {list(L)}; src/dst alone {endpoints})"
+        text += f" (the plan's intermediates need multiples of {list(L)}; src/dst alone {endpoints})"
+    return text
+
+
+def verify_plan(plan: Plan, timeout_ms: int = DEFAULT_TIMEOUT_MS, check_recv: bool = True,
+                check_memory: bool = True, strict_recv: bool = False, replicas_agree: bool = False) -> Certificate:
+    """Certify ``plan`` (see the module docstring): ``prove_chain``, ``prove_memory`` and
+    ``prove_transfer``; raises ``VerificationError`` on a refutation.
+
+    ``replicas_agree=True`` proves the chain under a narrower assumption on unreduced inputs
+    (replicas hold equal partials, see ``proofs.model.Space.generic``); the certificate says so."""
+    src, rank, itemsize = plan.src, plan.src.rank, plan.src.itemsize
+    links, chain = prove_chain(plan, timeout_ms, replicas_agree)
+    props = [chain]
+    sc = _scale(plan)
+    peaks, bound_c = memory_cells(plan)
+    if check_memory:
+        props.append(prove_memory(plan, timeout_ms))
+    recv_c, lb_c = transfer_cells(plan)
+    if check_recv:
+        props.append(prove_transfer(plan, timeout_ms, strict_recv))
     return Certificate(
-        str(src), str(dst), str(src.mesh), tuple(str(s) for s in plan.steps), tuple(L), shapes,
+        str(src), str(plan.dst), str(src.mesh), tuple(str(s) for s in plan.steps), sc.L, _shapes_text(plan, sc.L),
         tuple(links), tuple(props),
-        _mono(Fraction(max(peak_c)), itemsize, rank), _mono(Fraction(bound_c), itemsize, rank),
+        _mono(Fraction(max(peaks)), itemsize, rank), _mono(Fraction(bound_c), itemsize, rank),
         _mono(recv_c, itemsize, rank), _mono(lb_c, itemsize, rank),
         sum(p.seconds for p in props),
     )
 
 
-__all__ = ["Certificate", "Property", "prove_inequality", "verify_plan"]
+__all__ = ["Certificate", "Property", "prove_chain", "prove_inequality", "prove_memory", "prove_transfer",
+           "memory_cells", "transfer_cells", "verify_plan"]

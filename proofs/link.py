@@ -6,7 +6,7 @@ import itertools
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
+from enum import StrEnum
 from typing import Any
 
 import z3
@@ -14,17 +14,29 @@ import z3
 from proofs.errors import VerificationError
 from proofs.model import Arr, Space, Span, cells, size_of
 from proofs.steps_semantics import apply_step, device_coords, p2p_cells
-from redist.steps import Exchange, Permute, Step
+from redist.steps import Comm, Step
 from spmd_types import ShardingType
+from spmd_types.memo import Scope, memo
 
 DEFAULT_TIMEOUT_MS = 20_000
 
 
+class Status(StrEnum):
+    """The outcome of one proof (a ``str`` enum, so it compares equal to its value)."""
+
+    PROVED = "proved"
+    REFUTED = "refuted"
+    UNDECIDED = "undecided"
+    """z3 gave up (timeout or an undecidable fragment): reported, never hidden."""
+    EXCEEDS = "exceeds"
+    """``recv <= bound`` refuted where the bound is documented not tight (shared unreduced axes)."""
+
+
 @dataclass(frozen=True)
 class Outcome:
-    """``status`` is ``proved``, ``refuted`` or ``undecided`` (z3 gave up: ``reason`` says why)."""
+    """``status`` is proved, refuted or undecided (z3 gave up: ``reason`` says why)."""
 
-    status: str
+    status: Status
     seconds: float
     counterexample: dict[str, Any] = field(default_factory=dict)
     reason: str = ""
@@ -40,7 +52,7 @@ def check_meaning(sp: Space, arr: Arr, t: ShardingType, timeout_ms: int = DEFAUL
     ``m_d >= 1`` (global sizes ``L_d * m_d``); or find where it does not."""
     want = sp.ext(t)
     if tuple(arr.ext) != want:
-        return Outcome("refuted", 0.0, {
+        return Outcome(Status.REFUTED, 0.0, {
             "global_shape": list(sp.L), "local_shape_after_step": list(arr.ext), "local_shape_of_type": list(want),
         }, "the local shape differs")
     dev, idx = sp.device_vars(), sp.index_vars()
@@ -54,7 +66,7 @@ def check_meaning(sp: Space, arr: Arr, t: ShardingType, timeout_ms: int = DEFAUL
     ms = [_val(md, m) for m in sp.m]
     coords = {n: _val(md, c) for n, c in zip(sp.mesh.names, dev)}
     local = [_val(md, q) * m + _val(md, r) for (q, r), m in zip(idx, ms)]
-    return Outcome("refuted", dt, {
+    return Outcome(Status.REFUTED, dt, {
         "global_shape": [L * m for L, m in zip(sp.L, ms)],
         "device": sp.mesh.device_id(coords), "coords": coords, "local_index": local,
     }, "the value differs")
@@ -67,13 +79,13 @@ def _solve(s: z3.Solver) -> tuple[Outcome | None, float, Any]:
     r = s.check()
     dt = time.perf_counter() - t0
     if r == z3.unsat:
-        return Outcome("proved", dt), dt, None
+        return Outcome(Status.PROVED, dt), dt, None
     if r == z3.unknown:
-        return Outcome("undecided", dt, reason=s.reason_unknown()), dt, None
+        return Outcome(Status.UNDECIDED, dt, reason=s.reason_unknown()), dt, None
     return None, dt, s.model()
 
 
-@lru_cache(maxsize=1 << 16)
+@memo(Scope.TYPE, maxsize=1 << 16)
 def prove_link(step: Step | None, before: ShardingType, after: ShardingType,
                timeout_ms: int = DEFAULT_TIMEOUT_MS, replicas_agree: bool = False) -> Outcome:
     """Sound step instance: every state meeting ``before`` becomes, by ``step``'s semantics, one
@@ -81,7 +93,7 @@ def prove_link(step: Step | None, before: ShardingType, after: ShardingType,
 
     Proved with its own cell counts ``lcm(shards(before), shards(after))``: it then holds for every
     shape both types allow, hence inside any plan. Cached: links recur across plans."""
-    if isinstance(step, (Permute, Exchange)):
+    if step is not None and step.comm is Comm.POINT_TO_POINT:
         return prove_p2p(step, before, after, timeout_ms, replicas_agree)
     sp = Space(before.mesh, cells([before, after]), "L")
     arr = sp.generic(before, replicas_agree)
@@ -89,7 +101,7 @@ def prove_link(step: Step | None, before: ShardingType, after: ShardingType,
         try:
             arr = apply_step(step, arr, before, after, sp)
         except VerificationError as e:
-            return Outcome("refuted", 0.0, dict(e.counterexample, global_shape=list(sp.L)), str(e))
+            return Outcome(Status.REFUTED, 0.0, dict(e.counterexample, global_shape=list(sp.L)), str(e))
     return check_meaning(sp, arr, after, timeout_ms)
 
 
@@ -119,7 +131,7 @@ def prove_p2p(step: Step, before: ShardingType, after: ShardingType, timeout_ms:
     try:
         cell, state = p2p_cells(step, sp.generic(before, replicas_agree), before, after, sp, o)
     except VerificationError as e:
-        return Outcome("refuted", 0.0, dict(e.counterexample, global_shape=list(sp.L)), str(e))
+        return Outcome(Status.REFUTED, 0.0, dict(e.counterexample, global_shape=list(sp.L)), str(e))
     ext = sp.ext(after)
     uspans = sp.unreduced_spans(after)
     grid = [range(0, ext[k], cell[k]) for k in range(sp.rank)]
@@ -148,10 +160,10 @@ def prove_p2p(step: Step, before: ShardingType, after: ShardingType, timeout_ms:
     ms = [_val(md, m) for m in sp.m]
     bad = next((v, off) for v, off, c in cases if z3.is_true(md.eval(c, model_completion=True)))
     v, off = bad
-    return Outcome("refuted", dt, {
+    return Outcome(Status.REFUTED, dt, {
         "global_shape": [L * m for L, m in zip(sp.L, ms)], "device": v, "coords": sp.mesh.coords(v),
         "local_index": [(off[k] + _val(md, o[k][0])) * ms[k] + _val(md, o[k][1]) for k in range(sp.rank)],
     }, "the value differs")
 
 
-__all__ = ["DEFAULT_TIMEOUT_MS", "Outcome", "check_meaning", "prove_link", "prove_p2p"]
+__all__ = ["DEFAULT_TIMEOUT_MS", "Outcome", "Status", "check_meaning", "prove_link", "prove_p2p"]

@@ -11,12 +11,27 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from fractions import Fraction
+from typing import Any
 
 from proofs.model import shards, size_of, spans_of
+from redist import exchange
 from redist.atoms import primes
-from redist.steps import AllGather, AllReduce, AllToAll, Exchange, Permute, ReduceScatter, Step
+from redist.facets import FacetTable
+from redist.steps import (
+    AllGather,
+    AllReduce,
+    AllReduceSlice,
+    AllToAll,
+    Discard,
+    DynSlice,
+    Exchange,
+    PadUnreduced,
+    Permute,
+    ReduceScatter,
+    Step,
+)
 from spmd_types import Mesh, ShardingType
 
 
@@ -25,32 +40,44 @@ def local_cells(t: ShardingType, L: Sequence[int]) -> int:
     return math.prod(L[d] // shards(t, d) for d in range(t.rank))
 
 
+RecvCells = Callable[[Any, ShardingType, ShardingType, Sequence[int]], Fraction]
+RECV: FacetTable[RecvCells] = FacetTable("symbolic recv", "proofs.measures.RECV")
+
+
 def step_recv_cells(step: Step, before: ShardingType, after: ShardingType, L: Sequence[int]) -> Fraction:
     """Elements received per device (average) by ``step``, in units of ``prod m_d``.
 
     Ring algorithms over a group of ``p``: all-gather ``(p-1)/p`` of its output, reduce-scatter and
     all-to-all ``(p-1)/p`` of their input, all-reduce ``2(p-1)/p`` of its input; permutes and
     exchanges: the cells of the schedule's real (source != destination) pairs."""
-    mesh = before.mesh
-    if isinstance(step, (Permute, Exchange)):
-        from redist.exchange import schedule
+    return RECV[type(step)](step, before, after, L)
 
-        sch = schedule(before, after)
-        unit = [n // c for n, c in zip(before.shape, L)]
-        cell = math.prod(c // u for c, u in zip(sch.cell, unit))
-        pairs = sum(sum(1 for s, d in r.pairs if s != d) for r in sch.rounds)
-        return Fraction(pairs * cell, mesh.size)
-    if not step.is_collective:
-        return Fraction(0)
-    p = size_of(spans_of(mesh, step.group_axes()))
-    frac = Fraction(p - 1, p)
-    if isinstance(step, AllGather):
-        return frac * local_cells(after, L)
-    if isinstance(step, (ReduceScatter, AllToAll)):
-        return frac * local_cells(before, L)
-    if isinstance(step, AllReduce):
-        return 2 * frac * local_cells(before, L)
-    raise TypeError(f"no transfer rule for {step!r}")
+
+@RECV.register(DynSlice, Discard, PadUnreduced)
+def _local(step: Step, before: ShardingType, after: ShardingType, L: Sequence[int]) -> Fraction:
+    return Fraction(0)
+
+
+def _ring(phases: int, of_output: bool) -> RecvCells:
+    def ring(step: Step, before: ShardingType, after: ShardingType, L: Sequence[int]) -> Fraction:
+        p = size_of(spans_of(before.mesh, step.group_axes()))
+        return phases * Fraction(p - 1, p) * local_cells(after if of_output else before, L)
+
+    return ring
+
+
+RECV.register(AllGather)(_ring(1, of_output=True))
+RECV.register(ReduceScatter, AllToAll)(_ring(1, of_output=False))
+RECV.register(AllReduce, AllReduceSlice)(_ring(2, of_output=False))
+
+
+@RECV.register(Permute, Exchange)
+def _p2p(step: Step, before: ShardingType, after: ShardingType, L: Sequence[int]) -> Fraction:
+    sch = exchange.schedule(before, after)
+    unit = [n // c for n, c in zip(before.shape, L)]
+    cell = math.prod(c // u for c, u in zip(sch.cell, unit))
+    pairs = sum(sum(1 for s, d in r.pairs if s != d) for r in sch.rounds)
+    return Fraction(pairs * cell, before.mesh.size)
 
 
 # -- the lower bound, derived on the cell grid ----------------------------------------------------------
@@ -66,6 +93,7 @@ def _prime_digits(mesh: Mesh, axes: Sequence[object]) -> set[tuple[str, int, int
 
 
 def _digit(mesh: Mesh, coords: dict[str, int], f: tuple[str, int, int]) -> int:
+    # Deliberately not spmd_types.mesh.subaxis_digit: the proofs re-derive the index math.
     name, pre, size = f
     n = mesh.axis_size(name)
     return (coords[name] // (n // (pre * size))) % size
@@ -143,4 +171,4 @@ def shares_unreduced(src: ShardingType, dst: ShardingType) -> bool:
     return bool(_prime_digits(src.mesh, tuple(src.unreduced)) & _prime_digits(src.mesh, tuple(dst.unreduced)))
 
 
-__all__ = ["local_cells", "lower_bound_cells", "shares_unreduced", "step_recv_cells"]
+__all__ = ["RECV", "local_cells", "lower_bound_cells", "shares_unreduced", "step_recv_cells"]

@@ -11,14 +11,18 @@ from __future__ import annotations
 
 import itertools
 import random
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from proofs.link import DEFAULT_TIMEOUT_MS, prove_link
 from redist.errors import StepError
+from redist.facets import FacetTable
 from redist.steps import (
+    ALL_STEPS,
+    KINDS,
     AllGather,
     AllReduce,
+    AllReduceSlice,
     AllToAll,
     Discard,
     DynSlice,
@@ -29,11 +33,6 @@ from redist.steps import (
     Step,
 )
 from spmd_types import Axis, Mesh, ShardingType, ShardingTypeError, SubAxis
-
-KINDS: tuple[str, ...] = (
-    "dynamic_slice", "all_gather", "all_to_all", "reduce_scatter", "all_reduce", "discard", "pad_unreduced",
-    "permute", "exchange",
-)
 
 
 def all_meshes(max_axes: int = 3, sizes: Sequence[int] = (1, 2, 3, 4)) -> Iterator[Mesh]:
@@ -74,39 +73,85 @@ def _suffixes(axes: tuple[Axis, ...]) -> list[tuple[Axis, ...]]:
     return [axes[i:] for i in range(len(axes))]
 
 
+Candidates = Callable[[ShardingType, list[tuple[Axis, ...]], random.Random], list[Step]]
+CANDIDATES: FacetTable[Candidates] = FacetTable("soundness candidates", "proofs.soundness.CANDIDATES")
+"""Steps of a class that may apply to a type (the typing rule has the last word)."""
+
+_BY_KIND: dict[str, type[Step]] = {cls.kind: cls for cls in ALL_STEPS}
+
+
 def candidate_steps(t: ShardingType, kind: str, rng: random.Random) -> list[Step]:
-    """Steps of ``kind`` that may apply to ``t`` (the typing rule has the last word)."""
-    r = t.rank
+    """Steps of ``kind`` that may apply to ``t`` (the typing rule has the last word). The groups of
+    unused axes are drawn first for every kind, so each kind sees the same random sequence."""
     free = _unused(t, rng)
-    subsets = [tuple(p) for n in (1, 2) for p in itertools.permutations(free, n)]
+    groups = [tuple(p) for n in (1, 2) for p in itertools.permutations(free, n)]
+    return CANDIDATES[_BY_KIND[kind]](t, groups, rng)
+
+
+def _unreduced_groups(t: ShardingType) -> list[tuple[Axis, ...]]:
     unred = list(t.sorted_unreduced())
-    usubsets = [tuple(p) for n in range(1, len(unred) + 1) for p in itertools.permutations(unred, n)]
-    out: list[Step] = []
-    if kind == "dynamic_slice":
-        out = [DynSlice(d, s) for d in range(r) for s in subsets]
-    elif kind == "all_gather":
-        out = [AllGather(d, s) for d in range(r) for s in _suffixes(t.dims[d])]
-    elif kind == "all_to_all":
-        out = [AllToAll(a, b, s) for a in range(r) for b in range(r) if a != b for s in _suffixes(t.dims[a])]
-    elif kind == "reduce_scatter":
-        out = [ReduceScatter(d, s) for d in range(r) for s in usubsets]
-    elif kind == "all_reduce":
-        out = [AllReduce(s) for s in usubsets]
-    elif kind == "discard":
-        out = [Discard(s) for s in subsets]
-    elif kind == "pad_unreduced":
-        out = [PadUnreduced(d, s) for d in range(r) for s in _suffixes(t.dims[d])]
-    elif kind in ("permute", "exchange"):
-        for _ in range(12):
-            t2 = random_type(t.mesh, r, rng, t.dtype)
-            if t2 == t:
-                continue
-            if kind == "permute":
-                if t2.local_shape == t.local_shape and t2.unreduced == t.unreduced:
-                    out.append(Permute(t2.dims))
-            else:
-                out.append(Exchange(t2.dims, t2.sorted_unreduced()))
+    return [tuple(p) for n in range(1, len(unred) + 1) for p in itertools.permutations(unred, n)]
+
+
+@CANDIDATES.register(DynSlice)
+def _slices(t: ShardingType, free: list[tuple[Axis, ...]], rng: random.Random) -> list[Step]:
+    return [DynSlice(d, s) for d in range(t.rank) for s in free]
+
+
+@CANDIDATES.register(Discard)
+def _discards(t: ShardingType, free: list[tuple[Axis, ...]], rng: random.Random) -> list[Step]:
+    return [Discard(s) for s in free]
+
+
+@CANDIDATES.register(AllGather)
+def _gathers(t: ShardingType, free: list[tuple[Axis, ...]], rng: random.Random) -> list[Step]:
+    return [AllGather(d, s) for d in range(t.rank) for s in _suffixes(t.dims[d])]
+
+
+@CANDIDATES.register(PadUnreduced)
+def _pads(t: ShardingType, free: list[tuple[Axis, ...]], rng: random.Random) -> list[Step]:
+    return [PadUnreduced(d, s) for d in range(t.rank) for s in _suffixes(t.dims[d])]
+
+
+@CANDIDATES.register(AllToAll)
+def _all_to_alls(t: ShardingType, free: list[tuple[Axis, ...]], rng: random.Random) -> list[Step]:
+    r = t.rank
+    return [AllToAll(a, b, s) for a in range(r) for b in range(r) if a != b for s in _suffixes(t.dims[a])]
+
+
+@CANDIDATES.register(ReduceScatter)
+def _reduce_scatters(t: ShardingType, free: list[tuple[Axis, ...]], rng: random.Random) -> list[Step]:
+    return [ReduceScatter(d, s) for d in range(t.rank) for s in _unreduced_groups(t)]
+
+
+@CANDIDATES.register(AllReduceSlice)
+def _all_reduce_slices(t: ShardingType, free: list[tuple[Axis, ...]], rng: random.Random) -> list[Step]:
+    return [AllReduceSlice(d, s) for d in range(t.rank) for s in _unreduced_groups(t)]
+
+
+@CANDIDATES.register(AllReduce)
+def _all_reduces(t: ShardingType, free: list[tuple[Axis, ...]], rng: random.Random) -> list[Step]:
+    return [AllReduce(s) for s in _unreduced_groups(t)]
+
+
+def _random_targets(t: ShardingType, rng: random.Random) -> list[ShardingType]:
+    out = []
+    for _ in range(12):
+        t2 = random_type(t.mesh, t.rank, rng, t.dtype)
+        if t2 != t:
+            out.append(t2)
     return out
+
+
+@CANDIDATES.register(Permute)
+def _permutes(t: ShardingType, free: list[tuple[Axis, ...]], rng: random.Random) -> list[Step]:
+    return [Permute(t2.dims) for t2 in _random_targets(t, rng)
+            if t2.local_shape == t.local_shape and t2.unreduced == t.unreduced]
+
+
+@CANDIDATES.register(Exchange)
+def _exchanges(t: ShardingType, free: list[tuple[Axis, ...]], rng: random.Random) -> list[Step]:
+    return [Exchange(t2.dims, t2.sorted_unreduced()) for t2 in _random_targets(t, rng)]
 
 
 def instances(mesh: Mesh, rank: int, kind: str, count: int, seed: int = 0,
@@ -183,4 +228,4 @@ def sweep(meshes: Sequence[Mesh] | None = None, ranks: Sequence[int] = (1, 2, 3)
     return res
 
 
-__all__ = ["KINDS", "SweepResult", "all_meshes", "candidate_steps", "instances", "random_type", "sweep"]
+__all__ = ["CANDIDATES", "KINDS", "SweepResult", "all_meshes", "candidate_steps", "instances", "random_type", "sweep"]

@@ -15,13 +15,19 @@ and the local extents the model tracks itself, so a plan whose recorded types li
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
 import z3
 
 from proofs.errors import VerificationError
-from proofs.model import Arr, Dev, Index, Space, Term, mixed, set_mixed, size_of, spans_of
+from proofs.model import Arr, Dev, Index, Space, Span, Term, mixed, set_mixed, size_of, spans_of
+from redist import exchange
+from redist.facets import FacetTable
 from redist.steps import (
     AllGather,
     AllReduce,
+    AllReduceSlice,
     AllToAll,
     Discard,
     DynSlice,
@@ -31,7 +37,7 @@ from redist.steps import (
     ReduceScatter,
     Step,
 )
-from spmd_types import ShardingType
+from spmd_types import Mesh, ShardingType
 
 
 def _with(idx: Index, d: int, q: Term) -> Index:
@@ -47,71 +53,110 @@ def _split(step: Step, ext: int, g: int, dim: int) -> int:
     return ext // g
 
 
+Semantics = Callable[[Any, Arr, ShardingType, ShardingType, Space], Arr]
+SEMANTICS: FacetTable[Semantics] = FacetTable("z3 semantics", "proofs.steps_semantics.SEMANTICS")
+
+
 def apply_step(step: Step, arr: Arr, before: ShardingType, after: ShardingType, sp: Space) -> Arr:
-    mesh = sp.mesh
-    if isinstance(step, (Permute, Exchange)):
-        return _p2p(step, arr, before, after, sp)
-    spans = spans_of(mesh, step.group_axes())
-    g = size_of(spans)
-    ext = arr.ext
-    src = arr.val
+    return SEMANTICS[type(step)](step, arr, before, after, sp)
 
-    def gi(dev: Dev) -> Term:
-        return mixed(mesh, dev, spans)
 
-    def member(dev: Dev, j: Term) -> Dev:
-        return set_mixed(mesh, dev, spans, j)
+class _Group(NamedTuple):
+    """The step's group on the model: its spans, size, and the index / members of a device."""
 
-    if isinstance(step, DynSlice):
-        d = step.dim
-        e = _split(step, ext[d], g, d)
-        return Arr(ext[:d] + (e,) + ext[d + 1:],
-                   lambda dev, idx: src(dev, _with(idx, d, gi(dev) * e + idx[d][0])))
-    if isinstance(step, Discard):
-        return Arr(ext, lambda dev, idx: z3.If(gi(dev) == 0, src(dev, idx), 0))
-    if isinstance(step, PadUnreduced):
-        d, e = step.dim, ext[step.dim]
+    spans: tuple[Span, ...]
+    size: int
+    mesh: Mesh
 
-        def pad(dev: Dev, idx: Index) -> Term:
-            q = idx[d][0]
-            return z3.If(q / e == gi(dev), src(dev, _with(idx, d, q - gi(dev) * e)), 0)
+    def position(self, dev: Dev) -> Term:
+        return mixed(self.mesh, dev, self.spans)
 
-        return Arr(ext[:d] + (e * g,) + ext[d + 1:], pad)
-    if isinstance(step, AllGather):
-        d, e = step.dim, ext[step.dim]
+    def member(self, dev: Dev, j: Term) -> Dev:
+        return set_mixed(self.mesh, dev, self.spans, j)
 
-        def gather(dev: Dev, idx: Index) -> Term:
-            q = idx[d][0]
-            j = q / e
-            return src(member(dev, j), _with(idx, d, q - j * e))
 
-        return Arr(ext[:d] + (e * g,) + ext[d + 1:], gather)
-    if isinstance(step, AllToAll):
-        s, t = step.src_dim, step.dst_dim
-        es = ext[s]
-        et = _split(step, ext[t], g, t)
+def _group(step: Step, sp: Space) -> _Group:
+    spans = spans_of(sp.mesh, step.group_axes())
+    return _Group(spans, size_of(spans), sp.mesh)
 
-        def a2a(dev: Dev, idx: Index) -> Term:
-            q = idx[s][0]
-            j = q / es
-            inner = _with(_with(idx, s, q - j * es), t, gi(dev) * et + idx[t][0])
-            return src(member(dev, j), inner)
 
-        new = list(ext)
-        new[s], new[t] = es * g, et
-        return Arr(tuple(new), a2a)
-    if isinstance(step, AllReduce):
-        return Arr(ext, lambda dev, idx: z3.Sum([src(member(dev, j), idx) for j in range(g)]))
-    if isinstance(step, ReduceScatter):
-        d = step.dim
-        e = _split(step, ext[d], g, d)
+def _resized(ext: tuple[int, ...], d: int, e: int) -> tuple[int, ...]:
+    return ext[:d] + (e,) + ext[d + 1:]
 
-        def rs(dev: Dev, idx: Index) -> Term:
-            inner = _with(idx, d, gi(dev) * e + idx[d][0])
-            return z3.Sum([src(member(dev, j), inner) for j in range(g)])
 
-        return Arr(ext[:d] + (e,) + ext[d + 1:], rs)
-    raise VerificationError("chain", f"the proof model has no semantics for step {step!r}", {"step": str(step)})
+@SEMANTICS.register(DynSlice)
+def _slice(step: DynSlice, arr: Arr, before: ShardingType, after: ShardingType, sp: Space) -> Arr:
+    g, d, src = _group(step, sp), step.dim, arr.val
+    e = _split(step, arr.ext[d], g.size, d)
+    return Arr(_resized(arr.ext, d, e), lambda dev, idx: src(dev, _with(idx, d, g.position(dev) * e + idx[d][0])))
+
+
+@SEMANTICS.register(Discard)
+def _discard(step: Discard, arr: Arr, before: ShardingType, after: ShardingType, sp: Space) -> Arr:
+    g, src = _group(step, sp), arr.val
+    return Arr(arr.ext, lambda dev, idx: z3.If(g.position(dev) == 0, src(dev, idx), 0))
+
+
+@SEMANTICS.register(PadUnreduced)
+def _pad(step: PadUnreduced, arr: Arr, before: ShardingType, after: ShardingType, sp: Space) -> Arr:
+    g, d, src = _group(step, sp), step.dim, arr.val
+    e = arr.ext[d]
+
+    def pad(dev: Dev, idx: Index) -> Term:
+        q = idx[d][0]
+        return z3.If(q / e == g.position(dev), src(dev, _with(idx, d, q - g.position(dev) * e)), 0)
+
+    return Arr(_resized(arr.ext, d, e * g.size), pad)
+
+
+@SEMANTICS.register(AllGather)
+def _gather(step: AllGather, arr: Arr, before: ShardingType, after: ShardingType, sp: Space) -> Arr:
+    g, d, src = _group(step, sp), step.dim, arr.val
+    e = arr.ext[d]
+
+    def gather(dev: Dev, idx: Index) -> Term:
+        j = idx[d][0] / e
+        return src(g.member(dev, j), _with(idx, d, idx[d][0] - j * e))
+
+    return Arr(_resized(arr.ext, d, e * g.size), gather)
+
+
+@SEMANTICS.register(AllToAll)
+def _all_to_all(step: AllToAll, arr: Arr, before: ShardingType, after: ShardingType, sp: Space) -> Arr:
+    g, s, t, src = _group(step, sp), step.src_dim, step.dst_dim, arr.val
+    es = arr.ext[s]
+    et = _split(step, arr.ext[t], g.size, t)
+
+    def a2a(dev: Dev, idx: Index) -> Term:
+        j = idx[s][0] / es
+        inner = _with(_with(idx, s, idx[s][0] - j * es), t, g.position(dev) * et + idx[t][0])
+        return src(g.member(dev, j), inner)
+
+    return Arr(_resized(_resized(arr.ext, s, es * g.size), t, et), a2a)
+
+
+@SEMANTICS.register(AllReduce)
+def _all_reduce(step: AllReduce, arr: Arr, before: ShardingType, after: ShardingType, sp: Space) -> Arr:
+    g, src = _group(step, sp), arr.val
+    return Arr(arr.ext, lambda dev, idx: z3.Sum([src(g.member(dev, j), idx) for j in range(g.size)]))
+
+
+@SEMANTICS.register(ReduceScatter, AllReduceSlice)
+def _reduce_scatter(step: ReduceScatter, arr: Arr, before: ShardingType, after: ShardingType, sp: Space) -> Arr:
+    """A reduce-scatter, and an all-reduce followed by keeping this device's chunk: the same values."""
+    g, d, src = _group(step, sp), step.dim, arr.val
+    e = _split(step, arr.ext[d], g.size, d)
+
+    def rs(dev: Dev, idx: Index) -> Term:
+        inner = _with(idx, d, g.position(dev) * e + idx[d][0])
+        return z3.Sum([src(g.member(dev, j), inner) for j in range(g.size)])
+
+    return Arr(_resized(arr.ext, d, e), rs)
+
+
+@SEMANTICS.register(Permute, Exchange)
+def _p2p_semantics(step: Step, arr: Arr, before: ShardingType, after: ShardingType, sp: Space) -> Arr:
+    return _p2p(step, arr, before, after, sp)
 
 
 Rounds = list[tuple[bool, list[tuple[int, int, tuple[int, ...], tuple[int, ...]]]]]
@@ -120,11 +165,9 @@ Rounds = list[tuple[bool, list[tuple[int, int, tuple[int, ...], tuple[int, ...]]
 def p2p_rounds(step: Step, before: ShardingType, after: ShardingType, sp: Space) -> tuple[tuple[int, ...], Rounds]:
     """The schedule of a ``Permute``/``Exchange`` in cells: the cell extents and, in order, every
     round as ``(from_output, [(source, destination, source offset, destination offset)])``."""
-    from redist.exchange import schedule
-
     mesh = sp.mesh
     try:
-        sch = schedule(before, after)
+        sch = exchange.schedule(before, after)
     except Exception as e:  # a schedule that cannot be built is a failed step
         raise VerificationError("chain", f"{step}: no schedule {before} -> {after}: {e}", {"step": str(step)}) from None
     unit = [n // L for n, L in zip(before.shape, sp.L)]  # the plan's concrete m_d
@@ -207,4 +250,4 @@ def _p2p(step: Step, arr: Arr, before: ShardingType, after: ShardingType, sp: Sp
     return Arr(sp.ext(after), val)
 
 
-__all__ = ["apply_step", "device_coords", "p2p_cells", "p2p_rounds"]
+__all__ = ["SEMANTICS", "apply_step", "device_coords", "p2p_cells", "p2p_rounds"]

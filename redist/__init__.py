@@ -1,13 +1,23 @@
-"""Type-directed array redistribution: the synthesizer, its cost model and executors."""
+"""Type-directed array redistribution: the synthesizer, its cost model and executors.
 
+Importing ``redist`` imports the JAX executor, which registers itself as the runner of ``plan(x)``;
+``import proofs`` registers ``plan.verify()`` the same way (docs/design.md section 1).
+"""
+
+from redist import executor as _executor  # noqa: F401  (registers the runner of ``plan(x)``)
 from redist.api import redistribute
+from redist.caches import clear_caches
 from redist.cost import CostModel
 from redist.errors import ExecutionError, IncompatibleTypesError, RedistError, StepError
 from redist.plan import Plan
 from redist.steps import (
+    ALL_STEPS,
+    KINDS,
     AllGather,
     AllReduce,
+    AllReduceSlice,
     AllToAll,
+    Comm,
     Discard,
     DynSlice,
     Exchange,
@@ -18,7 +28,7 @@ from redist.steps import (
 )
 
 __all__ = [
-    "AllGather", "AllReduce", "AllToAll", "CostModel", "Discard", "DynSlice", "Exchange",
-    "ExecutionError", "IncompatibleTypesError", "PadUnreduced", "Permute", "Plan", "RedistError",
-    "ReduceScatter", "Step", "StepError", "redistribute",
+    "ALL_STEPS", "KINDS", "AllGather", "AllReduce", "AllReduceSlice", "AllToAll", "Comm", "CostModel",
+    "Discard", "DynSlice", "Exchange", "ExecutionError", "IncompatibleTypesError", "PadUnreduced",
+    "Permute", "Plan", "RedistError", "ReduceScatter", "Step", "StepError", "clear_caches", "redistribute",
 ]

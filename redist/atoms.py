@@ -7,13 +7,20 @@ most major, so step rules compare atom sequences and stay independent of how a t
 
 from __future__ import annotations
 
-from functools import lru_cache
+import math
+from typing import NamedTuple
 
 from spmd_types import Axis, IndivisibleDimensionError, Mesh, ShardingType, SubAxis
+from spmd_types.memo import Scope, memo
 from spmd_types.types import canonical_axes, canonical_unreduced
 
-Atom = tuple[str, int, int]
-"""(axis name, pre, size) with a prime ``size``: a factor of one mesh axis."""
+
+class Atom(NamedTuple):
+    """A prime factor of one mesh axis: the sub-axis ``name:(pre)size`` with a prime ``size``."""
+
+    name: str
+    pre: int
+    size: int
 
 
 def primes(n: int) -> list[int]:
@@ -29,15 +36,15 @@ def primes(n: int) -> list[int]:
     return out
 
 
-@lru_cache(maxsize=4096)
+@memo(Scope.MESH)
 def atoms_of(mesh: Mesh, a: Axis) -> tuple[Atom, ...]:
     """Prime factors of (sub-)axis ``a``, major to minor; a size-1 axis is one atom of size 1."""
     name, pre, size = mesh.span(a)
     if size == 1:
-        return ((name, pre, 1),)
+        return (Atom(name, pre, 1),)
     out: list[Atom] = []
     for p in primes(size):
-        out.append((name, pre, p))
+        out.append(Atom(name, pre, p))
         pre *= p
     return tuple(out)
 
@@ -53,21 +60,18 @@ def atom_axis(mesh: Mesh, atom: Atom) -> Axis:
     return SubAxis(name, pre, size)
 
 
-@lru_cache(maxsize=65536)
+@memo(Scope.TYPE, maxsize=65536)
 def dims_atoms(t: ShardingType) -> tuple[tuple[Atom, ...], ...]:
     return tuple(atoms_of_axes(t.mesh, axes) for axes in t.dims)
 
 
-@lru_cache(maxsize=65536)
+@memo(Scope.TYPE, maxsize=65536)
 def unreduced_atoms(t: ShardingType) -> frozenset[Atom]:
     return frozenset(x for a in t.unreduced for x in atoms_of(t.mesh, a))
 
 
 def atoms_size(atoms: tuple[Atom, ...]) -> int:
-    n = 1
-    for _, _, s in atoms:
-        n *= s
-    return n
+    return math.prod(a.size for a in atoms)
 
 
 def from_atoms(

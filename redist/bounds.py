@@ -32,7 +32,6 @@ Every bound is in bytes averaged over devices, so it is comparable with ``Plan.r
 from __future__ import annotations
 
 import math
-from functools import lru_cache
 
 import numpy as np
 
@@ -40,9 +39,10 @@ from redist.atoms import unreduced_atoms
 from redist.groups import atoms_index, group_key
 from spmd_types import ShardingType
 from spmd_types.layout import block_indices, overlap_elements
+from spmd_types.memo import Scope, memo
 
 
-@lru_cache(maxsize=4096)
+@memo(Scope.TYPE)
 def lower_bound_bytes(src: ShardingType, dst: ShardingType) -> float:
     if not src.unreduced and not dst.unreduced:
         missing = dst.local_size - overlap_elements(src, dst)
@@ -66,7 +66,7 @@ def _unreduced_bound(src: ShardingType, dst: ShardingType) -> float:
     us, ud = unreduced_atoms(src), unreduced_atoms(dst)
     counts = [math.lcm(src.dim_shards(d), dst.dim_shards(d)) for d in range(src.rank)]
     cell_elems = math.prod(n // c for n, c in zip(src.shape, counts))
-    k = math.prod(a[2] for a in us)
+    k = math.prod(a.size for a in us)
     part = atoms_index(m, tuple(sorted(us)))
     group = group_key(m, tuple(sorted(ud)))
     hs, hd = _cells_held(src, counts), _cells_held(dst, counts)

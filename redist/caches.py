@@ -1,29 +1,21 @@
-"""One switch for every memo table of the planner, so benchmarks can measure a cold cache.
+"""One switch for every memo table of the project, so benchmarks can measure a cold cache.
 
-``clear_caches("plans")`` forgets everything derived from particular types (plans, schedules,
-bounds, block tables); per-mesh tables (device coordinates, prime factors of axes) stay, as they
-would in a compiler planning many moves on one mesh. ``clear_caches("all")`` forgets those too.
+Every cache is a ``spmd_types.memo.memo`` table registered with its scope, so this list cannot go
+stale. ``clear_caches("plans")`` forgets everything derived from particular types (plans,
+schedules, bounds, block tables, proofs of links); per-mesh tables (device coordinates, prime
+factors of axes, collective groups) and compiled programs stay, as they would in a compiler
+planning many moves on one mesh. ``clear_caches("all")`` forgets everything.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from spmd_types.memo import Scope, clear
+
+LEVELS: dict[str, tuple[Scope, ...]] = {"plans": (Scope.TYPE,), "all": tuple(Scope)}
 
 
-def clear_caches(level: str = "all") -> None:
-    if level not in ("plans", "all"):
-        raise ValueError(f"level must be 'plans' or 'all', got {level!r}")
-    from redist import atoms, bounds, exchange, groups, plan, steps, synth
-    from spmd_types import layout
-
-    per_type: list[Any] = [
-        atoms.dims_atoms, atoms.unreduced_atoms, bounds.lower_bound_bytes, exchange.schedule,
-        synth.cached_synthesize, synth._exchange_floor, layout.block_bounds, steps._validated,
-        plan.apply_step, plan.measure_step,
-    ]
-    per_mesh: list[Any] = [
-        atoms.atoms_of, groups.atoms_index, groups.group_key, layout.coord_table,
-        layout.axis_coords,
-    ]
-    for f in per_type + (per_mesh if level == "all" else []):
-        f.cache_clear()
+def clear_caches(level: str = "all") -> int:
+    """Empty the tables of ``level`` (``"plans"`` or ``"all"``); returns how many were cleared."""
+    if level not in LEVELS:
+        raise ValueError(f"level must be one of {sorted(LEVELS)}, got {level!r}")
+    return clear(LEVELS[level])

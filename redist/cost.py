@@ -26,10 +26,16 @@ class CostModel:
     """``"bytes"``: least received bytes, then least time (the synthesizer's contract: meet the
     transfer bound). ``"time"``: least estimated time, then bytes (for compilers, where a few
     latency-bound collectives on tiny arrays should not become many point-to-point rounds)."""
+    kind_time_factor: tuple[tuple[str, float], ...] = field(default=())
+    """Per step kind (``"reduce_scatter"``, ...), a factor on the estimated time of its collective:
+    where a backend runs one kind worse than the alpha-beta model says (a calibrated profile)."""
 
     def __post_init__(self) -> None:
         if self.objective not in ("bytes", "time"):
             raise ValueError(f"objective must be 'bytes' or 'time', got {self.objective!r}")
+        for kind, factor in self.kind_time_factor:
+            if not factor > 0:
+                raise ValueError(f"kind_time_factor for {kind!r} must be > 0, got {factor}")
 
     def order(self, recv_bytes: float, time_s: float) -> tuple[float, float]:
         """The comparison key of a plan's (bytes, time) under this objective."""
@@ -43,6 +49,7 @@ class CostModel:
         axis_latency_s: Mapping[str, float] | None = None,
         axis_bandwidth_Bps: Mapping[str, float] | None = None,
         objective: str = "bytes",
+        kind_time_factor: Mapping[str, float] | None = None,
     ) -> CostModel:
         for name, v in {**(axis_latency_s or {}), **(axis_bandwidth_Bps or {})}.items():
             if v <= 0:
@@ -52,6 +59,7 @@ class CostModel:
             tuple(sorted((axis_latency_s or {}).items())),
             tuple(sorted((axis_bandwidth_Bps or {}).items())),
             objective,
+            tuple(sorted((kind_time_factor or {}).items())),
         )
 
     @staticmethod
@@ -72,12 +80,14 @@ class CostModel:
         bw = dict(self.axis_bandwidth_Bps)
         return max((1.0 / bw.get(n, self.bandwidth_Bps) for n in names), default=1.0 / self.bandwidth_Bps)
 
-    def collective_time(self, axes: Iterable[Axis], group: int, recv_bytes: float, phases: int = 1) -> float:
+    def collective_time(self, axes: Iterable[Axis], group: int, recv_bytes: float, phases: int = 1,
+                        kind: str = "") -> float:
         """Time of a collective over ``group`` devices spanning ``axes`` (``phases=2`` for all-reduce)."""
         if group <= 1:
             return 0.0
         names = {axis_name(a) for a in axes}
-        return phases * math.ceil(math.log2(group)) * self.latency(names) + recv_bytes * self.inv_bandwidth(names)
+        t = phases * math.ceil(math.log2(group)) * self.latency(names) + recv_bytes * self.inv_bandwidth(names)
+        return t * dict(self.kind_time_factor).get(kind, 1.0)
 
 
 DEFAULT_COST_MODEL = CostModel()

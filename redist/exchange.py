@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from functools import lru_cache
 
 import numpy as np
 
@@ -22,6 +21,7 @@ from redist.errors import StepError
 from redist.groups import atoms_index, group_key
 from spmd_types import ShardingType
 from spmd_types.layout import block_bounds
+from spmd_types.memo import Scope, memo
 
 MAX_CELLS = 1 << 16
 """Exchanges finer than this many (device, cell) pairs are not offered: too many rounds to be useful."""
@@ -121,7 +121,7 @@ def _colour(transfers: list[Item]) -> list[list[Item]]:
     return [r for r in rounds if r]
 
 
-@lru_cache(maxsize=4096)
+@memo(Scope.TYPE)
 def schedule(old: ShardingType, new: ShardingType) -> Schedule:
     """Cells each device adds into its new block, locally or from a peer.
 

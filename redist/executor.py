@@ -45,9 +45,8 @@ supported end to end: in JAX 0.10.2 ``PartitionSpec(..., unreduced={...})`` work
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from functools import lru_cache
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -58,10 +57,12 @@ from jax.sharding import NamedSharding
 from redist.atoms import Atom, atoms_of_axes, atoms_size
 from redist.errors import ExecutionError
 from redist.exchange import Round, schedule
-from redist.plan import Plan
+from redist.facets import FacetTable
+from redist.plan import Plan, register_runner
 from redist.steps import (
     AllGather,
     AllReduce,
+    AllReduceSlice,
     AllToAll,
     Discard,
     DynSlice,
@@ -73,14 +74,18 @@ from redist.steps import (
 )
 from spmd_types import Mesh, ShardingType, ShardingTypeError
 from spmd_types.jax_interop import to_partition_spec, type_of
+from spmd_types.memo import Scope, memo
+from spmd_types.memo import clear as memo_clear
+from spmd_types.mesh import subaxis_digit, subaxis_stride
 
-__all__ = ["apply_local", "clear_cache", "collective_group", "compile_plan", "run_plan"]
+__all__ = ["LOWER", "Lowering", "apply_local", "clear_cache", "collective_group", "compile_plan", "lower_step",
+           "run_plan"]
 
 
 # -- groups ------------------------------------------------------------------------------------------
 
 
-@lru_cache(maxsize=4096)
+@memo(Scope.MESH)
 def collective_group(mesh: Mesh, atoms: tuple[Atom, ...]) -> tuple[tuple[str, ...], tuple[tuple[int, ...], ...] | None]:
     """(``axis_name``, ``axis_index_groups``) of a collective over ``atoms`` (major first).
 
@@ -89,18 +94,17 @@ def collective_group(mesh: Mesh, atoms: tuple[Atom, ...]) -> tuple[tuple[str, ..
     those axes in that order (one group, identity order), else every group with its members
     ordered by their mixed-radix index over ``atoms``.
     """
-    names = tuple(n for n in mesh.names if any(a[0] == n for a in atoms))
+    names = tuple(n for n in mesh.names if any(a.name == n for a in atoms))
     sizes = [mesh.axis_size(n) for n in names]
     total = math.prod(sizes)
     coords = np.array(list(np.ndindex(*sizes)), dtype=np.int64).reshape(total, len(names))
     key = coords.copy()
     idx = np.zeros(total, dtype=np.int64)
-    for name, pre, size in atoms:
-        i = names.index(name)
-        stride = mesh.axis_size(name) // (pre * size)
-        digit = (coords[:, i] // stride) % size
-        idx = idx * size + digit
-        key[:, i] -= digit * stride
+    for a in atoms:
+        i, n = names.index(a.name), mesh.axis_size(a.name)
+        digit = subaxis_digit(coords[:, i], n, a.pre, a.size)
+        idx = idx * a.size + digit
+        key[:, i] -= digit * subaxis_stride(n, a.pre, a.size)
     groups: dict[tuple[int, ...], list[tuple[int, int]]] = {}
     for lin in range(total):
         groups.setdefault(tuple(key[lin].tolist()), []).append((int(idx[lin]), lin))
@@ -117,10 +121,8 @@ def _axis_name(names: tuple[str, ...]) -> Any:
 def _group_index(mesh: Mesh, atoms: tuple[Atom, ...]) -> jax.Array:
     """This device's mixed-radix index over ``atoms`` (major first), from ``lax.axis_index``."""
     idx: Any = jnp.int32(0)
-    for name, pre, size in atoms:
-        stride = mesh.axis_size(name) // (pre * size)
-        digit = (lax.axis_index(name) // stride) % size
-        idx = idx * size + digit
+    for a in atoms:
+        idx = idx * a.size + subaxis_digit(lax.axis_index(a.name), mesh.axis_size(a.name), a.pre, a.size)
     return jnp.asarray(idx, dtype=jnp.int32)
 
 
@@ -207,36 +209,127 @@ def _collective_args(mesh: Mesh, atoms: tuple[Atom, ...]) -> dict[str, Any]:
     return args
 
 
+class Lowering(NamedTuple):
+    """How a step class lowers: ``fn(run, before, after, x)`` takes a *run* of consecutive steps
+    of the class (one step unless ``joins``: consecutive slices become one ``dynamic_slice``)."""
+
+    fn: Callable[[Sequence[Any], ShardingType, ShardingType, jax.Array], jax.Array]
+    joins: bool = False
+
+
+LOWER: FacetTable[Lowering] = FacetTable("lower", "redist.executor.LOWER")
+
+
+def _group(step: Step, t: ShardingType) -> tuple[tuple[Atom, ...], int]:
+    atoms = atoms_of_axes(t.mesh, step.group_axes())
+    return atoms, atoms_size(atoms)
+
+
+def _one(fn: Callable[[Any, ShardingType, ShardingType, jax.Array], jax.Array]) -> Lowering:
+    """A lowering of single steps; a group of one device (size-1 axes) is the identity."""
+
+    def run(steps: Sequence[Any], before: ShardingType, after: ShardingType, x: jax.Array) -> jax.Array:
+        (step,) = steps
+        return x if step.group_axes() and _group(step, before)[1] == 1 else fn(step, before, after, x)
+
+    return Lowering(run)
+
+
+def _slices(steps: Sequence[Any], before: ShardingType, after: ShardingType, x: jax.Array) -> jax.Array:
+    """A run of ``DynSlice`` steps as one ``dynamic_slice``: each step keeps chunk ``idx`` of the
+    current extent, so offsets accumulate as ``off += idx * new_size`` per dimension."""
+    shape = list(x.shape)
+    offsets: list[Any] = [0] * len(shape)
+    for step in steps:
+        atoms, g = _group(step, before)
+        if g > 1:
+            shape[step.dim] //= g
+            offsets[step.dim] = offsets[step.dim] + _group_index(before.mesh, atoms) * shape[step.dim]
+    return lax.dynamic_slice(x, [jnp.asarray(o, jnp.int32) for o in offsets], shape)
+
+
+LOWER.register(DynSlice)(Lowering(_slices, joins=True))
+
+
+@_one
+def _discard(step: Discard, before: ShardingType, after: ShardingType, x: jax.Array) -> jax.Array:
+    atoms, _ = _group(step, before)
+    return jnp.where(_group_index(before.mesh, atoms) == 0, x, jnp.zeros_like(x))
+
+
+@_one
+def _pad(step: PadUnreduced, before: ShardingType, after: ShardingType, x: jax.Array) -> jax.Array:
+    atoms, g = _group(step, before)
+    shape = list(x.shape)
+    size = shape[step.dim]
+    shape[step.dim] = size * g
+    zeros = jnp.zeros(shape, dtype=x.dtype)
+    return lax.dynamic_update_slice_in_dim(zeros, x, _group_index(before.mesh, atoms) * size, axis=step.dim)
+
+
+def _args(step: Step, t: ShardingType) -> dict[str, Any]:
+    return _collective_args(t.mesh, _group(step, t)[0])
+
+
+@_one
+def _all_gather(step: AllGather, before: ShardingType, after: ShardingType, x: jax.Array) -> jax.Array:
+    return lax.all_gather(x, axis=step.dim, tiled=True, **_args(step, before))
+
+
+@_one
+def _all_to_all(step: AllToAll, before: ShardingType, after: ShardingType, x: jax.Array) -> jax.Array:
+    return lax.all_to_all(x, split_axis=step.dst_dim, concat_axis=step.src_dim, tiled=True, **_args(step, before))
+
+
+@_one
+def _reduce_scatter(step: ReduceScatter, before: ShardingType, after: ShardingType, x: jax.Array) -> jax.Array:
+    return lax.psum_scatter(x, scatter_dimension=step.dim, tiled=True, **_args(step, before))
+
+
+@_one
+def _all_reduce_slice(step: AllReduceSlice, before: ShardingType, after: ShardingType, x: jax.Array) -> jax.Array:
+    atoms, g = _group(step, before)
+    total = lax.psum(x, **_args(step, before))
+    size = x.shape[step.dim] // g
+    return lax.dynamic_slice_in_dim(total, _group_index(before.mesh, atoms) * size, size, axis=step.dim)
+
+
+@_one
+def _all_reduce(step: AllReduce, before: ShardingType, after: ShardingType, x: jax.Array) -> jax.Array:
+    return lax.psum(x, **_args(step, before))
+
+
+@_one
+def _p2p(step: Step, before: ShardingType, after: ShardingType, x: jax.Array) -> jax.Array:
+    return _point_to_point(before, after, x)
+
+
+LOWER.register(Discard)(_discard)
+LOWER.register(PadUnreduced)(_pad)
+LOWER.register(AllGather)(_all_gather)
+LOWER.register(AllToAll)(_all_to_all)
+LOWER.register(ReduceScatter)(_reduce_scatter)
+LOWER.register(AllReduceSlice)(_all_reduce_slice)
+LOWER.register(AllReduce)(_all_reduce)
+LOWER.register(Permute, Exchange)(_p2p)
+
+
 def lower_step(step: Step, before: ShardingType, after: ShardingType, x: jax.Array) -> jax.Array:
     """The per-device JAX computation of one step (inside ``shard_map``)."""
-    mesh = before.mesh
-    if isinstance(step, (Permute, Exchange)):
-        return _point_to_point(before, after, x)
-    atoms = atoms_of_axes(mesh, step.group_axes())
-    g = atoms_size(atoms)
-    if g == 1:  # a group of one device (size-1 axes): every step is the identity
-        return x
-    if isinstance(step, DynSlice):
-        size = x.shape[step.dim] // g
-        return lax.dynamic_slice_in_dim(x, _group_index(mesh, atoms) * size, size, axis=step.dim)
-    if isinstance(step, Discard):
-        return jnp.where(_group_index(mesh, atoms) == 0, x, jnp.zeros_like(x))
-    if isinstance(step, PadUnreduced):
-        shape = list(x.shape)
-        size = shape[step.dim]
-        shape[step.dim] = size * g
-        zeros = jnp.zeros(shape, dtype=x.dtype)
-        return lax.dynamic_update_slice_in_dim(zeros, x, _group_index(mesh, atoms) * size, axis=step.dim)
-    args = _collective_args(mesh, atoms)
-    if isinstance(step, AllGather):
-        return lax.all_gather(x, axis=step.dim, tiled=True, **args)
-    if isinstance(step, AllToAll):
-        return lax.all_to_all(x, split_axis=step.dst_dim, concat_axis=step.src_dim, tiled=True, **args)
-    if isinstance(step, ReduceScatter):
-        return lax.psum_scatter(x, scatter_dimension=step.dim, tiled=True, **args)
-    if isinstance(step, AllReduce):
-        return lax.psum(x, **args)
-    raise ExecutionError(f"the JAX executor has no lowering for step {step!r}")
+    return LOWER[type(step)].fn((step,), before, after, x)
+
+
+def _runs(steps: Sequence[Step]) -> list[tuple[int, int]]:
+    """``[i, j)`` spans of the plan lowered as one unit: maximal runs of a joining class, else one step."""
+    out, i = [], 0
+    while i < len(steps):
+        j = i + 1
+        if LOWER[type(steps[i])].joins:
+            while j < len(steps) and type(steps[j]) is type(steps[i]):
+                j += 1
+        out.append((i, j))
+        i = j
+    return out
 
 
 def apply_local(plan: Plan, x_local: jax.Array) -> jax.Array:
@@ -252,42 +345,15 @@ def apply_local(plan: Plan, x_local: jax.Array) -> jax.Array:
         )
     x = x_local
     ts = plan.all_types
-    i = 0
-    while i < len(plan.steps):
-        j = i
-        while j < len(plan.steps) and isinstance(plan.steps[j], DynSlice):
-            j += 1
-        if j - i >= 2:  # consecutive local slices: one dynamic_slice, no intermediate copy
-            x = _slices(plan.steps[i:j], ts[i].mesh, x)
-            if tuple(x.shape) != tuple(ts[j].local_shape):  # pragma: no cover - a lowering bug
-                raise ExecutionError(f"slices {i + 1}..{j} produced local shape {list(x.shape)}")
-            i = j
-            continue
-        step = plan.steps[i]
-        x = lower_step(step, ts[i], ts[i + 1], x)
-        if tuple(x.shape) != tuple(ts[i + 1].local_shape):  # pragma: no cover - a lowering bug
+    for i, j in _runs(plan.steps):
+        run = plan.steps[i:j]
+        x = LOWER[type(run[0])].fn(run, ts[i], ts[j], x)
+        if tuple(x.shape) != tuple(ts[j].local_shape):  # pragma: no cover - a lowering bug
             raise ExecutionError(
-                f"step {i + 1} ({step}) produced local shape {list(x.shape)}, expected "
-                f"{list(ts[i + 1].local_shape)} for {ts[i + 1]}"
+                f"steps {i + 1}..{j} ({', '.join(map(str, run))}) produced local shape {list(x.shape)}, "
+                f"expected {list(ts[j].local_shape)} for {ts[j]}"
             )
-        i += 1
     return x
-
-
-def _slices(steps: Sequence[Step], mesh: Mesh, x: jax.Array) -> jax.Array:
-    """A run of ``DynSlice`` steps as one ``dynamic_slice``: each step keeps chunk ``idx`` of the
-    current extent, so offsets accumulate as ``off += idx * new_size`` per dimension."""
-    shape = list(x.shape)
-    offsets: list[Any] = [0] * len(shape)
-    for step in steps:
-        atoms = atoms_of_axes(mesh, step.group_axes())
-        g = atoms_size(atoms)
-        if g == 1:
-            continue
-        dim = step.dim  # type: ignore[attr-defined]
-        shape[dim] //= g
-        offsets[dim] = offsets[dim] + _group_index(mesh, atoms) * shape[dim]
-    return lax.dynamic_slice(x, [jnp.asarray(o, jnp.int32) for o in offsets], shape)
 
 
 # -- whole-program compilation ------------------------------------------------------------------------
@@ -300,7 +366,7 @@ def _check_mesh(plan: Plan, jmesh: jax.sharding.Mesh) -> None:
         )
 
 
-@lru_cache(maxsize=256)
+@memo(Scope.PROGRAM, maxsize=256)
 def _compiled(plan: Plan, jmesh: jax.sharding.Mesh) -> Any:
     try:
         in_spec, out_spec = to_partition_spec(plan.src), to_partition_spec(plan.dst)
@@ -324,7 +390,8 @@ def compile_plan(plan: Plan, mesh: jax.sharding.Mesh | None = None) -> Any:
 
 
 def clear_cache() -> None:
-    _compiled.cache_clear()
+    """Forget compiled programs (``redist.caches.clear_caches`` clears them with everything else)."""
+    memo_clear([Scope.PROGRAM])
 
 
 def run_plan(plan: Plan, x: Any) -> jax.Array:
@@ -359,3 +426,6 @@ def run_plan(plan: Plan, x: Any) -> jax.Array:
             f"with Explicit axes (e.g. Mesh.to_jax())"
         )
     return compile_plan(plan, jmesh)(x)
+
+
+register_runner(run_plan)

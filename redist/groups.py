@@ -3,39 +3,38 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from functools import lru_cache
 
 import numpy as np
 
 from redist.atoms import Atom
 from spmd_types import Mesh
 from spmd_types.layout import coord_table
+from spmd_types.memo import Scope, memo
+from spmd_types.mesh import subaxis_digit, subaxis_stride
 
 coords = coord_table
 """``[devices, axes]`` coordinates of a mesh (cached in the type layer)."""
 
 
-@lru_cache(maxsize=8192)
+@memo(Scope.MESH, maxsize=8192)
 def atoms_index(mesh: Mesh, atoms: tuple[Atom, ...]) -> np.ndarray:
     """Per device, the mixed-radix index of its coordinates along ``atoms`` (major first)."""
     table = coords(mesh)
     out = np.zeros(mesh.size, dtype=np.int64)
-    for name, pre, size in atoms:
-        n = mesh.axis_size(name)
-        out = out * size + (table[:, mesh.position(name)] // (n // (pre * size))) % size
+    for a in atoms:
+        out = out * a.size + subaxis_digit(table[:, mesh.position(a.name)], mesh.axis_size(a.name), a.pre, a.size)
     out.setflags(write=False)
     return out
 
 
-@lru_cache(maxsize=8192)
+@memo(Scope.MESH, maxsize=8192)
 def group_key(mesh: Mesh, atoms: tuple[Atom, ...]) -> np.ndarray:
     """Per device, an id shared exactly by the devices that differ only along ``atoms``."""
     table = coords(mesh).copy()
-    for name, pre, size in atoms:
-        n = mesh.axis_size(name)
-        i = mesh.position(name)
-        stride = n // (pre * size)
-        table[:, i] -= ((table[:, i] // stride) % size) * stride
+    for a in atoms:
+        n = mesh.axis_size(a.name)
+        i = mesh.position(a.name)
+        table[:, i] -= subaxis_digit(table[:, i], n, a.pre, a.size) * subaxis_stride(n, a.pre, a.size)
     out = np.zeros(mesh.size, dtype=np.int64)
     for i, (_, s) in enumerate(mesh.axes):
         out = out * s + table[:, i]

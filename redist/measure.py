@@ -1,68 +1,121 @@
-"""Per-step measures: bytes received per device (averaged, DESIGN.md section 4) and estimated time.
+"""The measure facet: bytes received per device (averaged, docs/design.md section 4), estimated time,
+``ppermute`` rounds and collective ops of each step.
 
 Ring traffic for the collectives over a group of ``p``: all-gather receives ``(p-1)/p`` of its
 output, reduce-scatter and all-to-all ``(p-1)/p`` of their input, all-reduce ``2(p-1)/p``.
-Permutes and exchanges count the real (source, destination) cells of their schedule.
+Permutes and exchanges count the real (source, destination) cells of their schedule, one
+collective op per round; a typed collective is one op. ``proofs.measures`` re-derives the bytes
+independently (on purpose) and the certificates cross-check the two.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import numpy as np
 
 from redist.cost import CostModel
 from redist.exchange import schedule
+from redist.facets import FacetTable
 from redist.groups import coords as mesh_coords
-from redist.steps import AllGather, AllReduce, AllToAll, Exchange, Permute, ReduceScatter, Step
+from redist.steps import (
+    AllGather,
+    AllReduce,
+    AllReduceSlice,
+    AllToAll,
+    Discard,
+    DynSlice,
+    Exchange,
+    PadUnreduced,
+    Permute,
+    ReduceScatter,
+    Step,
+)
 from spmd_types import ShardingType, axis_name
 from spmd_types.layout import overlap_elements
 
 
-@dataclass(frozen=True)
-class StepMeasure:
+class StepMeasure(NamedTuple):
     recv_bytes: float
     time_s: float
     rounds: int
+    """Communication rounds (latency terms of the estimate; ``ppermute`` rounds for p2p steps)."""
+    collectives: int
+    """Collective ops the step runs: 1 for a typed collective, one per round for p2p steps."""
+
+
+FREE = StepMeasure(0.0, 0.0, 0, 0)
+
+Measure = Callable[[Any, ShardingType, ShardingType, CostModel], StepMeasure]
+MEASURE: FacetTable[Measure] = FacetTable("measure", "redist.measure.MEASURE")
+
+
+def measure(step: Step, before: ShardingType, after: ShardingType, cm: CostModel) -> StepMeasure:
+    return MEASURE[type(step)](step, before, after, cm)
 
 
 def group_size(step: Step, t: ShardingType) -> int:
     return math.prod(t.mesh.axis_size(a) for a in step.group_axes())
 
 
-def measure(step: Step, before: ShardingType, after: ShardingType, cm: CostModel) -> StepMeasure:
-    if isinstance(step, (Permute, Exchange)):
-        return _p2p(before, after, cm)
-    if not step.is_collective:
-        return StepMeasure(0.0, 0.0, 0)
-    p = group_size(step, before)
-    if p <= 1:
-        return StepMeasure(0.0, 0.0, 0)
-    frac = (p - 1) / p
-    if isinstance(step, AllGather):
-        recv, phases = frac * after.local_bytes, 1
-    elif isinstance(step, (ReduceScatter, AllToAll)):
-        recv, phases = frac * before.local_bytes, 1
-    elif isinstance(step, AllReduce):
-        recv, phases = 2 * frac * before.local_bytes, 2
-    else:  # pragma: no cover - every collective kind is listed above
-        raise TypeError(f"no measure for {step!r}")
-    axes = step.group_axes()
-    return StepMeasure(recv, cm.collective_time(axes, p, recv, phases), phases * math.ceil(math.log2(p)))
+@MEASURE.register(DynSlice, Discard, PadUnreduced)
+def _local(step: Step, before: ShardingType, after: ShardingType, cm: CostModel) -> StepMeasure:
+    return FREE
 
 
-def _p2p(before: ShardingType, after: ShardingType, cm: CostModel) -> StepMeasure:
-    """Without unreduced axes, closed form: each device receives exactly the elements of its new
-    block it lacks, in cells of ``gcd`` of the local shapes, one cell per round on the busiest
-    device (sends are balanced over the replicas), over the axes either layout uses. With
-    unreduced axes, from the schedule itself (tests check the two agree where both apply)."""
-    if not before.unreduced and not after.unreduced:
-        missing = after.local_size - overlap_elements(before, after)
-        cell = math.prod(math.gcd(a, b) for a, b in zip(before.local_shape, after.local_shape)) if before.rank else 1
-        rounds = int(missing.max()) // cell
-        names = {axis_name(a) for t in (before, after) for axes in t.dims for a in axes}
-        per_round = cm.latency(names) + cell * before.itemsize * cm.inv_bandwidth(names)
-        return StepMeasure(float(missing.mean()) * before.itemsize, rounds * per_round, rounds)
-    return schedule_measure(before, after, cm)
+def _ring(fraction_of: Callable[[ShardingType, ShardingType], int], phases: int) -> Measure:
+    """A ring collective receiving ``phases * (p-1)/p`` of ``fraction_of(before, after)`` bytes."""
+
+    def ring(step: Step, before: ShardingType, after: ShardingType, cm: CostModel) -> StepMeasure:
+        p = group_size(step, before)
+        if p <= 1:
+            return FREE
+        recv = phases * (p - 1) / p * fraction_of(before, after)
+        time = cm.collective_time(step.group_axes(), p, recv, phases, kind=step.kind)
+        return StepMeasure(recv, time, phases * math.ceil(math.log2(p)), 1)
+
+    return ring
+
+
+MEASURE.register(AllGather)(_ring(lambda before, after: after.local_bytes, 1))
+MEASURE.register(ReduceScatter, AllToAll)(_ring(lambda before, after: before.local_bytes, 1))
+MEASURE.register(AllReduce, AllReduceSlice)(_ring(lambda before, after: before.local_bytes, 2))
+
+
+class ClosedForm(NamedTuple):
+    """A point-to-point move without unreduced axes, without building its schedule."""
+
+    missing: np.ndarray
+    """Per device, elements of its new block it lacks (the transfer lower bound's summand)."""
+    cell: int
+    """Elements per cell: ``prod gcd(old local, new local)``; one cell per ``ppermute`` round."""
+
+    @property
+    def rounds(self) -> int:
+        """Rounds on the busiest device (sends are balanced over the replicas)."""
+        return int(self.missing.max()) // self.cell
+
+
+def closed_form(before: ShardingType, after: ShardingType) -> ClosedForm:
+    """The one closed form of point-to-point traffic (measures and the synthesizer's floors)."""
+    missing = after.local_size - overlap_elements(before, after)
+    cell = math.prod(math.gcd(a, b) for a, b in zip(before.local_shape, after.local_shape)) if before.rank else 1
+    return ClosedForm(missing, cell)
+
+
+@MEASURE.register(Permute, Exchange)
+def _p2p(step: Step, before: ShardingType, after: ShardingType, cm: CostModel) -> StepMeasure:
+    """Without unreduced axes the closed form above, over the axes either layout uses; with
+    unreduced axes, read off the schedule (tests check the two agree where both apply)."""
+    if before.unreduced or after.unreduced:
+        return schedule_measure(before, after, cm)
+    cf = closed_form(before, after)
+    names = {axis_name(a) for t in (before, after) for axes in t.dims for a in axes}
+    per_round = cm.latency(names) + cf.cell * before.itemsize * cm.inv_bandwidth(names)
+    rounds = cf.rounds
+    return StepMeasure(float(cf.missing.mean()) * before.itemsize, rounds * per_round, rounds, rounds)
 
 
 def schedule_measure(before: ShardingType, after: ShardingType, cm: CostModel) -> StepMeasure:
@@ -77,4 +130,8 @@ def schedule_measure(before: ShardingType, after: ShardingType, cm: CostModel) -
         for s, d in r.pairs:
             names.update(n for i, n in enumerate(mesh.names) if coords[s, i] != coords[d, i])
         time += cm.latency(names) + cell_bytes * cm.inv_bandwidth(names)
-    return StepMeasure(sch.n_transfers * cell_bytes / mesh.size, time, len(sch.rounds))
+    rounds = len(sch.rounds)
+    return StepMeasure(sch.n_transfers * cell_bytes / mesh.size, time, rounds, rounds)
+
+
+__all__ = ["MEASURE", "ClosedForm", "StepMeasure", "closed_form", "group_size", "measure", "schedule_measure"]

@@ -1,36 +1,50 @@
-"""``Plan``: a sequence of typed steps from a source to a destination type, with its measures."""
+"""``Plan``: plain data, a sequence of typed steps from a source to a destination type, with its
+measures.
+
+Running a plan is the executor's job (``redist.executor.run_plan``) and certifying it the proofs
+layer's (``proofs.verify_plan``). ``plan(x)`` and ``plan.verify()`` remain as conveniences through
+an explicit registration: ``redist.executor`` registers the runner when imported (``import redist``
+does), and ``proofs`` registers the verifier when imported. ``redist`` never imports ``proofs``.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import cached_property, lru_cache
+from functools import cached_property
 from typing import Any
 
 from redist.bounds import lower_bound_bytes
 from redist.cost import DEFAULT_COST_MODEL, CostModel
+from redist.errors import RedistError
 from redist.measure import StepMeasure, measure
-from redist.steps import Step
+from redist.steps import Exchange, Step
 from spmd_types import ShardingType
+from spmd_types.memo import Scope, memo
 
-_VERIFIER: list[Callable[..., Any]] = []
+_HOOKS: dict[str, Callable[..., Any]] = {}
 
 
-@lru_cache(maxsize=1 << 16)
+def register_runner(fn: Callable[[Plan, Any], Any]) -> None:
+    """``plan(x)`` calls ``fn(plan, x)`` (the JAX executor registers itself)."""
+    _HOOKS["run"] = fn
+
+
+def register_verifier(fn: Callable[..., Any]) -> None:
+    """``plan.verify(**kw)`` calls ``fn(plan, **kw)`` (``import proofs`` registers it)."""
+    _HOOKS["verify"] = fn
+
+
+@memo(Scope.TYPE, maxsize=1 << 16)
 def apply_step(step: Step, t: ShardingType) -> ShardingType:
     """``step.apply(t)``, memoised: the planner's candidate plans share most of their steps."""
     return step.apply(t)
 
 
-@lru_cache(maxsize=1 << 16)
+@memo(Scope.TYPE, maxsize=1 << 16)
 def measure_step(step: Step, before: ShardingType, after: ShardingType, cm: CostModel) -> StepMeasure:
     """``measure``, memoised for the same reason."""
     return measure(step, before, after, cm)
-
-
-def register_verifier(fn: Callable[..., Any]) -> None:
-    """Installed by ``proofs`` (a higher layer) so ``Plan.verify`` works without redist importing it."""
-    _VERIFIER[:] = [fn]
 
 
 @dataclass(frozen=True)
@@ -84,28 +98,34 @@ class Plan:
     def n_collectives(self) -> int:
         """Collective ops the plan runs: one per typed collective, one per round of a point-to-point
         step (each round is a ``collective-permute``), so typed collectives win honest ties."""
-        n = 0
-        for s, m in zip(self.steps, self.measures):
-            if s.is_collective and m.rounds > 0:
-                n += m.rounds if s.kind in ("exchange", "permute") else 1
-        return n
+        return sum(m.collectives for m in self.measures)
 
     def collectives(self) -> list[tuple[str, float, float]]:
         """(kind, recv_bytes, time_s) of every step that communicates."""
         return [(s.kind, m.recv_bytes, m.time_s) for s, m in zip(self.steps, self.measures) if m.rounds > 0]
 
-    def __call__(self, x: Any) -> Any:
-        from redist.executor import run_plan
+    def key(self) -> tuple[float, float, int, int, int]:
+        """The order of preference between plans of one move, shared by the synthesizer, the
+        reference search and the tests: under the default objective least bytes, then least time
+        (``CostModel.objective`` may swap them), then fewest collectives; typed steps win the
+        remaining ties (fewest exchanges, then fewest steps)."""
+        n_exchanges = sum(1 for s in self.steps if type(s) is Exchange)
+        return (*self.cost_model.order(self.recv_bytes, self.time_s), self.n_collectives, n_exchanges,
+                len(self.steps))
 
-        return run_plan(self, x)
+    def __call__(self, x: Any) -> Any:
+        """Run on a ``jax.Array`` laid out as ``src`` (``redist.executor.run_plan``)."""
+        if "run" not in _HOOKS:
+            raise RedistError("no plan runner is registered: `import redist` (or redist.executor) registers the "
+                              "JAX executor, or call redist.executor.run_plan(plan, x)")
+        return _HOOKS["run"](self, x)
 
     def verify(self, **kwargs: Any) -> Any:
-        """A z3 certificate of correctness and of the memory and transfer bounds (see ``proofs``)."""
-        if not _VERIFIER:
-            import importlib
-
-            importlib.import_module("proofs")  # registers itself; a plug-in, not a layer dependency
-        return _VERIFIER[0](self, **kwargs)
+        """A z3 certificate of correctness and of the memory and transfer bounds (``proofs``)."""
+        if "verify" not in _HOOKS:
+            raise RedistError("plan.verify() needs the proofs layer: `import proofs` registers it "
+                              "(or call proofs.verify_plan(plan))")
+        return _HOOKS["verify"](self, **kwargs)
 
     def __str__(self) -> str:
         lines = [f"plan {self.src} -> {self.dst}  ({len(self.steps)} steps, mesh {self.src.mesh})"]

@@ -1,21 +1,25 @@
 """NumPy simulator: runs a plan on a list of per-device arrays. The reference executor for tests.
 
 It follows the step definitions literally (groups, chunk order, sums) and shares nothing with the
-JAX executor except the point-to-point schedules, so agreement between the two is evidence.
+JAX executor except the point-to-point schedules, so agreement between the two is evidence. Each
+step class has its rule in the ``SIMULATE`` facet table.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
 
 import numpy as np
 
-from redist.atoms import atoms_of, atoms_of_axes, dims_atoms, unreduced_atoms
+from redist.atoms import atoms_of, atoms_of_axes, atoms_size, dims_atoms, unreduced_atoms
 from redist.exchange import schedule
+from redist.facets import FacetTable
 from redist.groups import atoms_index, members
 from redist.steps import (
     AllGather,
     AllReduce,
+    AllReduceSlice,
     AllToAll,
     Discard,
     DynSlice,
@@ -33,48 +37,91 @@ def _chunk(x: np.ndarray, dim: int, n: int, i: int) -> np.ndarray:
     return np.take(x, np.arange(i * size, (i + 1) * size), axis=dim)
 
 
+Simulate = Callable[[Any, ShardingType, ShardingType, Sequence[np.ndarray]], list[np.ndarray]]
+SIMULATE: FacetTable[Simulate] = FacetTable("simulate", "redist.simulate.SIMULATE")
+
+
 def run_step(step: Step, before: ShardingType, after: ShardingType, xs: Sequence[np.ndarray]) -> list[np.ndarray]:
-    mesh = before.mesh
-    n_dev = mesh.size
-    if isinstance(step, (Permute, Exchange)):
-        sch = schedule(before, after)
-        out = [np.zeros(after.local_shape, dtype=xs[0].dtype) for _ in range(n_dev)]
-        cell = sch.cell
-        for r in sch.local_copies + sch.rounds:
-            pairs = r.pairs if r.pairs else [(d, d) for d in range(n_dev) if r.recv_valid[d]]
-            for s, d in pairs:
-                src = tuple(slice(o, o + c) for o, c in zip(r.send_offset[s], cell))
-                dst = tuple(slice(o, o + c) for o, c in zip(r.recv_offset[d], cell))
-                out[d][dst] += (out[s] if r.from_output else xs[s])[src]
-        return out
-    atoms = atoms_of_axes(mesh, step.group_axes())
-    g = 1
-    for a in atoms:
-        g *= a[2]
-    idx = atoms_index(mesh, atoms)
-    if isinstance(step, DynSlice):
-        return [_chunk(xs[v], step.dim, g, int(idx[v])) for v in range(n_dev)]
-    if isinstance(step, Discard):
-        return [xs[v] if idx[v] == 0 else np.zeros_like(xs[v]) for v in range(n_dev)]
-    if isinstance(step, PadUnreduced):
-        out = []
-        for v in range(n_dev):
-            parts = [xs[v] if j == idx[v] else np.zeros_like(xs[v]) for j in range(g)]
-            out.append(np.concatenate(parts, axis=step.dim))
-        return out
-    groups = members(mesh, atoms)
-    if isinstance(step, AllGather):
-        return [np.concatenate([xs[w] for w in groups[v]], axis=step.dim) for v in range(n_dev)]
-    if isinstance(step, AllToAll):
-        return [
-            np.concatenate([_chunk(xs[w], step.dst_dim, g, int(idx[v])) for w in groups[v]], axis=step.src_dim)
-            for v in range(n_dev)
-        ]
-    if isinstance(step, AllReduce):
-        return [sum(xs[w] for w in groups[v]) for v in range(n_dev)]  # type: ignore[misc]
-    if isinstance(step, ReduceScatter):
-        return [_chunk(sum(xs[w] for w in groups[v]), step.dim, g, int(idx[v])) for v in range(n_dev)]  # type: ignore[arg-type]
-    raise TypeError(f"the simulator has no rule for {step!r}")
+    return SIMULATE[type(step)](step, before, after, xs)
+
+
+class _Group(NamedTuple):
+    """A step's group: its size, each device's index in it and each device's members in order."""
+
+    size: int
+    position: np.ndarray
+    members: list[list[int]]
+
+
+def _group(step: Step, t: ShardingType) -> _Group:
+    atoms = atoms_of_axes(t.mesh, step.group_axes())
+    return _Group(atoms_size(atoms), atoms_index(t.mesh, atoms), members(t.mesh, atoms))
+
+
+@SIMULATE.register(Permute, Exchange)
+def _p2p(step: Step, before: ShardingType, after: ShardingType, xs: Sequence[np.ndarray]) -> list[np.ndarray]:
+    sch = schedule(before, after)
+    n_dev = before.mesh.size
+    out = [np.zeros(after.local_shape, dtype=xs[0].dtype) for _ in range(n_dev)]
+    for r in sch.local_copies + sch.rounds:
+        pairs = r.pairs if r.pairs else [(d, d) for d in range(n_dev) if r.recv_valid[d]]
+        for s, d in pairs:
+            src = tuple(slice(o, o + c) for o, c in zip(r.send_offset[s], sch.cell))
+            dst = tuple(slice(o, o + c) for o, c in zip(r.recv_offset[d], sch.cell))
+            out[d][dst] += (out[s] if r.from_output else xs[s])[src]
+    return out
+
+
+@SIMULATE.register(DynSlice)
+def _slice(step: DynSlice, before: ShardingType, after: ShardingType, xs: Sequence[np.ndarray]) -> list[np.ndarray]:
+    g = _group(step, before)
+    return [_chunk(x, step.dim, g.size, int(g.position[v])) for v, x in enumerate(xs)]
+
+
+@SIMULATE.register(Discard)
+def _discard(step: Step, before: ShardingType, after: ShardingType, xs: Sequence[np.ndarray]) -> list[np.ndarray]:
+    g = _group(step, before)
+    return [x if g.position[v] == 0 else np.zeros_like(x) for v, x in enumerate(xs)]
+
+
+@SIMULATE.register(PadUnreduced)
+def _pad(step: PadUnreduced, before: ShardingType, after: ShardingType, xs: Sequence[np.ndarray]) -> list[np.ndarray]:
+    g = _group(step, before)
+    return [np.concatenate([x if j == g.position[v] else np.zeros_like(x) for j in range(g.size)], axis=step.dim)
+            for v, x in enumerate(xs)]
+
+
+@SIMULATE.register(AllGather)
+def _gather(step: AllGather, before: ShardingType, after: ShardingType, xs: Sequence[np.ndarray]) -> list[np.ndarray]:
+    g = _group(step, before)
+    return [np.concatenate([xs[w] for w in g.members[v]], axis=step.dim) for v in range(len(xs))]
+
+
+@SIMULATE.register(AllToAll)
+def _all_to_all(step: AllToAll, before: ShardingType, after: ShardingType, xs: Sequence[np.ndarray]) -> list[np.ndarray]:
+    g = _group(step, before)
+    return [np.concatenate([_chunk(xs[w], step.dst_dim, g.size, int(g.position[v])) for w in g.members[v]],
+                           axis=step.src_dim) for v in range(len(xs))]
+
+
+def _sum(xs: Sequence[np.ndarray], group: list[int]) -> np.ndarray:
+    out = np.array(xs[group[0]])
+    for w in group[1:]:
+        out = out + xs[w]
+    return out
+
+
+@SIMULATE.register(AllReduce)
+def _all_reduce(step: Step, before: ShardingType, after: ShardingType, xs: Sequence[np.ndarray]) -> list[np.ndarray]:
+    g = _group(step, before)
+    return [_sum(xs, g.members[v]) for v in range(len(xs))]
+
+
+@SIMULATE.register(ReduceScatter, AllReduceSlice)
+def _reduce_scatter(step: ReduceScatter, before: ShardingType, after: ShardingType,
+                    xs: Sequence[np.ndarray]) -> list[np.ndarray]:
+    g = _group(step, before)
+    return [_chunk(_sum(xs, g.members[v]), step.dim, g.size, int(g.position[v])) for v in range(len(xs))]
 
 
 def simulate(steps: Sequence[Step], types: Sequence[ShardingType], xs: Sequence[np.ndarray]) -> list[np.ndarray]:

@@ -1,21 +1,37 @@
-"""The steps of a plan and their typing rules (DESIGN.md section 3).
+"""The steps of a plan and their typing rules (docs/design.md section 3).
 
 Each step acts on all devices at once (SPMD). ``step.apply(t)`` returns the type after the step or
 raises ``StepError`` naming what is wrong; rules compare prime sub-axes (``redist.atoms``), so
 "the minor-most axes of a dimension" also works when they are a part of one mesh axis. A step over
 several axes is one collective over the flattened group (major-to-minor order of ``axes``).
+
+Typing is the one facet that lives on the class; every other facet (measure, simulate, lower,
+fuse, search, z3 semantics...) is a ``redist.facets.FacetTable`` in the layer that owns it.
+``ALL_STEPS`` is the list every table must cover, and ``KINDS`` derives from it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
+from enum import Enum
 from typing import ClassVar
 
 from redist.atoms import Atom, atoms_of_axes, dims_atoms, from_atoms, unreduced_atoms
 from redist.errors import StepError
 from spmd_types import Axis, Mesh, ShardingType, ShardingTypeError
+from spmd_types.memo import Scope, memo
 from spmd_types.mesh import format_axis
+
+
+class Comm(Enum):
+    """How a step communicates: decides how its collectives are counted (``redist.measure``)."""
+
+    LOCAL = "local"
+    """No communication (slices, zero-padding)."""
+    COLLECTIVE = "collective"
+    """One typed collective over a flattened group of devices."""
+    POINT_TO_POINT = "point_to_point"
+    """A schedule of ``ppermute`` rounds (``redist.exchange``): one collective per round."""
 
 
 def _fmt(axes: tuple[Axis, ...]) -> str:
@@ -42,16 +58,16 @@ def _suffix(step: Step, t: ShardingType, dim: int, axes: tuple[Axis, ...]) -> tu
 def _unused(step: Step, t: ShardingType, axes: tuple[Axis, ...]) -> tuple[Atom, ...]:
     want = atoms_of_axes(t.mesh, axes)
     used = {x for d in dims_atoms(t) for x in d} | unreduced_atoms(t)
-    names = {x[0] for x in used}
+    names = {x.name for x in used}
     for x in want:
         # An atom is in use if it or any overlapping factor of its axis is used.
-        if x in used or (x[0] in names and any(_overlap(x, u) for u in used if u[0] == x[0])):
+        if x in used or (x.name in names and any(_overlap(x, u) for u in used if u.name == x.name)):
             raise StepError(f"{step}: axis {_fmt(axes)} is already used in {t}")
     return want
 
 
 def _overlap(a: Atom, b: Atom) -> bool:
-    return not (b[1] % (a[1] * a[2]) == 0 or a[1] % (b[1] * b[2]) == 0)
+    return not (b.pre % (a.pre * a.size) == 0 or a.pre % (b.pre * b.size) == 0)
 
 
 def _build(step: Step, t: ShardingType, dims: tuple[tuple[Atom, ...], ...], unred: frozenset[Atom]) -> ShardingType:
@@ -63,10 +79,15 @@ def _build(step: Step, t: ShardingType, dims: tuple[tuple[Atom, ...], ...], unre
 
 @dataclass(frozen=True)
 class Step:
-    """Base class; subclasses set ``kind`` and ``is_collective`` and implement ``apply``."""
+    """Base class; subclasses set ``kind`` and ``comm`` and implement ``apply``."""
 
     kind: ClassVar[str] = "step"
-    is_collective: ClassVar[bool] = True
+    comm: ClassVar[Comm] = Comm.COLLECTIVE
+
+    @property
+    def is_collective(self) -> bool:
+        """Whether the step communicates at all."""
+        return self.comm is not Comm.LOCAL
 
     def apply(self, t: ShardingType) -> ShardingType:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -83,7 +104,7 @@ class DynSlice(Step):
     dim: int
     axes: tuple[Axis, ...]
     kind: ClassVar[str] = "dynamic_slice"
-    is_collective: ClassVar[bool] = False
+    comm: ClassVar[Comm] = Comm.LOCAL
 
     def apply(self, t: ShardingType) -> ShardingType:
         _check_dim(self, t, self.dim)
@@ -167,6 +188,22 @@ class ReduceScatter(Step):
 
 
 @dataclass(frozen=True)
+class AllReduceSlice(ReduceScatter):
+    """``ReduceScatter``'s typing, run as an all-reduce followed by a local slice.
+
+    Twice the traffic of a reduce-scatter in the ring model, so the bytes objective never picks
+    it; backends that run reduce-scatter as all-reduce + slice anyway (XLA:CPU), or whose
+    reduce-scatter on an inner dimension adds layout copies, can make it the faster choice under
+    a calibrated cost model. The synthesizer offers it as a variant of ``ReduceScatter``.
+    """
+
+    kind: ClassVar[str] = "all_reduce_slice"
+
+    def __str__(self) -> str:
+        return f"all_reduce_slice(dim={self.dim}, axes=({_fmt(self.axes)}))"
+
+
+@dataclass(frozen=True)
 class AllReduce(Step):
     """Sum over unreduced ``axes``; the result is replicated over them."""
 
@@ -187,7 +224,7 @@ class Discard(Step):
 
     axes: tuple[Axis, ...]
     kind: ClassVar[str] = "discard"
-    is_collective: ClassVar[bool] = False
+    comm: ClassVar[Comm] = Comm.LOCAL
 
     def apply(self, t: ShardingType) -> ShardingType:
         new = _unused(self, t, self.axes)
@@ -208,7 +245,7 @@ class PadUnreduced(Step):
     dim: int
     axes: tuple[Axis, ...]
     kind: ClassVar[str] = "pad_unreduced"
-    is_collective: ClassVar[bool] = False
+    comm: ClassVar[Comm] = Comm.LOCAL
 
     def apply(self, t: ShardingType) -> ShardingType:
         rest = _suffix(self, t, self.dim, self.axes)
@@ -229,7 +266,7 @@ def _target(step: Permute | Exchange, t: ShardingType) -> ShardingType:
         raise StepError(f"{step} on {t}: {e}") from None
 
 
-@lru_cache(maxsize=8192)
+@memo(Scope.TYPE, maxsize=8192)
 def _validated(shape: tuple, dtype: str, dims: tuple, mesh: Mesh, unreduced: frozenset) -> ShardingType:  # type: ignore[type-arg]
     """The planner asks for the same destination type many times per plan: validate it once."""
     return ShardingType(shape, dtype, dims, mesh, unreduced)
@@ -245,6 +282,7 @@ class Permute(Step):
 
     dims: tuple[tuple[Axis, ...], ...]
     kind: ClassVar[str] = "permute"
+    comm: ClassVar[Comm] = Comm.POINT_TO_POINT
 
     def apply(self, t: ShardingType) -> ShardingType:
         out = _target(self, t)
@@ -275,6 +313,7 @@ class Exchange(Step):
     dims: tuple[tuple[Axis, ...], ...]
     unreduced: tuple[Axis, ...] | None = None
     kind: ClassVar[str] = "exchange"
+    comm: ClassVar[Comm] = Comm.POINT_TO_POINT
 
     def apply(self, t: ShardingType) -> ShardingType:
         return _target(self, t)
@@ -288,5 +327,9 @@ class Exchange(Step):
 
 
 ALL_STEPS: tuple[type[Step], ...] = (
-    DynSlice, AllGather, AllToAll, ReduceScatter, AllReduce, Discard, PadUnreduced, Permute, Exchange,
+    DynSlice, AllGather, AllToAll, ReduceScatter, AllReduceSlice, AllReduce, Discard, PadUnreduced,
+    Permute, Exchange,
 )
+"""Every step class: each facet table has an entry for each (``tests/test_step_tables.py``)."""
+
+KINDS: tuple[str, ...] = tuple(cls.kind for cls in ALL_STEPS)

@@ -24,17 +24,19 @@ then the least estimated time, then the fewest collectives (a typed collective w
 
 from __future__ import annotations
 
-import math
-from functools import lru_cache
+from collections.abc import Callable
 
 from redist.atoms import Atom, atom_axis, atoms_of, dims_atoms, unreduced_atoms
 from redist.bounds import lower_bound_bytes
 from redist.cost import DEFAULT_COST_MODEL, CostModel
 from redist.errors import RedistError, StepError
+from redist.facets import FacetTable
+from redist.measure import closed_form
 from redist.plan import Plan, apply_step, measure_step
 from redist.steps import (
     AllGather,
     AllReduce,
+    AllReduceSlice,
     AllToAll,
     Discard,
     DynSlice,
@@ -44,8 +46,8 @@ from redist.steps import (
     ReduceScatter,
     Step,
 )
-from spmd_types import ShardingType
-from spmd_types.layout import overlap_elements
+from spmd_types import Mesh, ShardingType
+from spmd_types.memo import Scope, memo
 from spmd_types.types import canonical_axes
 
 Dims = list[list[Atom]]
@@ -171,7 +173,7 @@ class _Greedy:
         displaced: list[Atom] = []
         for i, d in enumerate(self.dims):
             k = self.plen(i)
-            while k < len(d) and k < len(self.D[i]) and d[k][2] == self.D[i][k][2]:
+            while k < len(d) and k < len(self.D[i]) and d[k].size == self.D[i][k].size:
                 if d[k] != self.D[i][k]:
                     displaced.append(d[k])
                     placed.add(self.D[i][k])
@@ -184,7 +186,7 @@ class _Greedy:
             for k in range(len(d)):
                 if d[k] in placed and self.dims[i][k] == d[k] and k >= self.plen(i):
                     # a removable spot still holding an atom that now sits where it is wanted
-                    swap = next((a for a in displaced if a[2] == d[k][2] and a not in fixed), None)
+                    swap = next((a for a in displaced if a.size == d[k].size and a not in fixed), None)
                     if swap is None:
                         return None
                     fixed.add(swap)
@@ -222,26 +224,39 @@ def _merge(src: ShardingType, steps: list[Step], cm: CostModel) -> tuple[Step, .
     return tuple(out)
 
 
-def _fuse(a: Step, b: Step, mesh) -> Step | None:  # type: ignore[no-untyped-def]
-    def c(axes: tuple) -> tuple:
-        return canonical_axes(mesh, axes)
+Fuse = Callable[[Step, Step, Mesh], "Step | None"]
+FUSE: FacetTable[Fuse] = FacetTable("fuse", "redist.synth.FUSE")
+"""Two adjacent steps of one class as one step over the flattened group, or ``None``."""
 
+
+def _fuse(a: Step, b: Step, mesh: Mesh) -> Step | None:
     if type(a) is not type(b):
         return None
-    if isinstance(a, DynSlice) and isinstance(b, DynSlice) and a.dim == b.dim:
-        return DynSlice(a.dim, c(a.axes + b.axes))
-    if isinstance(a, AllGather) and isinstance(b, AllGather) and a.dim == b.dim:
-        return AllGather(a.dim, c(b.axes + a.axes))
-    if isinstance(a, PadUnreduced) and isinstance(b, PadUnreduced) and a.dim == b.dim:
-        return PadUnreduced(a.dim, c(b.axes + a.axes))
-    if isinstance(a, ReduceScatter) and isinstance(b, ReduceScatter) and a.dim == b.dim:
-        return ReduceScatter(a.dim, c(a.axes + b.axes))
-    if isinstance(a, AllToAll) and isinstance(b, AllToAll) and (a.src_dim, a.dst_dim) == (b.src_dim, b.dst_dim):
-        return AllToAll(a.src_dim, a.dst_dim, c(b.axes + a.axes))
-    if isinstance(a, AllReduce) and isinstance(b, AllReduce):
-        return AllReduce(c(a.axes + b.axes))
-    if isinstance(a, Discard) and isinstance(b, Discard):
-        return Discard(c(a.axes + b.axes))
+    return FUSE[type(a)](a, b, mesh)
+
+
+def _same_dim_fusion(order: str) -> Fuse:
+    """Fuse steps on the same dimension(s); ``order`` says whose axes come first in the group."""
+
+    def fuse(a: Step, b: Step, mesh: Mesh) -> Step | None:
+        fields = {k: v for k, v in vars(a).items() if k != "axes"}
+        if fields != {k: v for k, v in vars(b).items() if k != "axes"}:
+            return None
+        first, second = (a, b) if order == "ab" else (b, a)
+        return type(a)(**fields, axes=canonical_axes(mesh, first.axes + second.axes))  # type: ignore[call-arg,attr-defined]
+
+    return fuse
+
+
+# Slices and reductions append to the minor end (a's axes stay major); gathers, moves and pads
+# remove from the minor end, so the step applied second removed the more-major axes.
+FUSE.register(DynSlice, ReduceScatter, AllReduceSlice, AllReduce, Discard)(_same_dim_fusion("ab"))
+FUSE.register(AllGather, AllToAll, PadUnreduced)(_same_dim_fusion("ba"))
+
+
+@FUSE.register(Permute, Exchange)
+def _no_fusion(a: Step, b: Step, mesh: Mesh) -> Step | None:
+    """Two point-to-point schedules are not one schedule."""
     return None
 
 
@@ -283,12 +298,7 @@ def _split_reduction_candidates(src: ShardingType, dst: ShardingType, cm: CostMo
         return []
     g0.slices()
     used = g0.used()
-    free = [
-        (name, pre, size)
-        for name, n in src.mesh.axes
-        for (name, pre, size) in atoms_of(src.mesh, name)
-        if (name, pre, size) not in used and size > 1
-    ]
+    free = [a for name in src.mesh.names for a in atoms_of(src.mesh, name) if a not in used and a.size > 1]
     out = []
     for chosen in {tuple(free), tuple(a for a in free if a in wants_new)}:
         if chosen:
@@ -331,64 +341,61 @@ def _park(
     return out
 
 
-def _key(p: Plan) -> tuple[float, float, int, int, int]:
-    """Under the default objective least bytes, then least time (``CostModel.objective`` may swap
-    them), then fewest collectives; typed steps win the remaining ties."""
-    n_p2p = sum(1 for s in p.steps if isinstance(s, Exchange))
-    return (*p.cost_model.order(p.recv_bytes, p.time_s), p.n_collectives, n_p2p, len(p.steps))
-
-
-@lru_cache(maxsize=4096)
+@memo(Scope.TYPE)
 def _exchange_floor(cur: ShardingType, dst: ShardingType, cm: CostModel) -> tuple[float, float]:
     """Optimistic (recv, time) of an exchange ``cur -> dst`` without building its schedule: it
     receives at least the lower bound, and its busiest device needs one round per missing cell."""
     if cur.unreduced or dst.unreduced:
         return (0.0, 0.0)
-    missing = dst.local_size - overlap_elements(cur, dst)
-    cells = math.prod(math.gcd(a, b) for a, b in zip(cur.local_shape, dst.local_shape)) if cur.rank else 1
-    rounds = int(missing.max()) // cells
+    cf = closed_form(cur, dst)
     lat = min([cm.latency_s, *(v for _, v in cm.axis_latency_s)])
-    return (float(missing.mean()) * cur.itemsize, rounds * lat)
+    return (float(cf.missing.mean()) * cur.itemsize, cf.rounds * lat)
 
 
-def synthesize(src: ShardingType, dst: ShardingType, cm: CostModel = DEFAULT_COST_MODEL) -> Plan:
-    """The best candidate plan (see the module docstring for the order of preference)."""
-    if src == dst:
-        return Plan(src, dst, (), (), cm)
-    bound = max(src.local_bytes, dst.local_bytes)
-    best: Plan | None = None
-    exchanges: list[Plan] = []
+class _Best:
+    """The best plan so far that reaches ``dst`` within the memory bound."""
+
+    def __init__(self, src: ShardingType, dst: ShardingType) -> None:
+        self.dst = dst
+        self.bound = max(src.local_bytes, dst.local_bytes)
+        self.plan: Plan | None = None
+
+    def consider(self, p: Plan) -> None:
+        if p.dst == self.dst and p.peak_bytes <= self.bound and (self.plan is None or p.key() < self.plan.key()):
+            self.plan = p
+
+    def beaten(self, floor: tuple[float, float], cm: CostModel) -> bool:
+        return self.plan is not None and floor > cm.order(self.plan.recv_bytes, self.plan.time_s)
+
+
+def _typed_plans(src: ShardingType, dst: ShardingType, cm: CostModel, best: _Best) -> list[Plan]:
+    """Consider every typed candidate; return their distinct proper prefixes (exchange starts)."""
+    prefixes: list[Plan] = []
     seen: set[tuple[Step, ...]] = set()
-
-    def consider(p: Plan) -> None:
-        nonlocal best
-        if p.dst == dst and p.peak_bytes <= bound and (best is None or _key(p) < _key(best)):
-            best = p
-
     for steps in dict.fromkeys(_typed_candidates(src, dst, cm)):  # distinct, in order
         full = Plan.build(src, steps, cm)
-        consider(full)
+        best.consider(full)
         for k in range(len(steps) + 1):
             prefix = Plan(src, full.types[k - 1] if k else src, steps[:k], full.types[:k], cm)
             if prefix.dst == dst or steps[:k] in seen:
                 continue
             seen.add(steps[:k])
-            exchanges.append(prefix)
-    # Prune by floors, cheapest first: any plan receives at least the source's lower bound, and an
-    # exchange costs at least one latency; then the exchange's own optimistic (bytes, time).
+            prefixes.append(prefix)
+    return prefixes
+
+
+def _exchange_plans(src: ShardingType, dst: ShardingType, cm: CostModel, prefixes: list[Plan], best: _Best) -> None:
+    """An ``Exchange`` to ``dst`` after each prefix, pruned by floors, cheapest first: any plan
+    receives at least the source's lower bound, and an exchange costs at least one latency; then
+    the exchange's own optimistic (bytes, time)."""
     floor_all = lower_bound_bytes(src, dst) if not (src.unreduced or dst.unreduced) else 0.0
     lat = min([cm.latency_s, *(v for _, v in cm.axis_latency_s)])
-
-    def beaten(floor: tuple[float, float]) -> bool:
-        return best is not None and floor > cm.order(best.recv_bytes, best.time_s)
-
     ranked = []
-    for prefix in exchanges:
-        cheap = cm.order(max(prefix.recv_bytes, floor_all), prefix.time_s + lat)
-        if not beaten(cheap):
+    for prefix in prefixes:
+        if not best.beaten(cm.order(max(prefix.recv_bytes, floor_all), prefix.time_s + lat), cm):
             ranked.append((_add(prefix, _exchange_floor(prefix.dst, dst, cm), cm), prefix))
     for floor, prefix in sorted(ranked, key=lambda e: e[0]):
-        if beaten(floor):
+        if best.beaten(floor, cm):
             break
         new_u = dst.sorted_unreduced() if dst.unreduced != prefix.dst.unreduced else None
         try:
@@ -396,16 +403,49 @@ def synthesize(src: ShardingType, dst: ShardingType, cm: CostModel = DEFAULT_COS
             _ = p.measures
         except StepError:
             continue
-        consider(p)
-    if best is None:  # pragma: no cover - an exchange always exists within the bound
+        best.consider(p)
+
+
+Variants = Callable[[Step], tuple[Step, ...]]
+VARIANTS: FacetTable[Variants] = FacetTable("variants", "redist.synth.VARIANTS")
+"""Other steps with the same typing effect (other ways to run the step), tried on the chosen plan."""
+
+
+@VARIANTS.register(DynSlice, AllGather, AllToAll, AllReduce, Discard, PadUnreduced, Permute, Exchange)
+def _no_variants(step: Step) -> tuple[Step, ...]:
+    return ()
+
+
+@VARIANTS.register(ReduceScatter, AllReduceSlice)
+def _reduce_scatter_variants(step: Step) -> tuple[Step, ...]:
+    other = AllReduceSlice if type(step) is ReduceScatter else ReduceScatter
+    return (other(step.dim, step.axes),)  # type: ignore[attr-defined]
+
+
+def _with_variants(plan: Plan, best: _Best) -> None:
+    """Swap each step for a variant where that is better under the cost model (same types)."""
+    for i, step in enumerate(plan.steps):
+        for v in VARIANTS[type(step)](step):
+            cur = best.plan or plan
+            best.consider(Plan.build(plan.src, cur.steps[:i] + (v,) + cur.steps[i + 1:], plan.cost_model))
+
+
+def synthesize(src: ShardingType, dst: ShardingType, cm: CostModel = DEFAULT_COST_MODEL) -> Plan:
+    """The best candidate plan (see the module docstring for the order of preference)."""
+    if src == dst:
+        return Plan(src, dst, (), (), cm)
+    best = _Best(src, dst)
+    _exchange_plans(src, dst, cm, _typed_plans(src, dst, cm, best), best)
+    if best.plan is None:  # pragma: no cover - an exchange always exists within the bound
         raise RedistError(f"no plan within the memory bound for {src} -> {dst}")
-    return best
+    _with_variants(best.plan, best)
+    return best.plan
 
 
 def _add(prefix: Plan, floor: tuple[float, float], cm: CostModel) -> tuple[float, float]:
     return cm.order(prefix.recv_bytes + floor[0], prefix.time_s + floor[1])
 
 
-@lru_cache(maxsize=4096)
+@memo(Scope.TYPE)
 def cached_synthesize(src: ShardingType, dst: ShardingType, cm: CostModel) -> Plan:
     return synthesize(src, dst, cm)

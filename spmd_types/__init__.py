@@ -13,8 +13,7 @@ from spmd_types.errors import (
     UnknownAxisError,
 )
 from spmd_types.mesh import Axis, Mesh, SubAxis, axis_name
-from spmd_types.text import format_type, parse_type
-from spmd_types.types import ShardingType
+from spmd_types.types import ShardingType, format_type, parse_type
 
 parse = parse_type
 

@@ -11,12 +11,10 @@ from collections.abc import Sequence
 from typing import Any
 
 import jax
-import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
 from spmd_types.dtypes import canonical_dtype
 from spmd_types.errors import (
-    MeshError,
     MeshMismatchError,
     RankMismatchError,
     ShardingTypeError,
@@ -27,16 +25,8 @@ from spmd_types.types import ShardingType
 
 
 def mesh_to_jax(mesh: Mesh, devices: Any = None, explicit: bool = True) -> jax.sharding.Mesh:
-    """A JAX mesh with our axes (row-major over ``devices``, default the first ``mesh.size``)."""
-    devs = list(jax.devices() if devices is None else np.asarray(devices).reshape(-1))
-    if len(devs) < mesh.size:
-        raise MeshError(
-            f"mesh {mesh} needs {mesh.size} devices but only {len(devs)} are available; for CPU "
-            f"set XLA_FLAGS=--xla_force_host_platform_device_count={mesh.size} before importing jax"
-        )
-    arr = np.array(devs[: mesh.size], dtype=object).reshape([s for _, s in mesh.axes])
-    kind = jax.sharding.AxisType.Explicit if explicit else jax.sharding.AxisType.Auto
-    return jax.sharding.Mesh(arr, mesh.names, axis_types=(kind,) * len(mesh.axes))
+    """``mesh.to_jax(devices, explicit)``: a JAX mesh with our axes."""
+    return mesh.to_jax(devices, explicit)
 
 
 def to_partition_spec(t: ShardingType) -> PartitionSpec:

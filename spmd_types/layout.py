@@ -6,15 +6,18 @@ it once as an array ``[devices, rank, 2]`` keeps that O(devices x rank) NumPy wo
 
 from __future__ import annotations
 
-from functools import lru_cache
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from spmd_types.mesh import Axis, Mesh
-from spmd_types.types import ShardingType
+from spmd_types.memo import Scope, memo
+from spmd_types.mesh import Axis, Mesh, subaxis_digit
+
+if TYPE_CHECKING:  # annotations only: types.py imports this module
+    from spmd_types.types import ShardingType
 
 
-@lru_cache(maxsize=256)
+@memo(Scope.MESH, maxsize=256)
 def coord_table(mesh: Mesh) -> np.ndarray:
     """Cached, read-only ``mesh.coord_table()``: ``[devices, axes]`` coordinates, row-major ids."""
     table = mesh.coord_table()
@@ -22,13 +25,13 @@ def coord_table(mesh: Mesh) -> np.ndarray:
     return table
 
 
-@lru_cache(maxsize=4096)
+@memo(Scope.MESH)
 def axis_coords(mesh: Mesh, a: Axis) -> np.ndarray:
     """Coordinate along (sub-)axis ``a`` of every device, as an int64 vector."""
     name, pre, size = mesh.span(a)
     n = mesh.axis_size(name)
     full = coord_table(mesh)[:, mesh.position(name)]
-    out = (full // (n // (pre * size))) % size
+    out = subaxis_digit(full, n, pre, size)
     out.setflags(write=False)  # cached: shared by every caller
     return out
 
@@ -42,7 +45,7 @@ def block_indices(t: ShardingType) -> np.ndarray:
     return out
 
 
-@lru_cache(maxsize=8192)
+@memo(Scope.TYPE, maxsize=8192)
 def block_bounds(t: ShardingType) -> np.ndarray:
     """int64 ``[devices, rank, 2]``: global ``[start, stop)`` of each device's block."""
     local = np.array(t.local_shape, dtype=np.int64)

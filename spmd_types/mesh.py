@@ -63,6 +63,18 @@ def format_axis(a: Axis) -> str:
     return a if isinstance(a, str) else str(a)
 
 
+def subaxis_stride(axis_size: int, pre: int, size: int) -> int:
+    """How many coordinates of the whole axis one step of the sub-axis ``(pre)size`` spans."""
+    return axis_size // (pre * size)
+
+
+def subaxis_digit(coord: Any, axis_size: int, pre: int, size: int) -> Any:
+    """The coordinate along sub-axis ``(pre)size`` of a coordinate ``coord`` of an axis of size
+    ``axis_size``: the one formula of sub-axes, for Python ints, NumPy arrays and JAX values alike
+    (``proofs.model.digit`` re-derives it for z3 on purpose: the proofs are an independent reference)."""
+    return (coord // subaxis_stride(axis_size, pre, size)) % size
+
+
 @dataclass(frozen=True)
 class Mesh:
     """An ordered set of named axes with sizes, e.g. ``Mesh({"x": 2, "y": 4})``."""
@@ -200,7 +212,7 @@ class Mesh:
             raise MeshError(
                 f"coordinates {dict(coords)} give no valid coordinate for mesh axis {name!r} of size {n}"
             )
-        return (c // (n // (pre * size))) % size
+        return int(subaxis_digit(c, n, pre, size))
 
     def coord_table(self) -> Any:
         """int array [devices, axes] of every device's coordinates (row-major ids)."""
@@ -231,11 +243,21 @@ class Mesh:
         return Mesh(items)
 
     # -- JAX interop ----------------------------------------------------------------------------
-    def to_jax(self, devices: Any = None) -> jax.sharding.Mesh:
-        """A ``jax.sharding.Mesh`` with the same axes; devices default to the first ``size`` ones."""
-        from spmd_types.jax_interop import mesh_to_jax
+    def to_jax(self, devices: Any = None, explicit: bool = True) -> jax.sharding.Mesh:
+        """A ``jax.sharding.Mesh`` with the same axes, row-major over ``devices`` (default: the first
+        ``size`` devices), with Explicit axes unless ``explicit=False`` (Auto)."""
+        import jax
+        import numpy as np
 
-        return mesh_to_jax(self, devices)
+        devs = list(jax.devices() if devices is None else np.asarray(devices).reshape(-1))
+        if len(devs) < self.size:
+            raise MeshError(
+                f"mesh {self} needs {self.size} devices but only {len(devs)} are available; for CPU "
+                f"set XLA_FLAGS=--xla_force_host_platform_device_count={self.size} before importing jax"
+            )
+        arr = np.array(devs[: self.size], dtype=object).reshape([s for _, s in self.axes])
+        kind = jax.sharding.AxisType.Explicit if explicit else jax.sharding.AxisType.Auto
+        return jax.sharding.Mesh(arr, self.names, axis_types=(kind,) * len(self.axes))
 
     @staticmethod
     def from_jax(mesh: jax.sharding.Mesh | jax.sharding.AbstractMesh) -> Mesh:

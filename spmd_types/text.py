@@ -8,16 +8,20 @@ Grammar (whitespace allowed between tokens)::
     axis  := IDENT [':' '(' INT ')' INT]          # sub-axis, as Shardy writes "y":(1)2
 
 Errors are ``TypeSyntaxError`` with the 1-based column; semantic problems (unknown axis,
-indivisible dimension...) surface as the type layer's own typed errors.
+indivisible dimension...) surface as the type layer's own typed errors when ``spmd_types.types``
+builds the type from the parts. This module is the grammar only (text <-> ``TypeParts``), so the
+type module can use it without an import circle.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence, Set
+from typing import NamedTuple
 
+from spmd_types.dtypes import canonical_dtype
 from spmd_types.errors import ShardingTypeError, TypeSyntaxError
-from spmd_types.mesh import Axis, Mesh, SubAxis, format_axis
-from spmd_types.types import ShardingType
+from spmd_types.mesh import Axis, SubAxis, format_axis
 
 _TOKEN = re.compile(r"\s*(?:(?P<int>[0-9]+)|(?P<ident>[A-Za-z_][A-Za-z0-9_]*)|(?P<punct>[\[\]@(),{}:]))")
 
@@ -86,8 +90,17 @@ class _Parser:
         return tuple(out)
 
 
-def parse_type(text: str, mesh: Mesh) -> ShardingType:
-    """Parse type text against ``mesh``; ``parse_type(format_type(t), t.mesh) == t``."""
+class TypeParts(NamedTuple):
+    """What type text says, before it is checked against a mesh."""
+
+    dtype: str
+    shape: tuple[int, ...]
+    dims: tuple[tuple[Axis, ...], ...]
+    unreduced: tuple[Axis, ...]
+
+
+def parse_parts(text: str) -> TypeParts:
+    """The grammar above: text -> parts (raises ``TypeSyntaxError`` with the column)."""
     if not isinstance(text, str):
         raise ShardingTypeError(f"type text must be a string, got {type(text).__name__}")
     p = _Parser(text)
@@ -120,12 +133,10 @@ def parse_type(text: str, mesh: Mesh) -> ShardingType:
     if p.peek() is not None:
         raise p.fail("end of text")
     try:
-        from spmd_types.dtypes import canonical_dtype
-
         canonical_dtype(dtype)
     except ShardingTypeError as e:
         raise TypeSyntaxError(str(e), text, dcol) from None
-    return ShardingType(shape, dtype, dims, mesh, unreduced)
+    return TypeParts(dtype, tuple(shape), tuple(dims), unreduced)
 
 
 def _format_axes(axes: tuple[Axis, ...]) -> str:
@@ -134,9 +145,11 @@ def _format_axes(axes: tuple[Axis, ...]) -> str:
     return "(" + ",".join(format_axis(a) for a in axes) + ")"
 
 
-def format_type(t: ShardingType) -> str:
-    dims = ",".join(f"{n}@{_format_axes(a)}" if a else str(n) for n, a in zip(t.shape, t.dims))
-    out = f"{t.dtype}[{dims}]"
-    if t.unreduced:
-        out += "{U:" + _format_axes(t.sorted_unreduced()) + "}"
+def format_parts(dtype: str, shape: Sequence[int], dims: Sequence[tuple[Axis, ...]],
+                 unreduced: Sequence[Axis] | Set[Axis] = ()) -> str:
+    """The canonical text of a type's parts (``unreduced`` in mesh order)."""
+    body = ",".join(f"{n}@{_format_axes(a)}" if a else str(n) for n, a in zip(shape, dims))
+    out = f"{dtype}[{body}]"
+    if unreduced:
+        out += "{U:" + _format_axes(tuple(unreduced)) + "}"
     return out

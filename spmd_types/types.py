@@ -26,7 +26,9 @@ from spmd_types.errors import (
     RankMismatchError,
     UnknownAxisError,
 )
+from spmd_types.layout import block_bounds
 from spmd_types.mesh import Axis, Mesh, SubAxis, axis_name, format_axis
+from spmd_types.text import format_parts, parse_parts
 
 
 def _is_trivial(mesh: Mesh, a: Axis) -> bool:
@@ -126,33 +128,8 @@ class ShardingType:
     ) -> None:
         if not isinstance(mesh, Mesh):
             raise MeshError(f"a sharding type needs a spmd_types.Mesh, got {mesh!r}")
-        try:
-            shape = tuple(shape)
-        except TypeError:
-            raise InvalidSizeError(f"shape must be a sequence of integers, got {shape!r}") from None
-        sizes: list[int] = []
-        for d, n in enumerate(shape):
-            size = None if isinstance(n, bool) else _index(n)
-            if size is None or size < 1:
-                raise InvalidSizeError(f"dimension {d} has size {n!r}; sizes must be integers >= 1")
-            sizes.append(size)
-        shape = tuple(sizes)
-        if isinstance(dims, (str, SubAxis)) or dims is None:
-            raise RankMismatchError(
-                f"dims must be a sequence with one entry (axes or None) per dimension of shape "
-                f"{list(shape)}, got {dims!r}"
-            )
-        try:
-            dim_specs = list(dims)
-        except TypeError:
-            raise RankMismatchError(
-                f"dims must be a sequence with one entry per dimension, got {dims!r}"
-            ) from None
-        if len(dim_specs) != len(shape):
-            raise RankMismatchError(
-                f"shape {list(shape)} has rank {len(shape)} but {len(dim_specs)} dimension shardings "
-                f"were given"
-            )
+        shape = _checked_shape(shape)
+        dim_specs = _dim_specs(dims, shape)
         norm: list[tuple[Axis, ...]] = []
         used: list[tuple[Axis, str]] = []
         for d, spec in enumerate(dim_specs):
@@ -206,8 +183,6 @@ class ShardingType:
     # -- construction helpers -----------------------------------------------------------------------
     @staticmethod
     def parse(text: str, mesh: Mesh) -> ShardingType:
-        from spmd_types.text import parse_type
-
         return parse_type(text, mesh)
 
     def replace(
@@ -284,17 +259,45 @@ class ShardingType:
 
     def blocks(self) -> object:
         """int64 array ``[devices, rank, 2]`` of every device's block bounds (vectorised)."""
-        from spmd_types.layout import block_bounds
-
         return block_bounds(self)
 
     def __str__(self) -> str:
-        from spmd_types.text import format_type
-
         return format_type(self)
 
     def __repr__(self) -> str:
         return f"ShardingType({str(self)!r}, mesh={self.mesh})"
+
+
+def _checked_shape(shape: Sequence[int]) -> tuple[int, ...]:
+    try:
+        items = tuple(shape)
+    except TypeError:
+        raise InvalidSizeError(f"shape must be a sequence of integers, got {shape!r}") from None
+    sizes: list[int] = []
+    for d, n in enumerate(items):
+        size = None if isinstance(n, bool) else _index(n)
+        if size is None or size < 1:
+            raise InvalidSizeError(f"dimension {d} has size {n!r}; sizes must be integers >= 1")
+        sizes.append(size)
+    return tuple(sizes)
+
+
+def _dim_specs(dims: object, shape: tuple[int, ...]) -> list[object]:
+    """One entry (axes or None) per dimension, or a ``RankMismatchError`` naming the mismatch."""
+    if isinstance(dims, (str, SubAxis)) or dims is None:
+        raise RankMismatchError(
+            f"dims must be a sequence with one entry (axes or None) per dimension of shape "
+            f"{list(shape)}, got {dims!r}"
+        )
+    try:
+        dim_specs = list(dims)  # type: ignore[call-overload]
+    except TypeError:
+        raise RankMismatchError(f"dims must be a sequence with one entry per dimension, got {dims!r}") from None
+    if len(dim_specs) != len(shape):
+        raise RankMismatchError(
+            f"shape {list(shape)} has rank {len(shape)} but {len(dim_specs)} dimension shardings were given"
+        )
+    return dim_specs
 
 
 def _index(n: object) -> int | None:
@@ -325,4 +328,15 @@ def canonical_unreduced(mesh: Mesh, axes: Iterable[Axis]) -> list[Axis]:
     return out
 
 
-__all__ = ["ShardingType", "axis_name", "canonical_axes", "canonical_unreduced", "spans_overlap"]
+def parse_type(text: str, mesh: Mesh) -> ShardingType:
+    """Parse type text against ``mesh``; ``parse_type(format_type(t), t.mesh) == t``."""
+    parts = parse_parts(text)
+    return ShardingType(parts.shape, parts.dtype, parts.dims, mesh, parts.unreduced)
+
+
+def format_type(t: ShardingType) -> str:
+    """Canonical text, as ``jax.typeof`` prints it."""
+    return format_parts(t.dtype, t.shape, t.dims, t.sorted_unreduced())
+
+
+__all__ = ["ShardingType", "format_type", "parse_type", "axis_name", "canonical_axes", "canonical_unreduced", "spans_overlap"]
