@@ -1,0 +1,125 @@
+"""The shape of the code that issue 10 asked for, held by tests so it cannot drift back:
+
+* every step facet is a table with an entry for every step class (a new step that misses one
+  fails here, naming the table and the class, instead of at run time);
+* ``isinstance`` on step classes appears nowhere outside the tables;
+* every cache is a registered ``spmd_types.memo`` table, and clearing leaves the planner cold;
+* no function over 60 lines in the core packages.
+"""
+
+from __future__ import annotations
+
+import ast
+import pathlib
+
+import pytest
+
+import partir_core  # noqa: F401  (registers nothing, but imports redist users)
+import proofs  # noqa: F401  (registers the z3 tables and the verifier)
+import proofs.soundness  # noqa: F401
+import redist.executor  # noqa: F401
+import redist.search  # noqa: F401
+import redist.simulate  # noqa: F401
+import redist.synth  # noqa: F401
+from redist import ALL_STEPS, KINDS, clear_caches, redistribute
+from redist.facets import MissingFacetError, tables
+from spmd_types import Mesh, memo
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+PACKAGES = ("spmd_types", "redist", "proofs", "partir_core", "benchmarks", "redist_cli")
+CORE = ("spmd_types", "redist", "proofs")
+STEP_NAMES = {cls.__name__ for cls in ALL_STEPS} | {"Step"}
+
+
+def _sources(packages: tuple[str, ...]) -> list[tuple[pathlib.Path, ast.Module]]:
+    return [(p, ast.parse(p.read_text())) for pkg in packages for p in sorted((ROOT / pkg).rglob("*.py"))]
+
+
+EXPECTED_TABLES = {
+    "redist.measure.MEASURE", "redist.simulate.SIMULATE", "redist.executor.LOWER", "redist.synth.FUSE",
+    "redist.synth.VARIANTS", "redist.search.NEIGHBOURS", "proofs.steps_semantics.SEMANTICS",
+    "proofs.measures.RECV", "proofs.soundness.CANDIDATES",
+}
+
+
+def test_every_facet_table_is_registered() -> None:
+    assert {t.owner for t in tables()} == EXPECTED_TABLES
+
+
+@pytest.mark.parametrize("table", sorted(EXPECTED_TABLES))
+def test_every_step_class_has_an_entry(table: str) -> None:
+    (t,) = [t for t in tables() if t.owner == table]
+    missing = [cls.__name__ for cls in ALL_STEPS if cls not in t]
+    assert not missing, f"{t} has no entry for {missing}"
+    extra = [cls.__name__ for cls in t.classes() if cls not in ALL_STEPS]
+    assert not extra, f"{t} has entries for classes outside ALL_STEPS: {extra}"
+
+
+def test_a_missing_entry_is_a_typed_error_naming_the_table() -> None:
+    from redist.measure import MEASURE
+
+    class NewStep(ALL_STEPS[0]):  # type: ignore[valid-type,misc]
+        pass
+
+    with pytest.raises(MissingFacetError, match=r"measure table .* no entry for step NewStep"):
+        MEASURE[NewStep]
+
+
+def test_kinds_derive_from_the_step_list() -> None:
+    assert KINDS == tuple(cls.kind for cls in ALL_STEPS) and len(set(KINDS)) == len(KINDS)
+
+
+def test_no_isinstance_on_step_classes() -> None:
+    """Dispatch on a step's class goes through a facet table, never an ``isinstance`` chain."""
+    bad = []
+    for path, tree in _sources(PACKAGES):
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "isinstance" and len(node.args) == 2:
+                names = {n.id for n in ast.walk(node.args[1]) if isinstance(n, ast.Name)}
+                if names & STEP_NAMES:
+                    bad.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert not bad, bad
+
+
+def test_no_function_over_60_lines_in_the_core() -> None:
+    long = [
+        f"{p.relative_to(ROOT)}:{n.lineno} {n.name} ({n.end_lineno - n.lineno + 1} lines)"  # type: ignore[operator]
+        for p, tree in _sources(CORE) for n in ast.walk(tree)
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.end_lineno - n.lineno + 1 > 60  # type: ignore[operator]
+    ]
+    assert not long, long
+
+
+def test_every_cache_is_a_registered_memo_table() -> None:
+    """``functools.lru_cache`` / ``cache`` only inside ``spmd_types.memo`` (which registers them)."""
+    bad = []
+    for path, tree in _sources(PACKAGES):
+        if path == ROOT / "spmd_types" / "memo.py":
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Name, ast.Attribute)) and getattr(node, "id", getattr(node, "attr", "")) in (
+                    "lru_cache", "cache"):
+                bad.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert not bad, bad
+
+
+def test_a_cleared_planner_is_cold() -> None:
+    mesh = Mesh({"x": 2, "y": 4})
+    plan = redistribute("f32[64@x,32@y]", "f32[64@y,32@x]", mesh)
+    plan.verify()
+    redistribute("f32[64@x,32]{U:y}", "f32[64@(x,y),32]", mesh)
+    assert memo.entries([memo.Scope.TYPE]) > 0 and memo.entries([memo.Scope.MESH]) > 0
+    clear_caches("plans")
+    assert memo.entries([memo.Scope.TYPE]) == 0 and memo.entries([memo.Scope.MESH]) > 0
+    redistribute("f32[64@x,32@y]", "f32[64@y,32@x]", mesh)
+    assert clear_caches("all") == len(memo.tables())
+    assert memo.entries() == 0
+    names = {t.name for t in memo.tables()}
+    for expected in ("redist.synth.cached_synthesize", "redist.exchange.schedule", "proofs.link.prove_link",
+                     "redist.executor.collective_group", "redist.executor._compiled", "spmd_types.layout.block_bounds"):
+        assert expected in names, sorted(names)
+
+
+def test_bad_cache_level_is_a_typed_error() -> None:
+    with pytest.raises(ValueError, match="level must be one of"):
+        clear_caches("everything")
