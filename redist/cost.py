@@ -18,6 +18,9 @@ from spmd_types import Axis, axis_name
 
 @dataclass(frozen=True)
 class CostModel:
+    """Latency (s) and bandwidth (bytes/s) per collective, with per-axis overrides sorted by axis
+    name (build it with ``make`` or ``with_slow_axes``), and the objective plans are ranked by."""
+
     latency_s: float = 5e-6
     bandwidth_Bps: float = 50e9
     axis_latency_s: tuple[tuple[str, float], ...] = field(default=())
@@ -51,6 +54,7 @@ class CostModel:
         objective: str = "bytes",
         kind_time_factor: Mapping[str, float] | None = None,
     ) -> CostModel:
+        """A cost model from measured numbers: defaults plus per-axis overrides given as mappings."""
         for name, v in {**(axis_latency_s or {}), **(axis_bandwidth_Bps or {})}.items():
             if v <= 0:
                 raise ValueError(f"axis {name!r}: latency and bandwidth must be > 0, got {v}")

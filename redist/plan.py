@@ -49,6 +49,9 @@ def measure_step(step: Step, before: ShardingType, after: ShardingType, cm: Cost
 
 @dataclass(frozen=True)
 class Plan:
+    """A redistribution: ``steps`` take ``src`` to ``dst`` through ``types`` (the type after each
+    step). Call it on a ``jax.Array`` laid out as ``src``; its measures are per device."""
+
     src: ShardingType
     dst: ShardingType
     steps: tuple[Step, ...]
@@ -76,22 +79,27 @@ class Plan:
 
     @property
     def peak_bytes(self) -> int:
+        """The largest local array of any type along the plan (bytes per device)."""
         return max(t.local_bytes for t in self.all_types)
 
     @property
     def memory_bound_bytes(self) -> int:
+        """``max(local bytes of src, local bytes of dst)``: what ``peak_bytes`` never exceeds."""
         return max(self.src.local_bytes, self.dst.local_bytes)
 
     @property
     def recv_bytes(self) -> float:
+        """Bytes received per device over the whole plan (averaged over devices, DESIGN.md section 4)."""
         return float(sum(m.recv_bytes for m in self.measures))
 
     @property
     def time_s(self) -> float:
+        """Estimated seconds under the plan's ``cost_model`` (alpha-beta, per-axis)."""
         return float(sum(m.time_s for m in self.measures))
 
     @cached_property
     def lower_bound_bytes(self) -> float:
+        """What a device must receive because it does not hold it, averaged (``redist.bounds``)."""
         return lower_bound_bytes(self.src, self.dst)
 
     @property
