@@ -1,1 +1,1 @@
-"""benchmarks (see DESIGN.md)."""
+"""benchmarks (see docs/design.md)."""

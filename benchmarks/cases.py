@@ -1,6 +1,6 @@
 """The named benchmark cases: layout changes that real large-model partitionings perform.
 
-Each case is a mesh and two type strings (DESIGN.md syntax). Sizes are moderate (a few MB per
+Each case is a mesh and two type strings (docs/design.md syntax). Sizes are moderate (a few MB per
 global array) so the whole suite runs on a 2-core machine simulating 8 CPU devices; the
 *structure* of each move (which axes, which dimensions, which group sizes) is what matters for
 the bytes comparison, and is the same as at production scale.
@@ -109,7 +109,7 @@ NAMED_CASES: tuple[Case, ...] = (
          "bf16[1024,1024@model]", "gather for a transposed (row-parallel) use of the weight"),
     # -- 2-D tensor-parallel transposes ---------------------------------------------------------------
     Case("tp2d_transpose_2x4", "tp2d", XY, "f32[1024@x,1024@y]", "f32[1024@y,1024@x]",
-         "2-D TP (x, y) -> (y, x): needs an exchange to meet the bound (DESIGN.md section 3)"),
+         "2-D TP (x, y) -> (y, x): needs an exchange to meet the bound (docs/design.md section 3)"),
     Case("tp2d_transpose_4x2", "tp2d", YX4, "f32[1024@x,1024@y]", "f32[1024@y,1024@x]",
          "same on the 4x2 mesh"),
     Case("tp2d_flat_order_swap", "tp2d", XY, "f32[2048@(x,y),256]", "f32[2048@(y,x),256]",

@@ -16,7 +16,7 @@ What is understood:
   ``{}`` means one group of every device;
 - ``source_target_pairs`` of permutes.
 
-Bytes received per device follow DESIGN.md section 4 (ring algorithms), averaged over the
+Bytes received per device follow docs/design.md section 4 (ring algorithms), averaged over the
 ``num_partitions`` devices of the module:
 
 - all-gather: a device receives the ``p-1`` blocks it lacks: ``(p-1) * operand``
@@ -381,7 +381,7 @@ def parse_pairs(text: str) -> tuple[tuple[int, int], ...]:
     return tuple((int(a), int(b)) for a, b in re.findall(r"\{\s*(\d+)\s*,\s*(\d+)\s*\}", text))
 
 
-# -- the bytes formulas of DESIGN.md section 4 ------------------------------------------------------
+# -- the bytes formulas of docs/design.md section 4 ------------------------------------------------------
 def ring_recv_bytes(kind: str, group_sizes: list[int], operand_bytes: int, num_devices: int) -> float:
     """Bytes received per device, averaged over ``num_devices``, for one group-based collective.
 

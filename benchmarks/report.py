@@ -175,7 +175,7 @@ METHOD = """\
 `jax.sharding.reshard(x, dst)` in `jit` on Explicit axes; unreduced sources exist only on Explicit
 axes, so for them both run there. Collectives are read from `compiled.as_text()` (kind, replica
 groups, operand shapes) and converted to bytes received per device with the ring formulas of
-DESIGN.md section 4; the comparison uses the better of the two XLA programs for bytes and for
+docs/design.md section 4; the comparison uses the better of the two XLA programs for bytes and for
 memory, and times the `out_shardings` program. XLA's CPU backend widens bf16 collectives to f32,
 on both sides alike, so bytes are counted in the array's own dtype (raw HLO bytes are in the JSON).
 "R" marks an involuntary full rematerialization logged by XLA's partitioner.

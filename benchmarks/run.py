@@ -16,7 +16,6 @@ import time
 import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from functools import cache
 from typing import Any, TextIO
 
 import jax
@@ -33,6 +32,7 @@ from benchmarks.xla_side import XlaVariant, measure_variant, same_collectives, x
 from spmd_types import Mesh, ShardingType
 from spmd_types.jax_interop import mesh_to_jax
 from spmd_types.layout import overlap_elements
+from spmd_types.memo import Scope, memo
 
 NOISE = 0.05
 """Relative speed differences below this are reported as timing noise."""
@@ -179,14 +179,14 @@ class SuiteResult:
 
 
 # -- meshes ------------------------------------------------------------------------------------------
-@cache
+@memo(Scope.MESH, maxsize=64)
 def jax_meshes(mesh: Mesh) -> tuple[jax.sharding.Mesh, jax.sharding.Mesh]:
     """(Auto-axes mesh, Explicit-axes mesh) over the same first ``mesh.size`` devices."""
     return mesh_to_jax(mesh, explicit=False), mesh_to_jax(mesh, explicit=True)
 
 
 def overlap_bound(src: ShardingType, dst: ShardingType) -> float | None:
-    """DESIGN.md section 4's bound for sources without unreduced axes, computed here independently
+    """docs/design.md section 4's bound for sources without unreduced axes, computed here independently
     of ``redist`` so the report can cross-check the plan's ``lower_bound_bytes``."""
     if src.unreduced or dst.unreduced:
         return None

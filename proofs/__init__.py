@@ -1,7 +1,7 @@
 """proofs: z3 models of the steps and certificates of plans (tracker issue 4).
 
 Importing this package registers ``verify_plan`` with ``redist.plan`` so ``Plan.verify()`` works
-(``redist`` never imports ``proofs``: it is a plug-in of a higher layer, DESIGN.md section 1).
+(``redist`` never imports ``proofs``: it is a plug-in of a higher layer, docs/design.md section 1).
 """
 
 from proofs.budget import BudgetResult, check_budget

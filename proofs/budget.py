@@ -1,7 +1,7 @@
 """Memory budgets: prove that a plan fits in a given per-device memory for a range of shapes, or
 refute it with the shape (and the step) that does not fit.
 
-Live memory per device follows DESIGN.md section 4 (``peak_bytes``: the largest local array of any
+Live memory per device follows docs/design.md section 4 (``peak_bytes``: the largest local array of any
 type along the plan); ``transient=True`` counts a step's input and output as alive together, the
 stricter view of a runtime that cannot free the input before the output exists.
 """

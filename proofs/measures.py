@@ -1,6 +1,6 @@
 """Symbolic byte counts of a plan: local sizes, received bytes and the transfer lower bound.
 
-With global sizes ``n_d = L_d * m_d`` every quantity of DESIGN.md section 4 is a rational constant
+With global sizes ``n_d = L_d * m_d`` every quantity of docs/design.md section 4 is a rational constant
 times ``itemsize * m_0 * ... * m_{r-1}`` (each local size, overlap, cell and schedule cell scales
 with every ``m_d``). This module computes those constants *independently of* ``redist.measure`` and
 ``redist.bounds`` (from the step definitions, the schedule's real pairs and the bound's counting
@@ -110,7 +110,7 @@ def lower_bound_cells(src: ShardingType, dst: ShardingType, L: Sequence[int]) ->
     """The transfer lower bound per device (average), in units of ``prod m_d`` elements.
 
     Without unreduced axes: ``|dst block| - |dst block & src block|`` per device. With unreduced
-    axes, the rule of DESIGN.md section 4 / ``redist.bounds`` per element of each cell: the source
+    axes, the rule of docs/design.md section 4 / ``redist.bounds`` per element of each cell: the source
     holds ``k`` partials (one per coordinate of its unreduced axes); a destination group (devices
     differing only in the destination's unreduced axes) *covers* the partials its members hold;
     with ``I`` incomplete groups the bound is ``I`` if a group is complete, else

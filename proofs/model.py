@@ -1,6 +1,6 @@
 """The z3 model of distributed arrays: devices, local indices, global arrays and type meanings.
 
-Conventions (DESIGN.md section 2, restated independently of ``redist``):
+Conventions (docs/design.md section 2, restated independently of ``redist``):
 
 * A device is a tuple of symbolic mesh coordinates, one z3 ``Int`` per mesh axis (``0 <= c < N``).
   A (sub-)axis ``(name, pre, size)`` of an axis of size ``N`` reads the digit
@@ -188,7 +188,7 @@ class Space:
 
         ``replicas_agree``: a narrower assumption - devices that differ only along mesh axes ``t``
         does not mention at all hold the same partials (as ``redist.simulate.scatter`` lays them
-        out). The meaning of DESIGN.md does not require it."""
+        out). The meaning of docs/design.md does not require it."""
         uspans = self.unreduced_spans(t)
         k = size_of(uspans)
         mesh = self.mesh

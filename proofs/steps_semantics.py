@@ -2,7 +2,7 @@
 
 ``apply_step(step, arr, before, after, space)`` maps the model array ``arr`` (laid out as
 ``before``) to the array after the step. The semantics are written from the step definitions of
-DESIGN.md section 3, the same way the NumPy simulator reads them: a step over several axes is one
+docs/design.md section 3, the same way the NumPy simulator reads them: a step over several axes is one
 collective over the flattened group whose members are ordered by the mixed-radix number of their
 coordinates along the axes (major first), a device's index in its group is that number, and the
 ``i``-th chunk of a dimension split ``g`` ways is the ``i``-th contiguous ``1/g`` of it.

@@ -1,4 +1,4 @@
-"""``redistribute``: the entry point users call (DESIGN.md section 5)."""
+"""``redistribute``: the entry point users call (docs/design.md section 5)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Transfer lower bounds (DESIGN.md section 4), including sources with unreduced axes.
+"""Transfer lower bounds (docs/design.md section 4), including sources with unreduced axes.
 
 Without unreduced axes a device must receive every element of its destination block that its
 source block lacks: ``|dst| - |dst & src|``, averaged over devices.

@@ -1,4 +1,4 @@
-"""The alpha-beta cost model (DESIGN.md section 4) with per-axis latency and bandwidth.
+"""The alpha-beta cost model (docs/design.md section 4) with per-axis latency and bandwidth.
 
 A collective over a group of ``p`` devices costs ``ceil(log2 p)`` latency terms (tree/recursive
 latency, so one collective over a flattened group is never slower than the same one split per

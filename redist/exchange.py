@@ -6,7 +6,7 @@ Each device adds the cells it holds into its new block and receives the others, 
 ``ppermute`` round, from a holder chosen to balance the senders' load. Everything accumulates
 (``+=`` into zeros), so the same schedule moves data, sums partials and creates pending sums. Rounds come from greedy bipartite edge colouring (each device sends
 and receives at most one cell per round). Received traffic is therefore exactly the cells a device
-lacks: the lower bound of DESIGN.md section 4.
+lacks: the lower bound of docs/design.md section 4.
 """
 
 from __future__ import annotations

@@ -89,7 +89,7 @@ class Plan:
 
     @property
     def recv_bytes(self) -> float:
-        """Bytes received per device over the whole plan (averaged over devices, DESIGN.md section 4)."""
+        """Bytes received per device over the whole plan (averaged over devices, docs/design.md section 4)."""
         return float(sum(m.recv_bytes for m in self.measures))
 
     @property

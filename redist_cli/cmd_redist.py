@@ -1,7 +1,7 @@
 """``redist plan`` and ``redist demo``: plan a redistribution, and run a few on simulated devices.
 
 ``redist plan SRC DST --mesh x=2,y=4 [--slow-axes x]`` prints the plan (one line per step) and its
-measures (DESIGN.md section 4). It needs no devices and imports no JAX.
+measures (docs/design.md section 4). It needs no devices and imports no JAX.
 
 ``redist demo`` (the README's first command) plans showcase redistributions on ``{x=2,y=4}``, runs
 each as one compiled program on 8 simulated CPU devices, checks every device's block against the
@@ -64,7 +64,7 @@ def _cost_model(mesh: Any, slow_axes: str) -> Any:
 
 
 def measures_text(plan: Any) -> list[str]:
-    """The plan's measures (DESIGN.md section 4), one per line."""
+    """The plan's measures (docs/design.md section 4), one per line."""
     ratio = plan.recv_bytes / plan.lower_bound_bytes if plan.lower_bound_bytes else None
     at = "" if ratio is None else f"  ({ratio:.3g}x the lower bound)"
     return [

@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+from pathlib import Path
 from typing import Any
-
-import redist_cli
 
 
 def register(sub: Any, handlers: dict[str, Any]) -> None:
-    for info in sorted(pkgutil.iter_modules(redist_cli.__path__), key=lambda i: i.name):
+    for info in sorted(pkgutil.iter_modules([str(Path(__file__).parent)]), key=lambda i: i.name):
         if info.name.startswith("cmd_"):
             importlib.import_module(f"redist_cli.{info.name}").register(sub, handlers)

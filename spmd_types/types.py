@@ -1,6 +1,6 @@
 """``ShardingType``: the type of a distributed array (global shape, dtype, sharding, unreduced axes).
 
-Conventions (DESIGN.md section 2): dimension ``d`` sharded over axes ``(a1..ak)`` (major to minor)
+Conventions (docs/design.md section 2): dimension ``d`` sharded over axes ``(a1..ak)`` (major to minor)
 is cut into ``|a1|*...*|ak|`` equal blocks and the device with coordinates ``c`` holds block
 ``mixed_radix(c[a1], ..., c[ak])``. ``unreduced`` axes mean the value is the sum over their
 coordinates of the local values. Types are validated at construction and canonical (adjacent

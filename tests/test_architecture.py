@@ -123,3 +123,54 @@ def test_a_cleared_planner_is_cold() -> None:
 def test_bad_cache_level_is_a_typed_error() -> None:
     with pytest.raises(ValueError, match="level must be one of"):
         clear_caches("everything")
+
+
+def test_no_import_circles() -> None:
+    """No module imports one that (transitively) imports it back, imports inside functions
+    included; ``if TYPE_CHECKING`` imports are annotations and do not count."""
+    grimp = pytest.importorskip("grimp")
+    g = grimp.build_graph(*PACKAGES, exclude_type_checking_imports=True)
+    edges = {m: {i for i in g.find_modules_directly_imported_by(m) if i in g.modules} for m in g.modules}
+    cycles = [c for c in _strongly_connected(edges) if len(c) > 1]
+    assert not cycles, cycles
+
+
+def _strongly_connected(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Tarjan's algorithm, iterative."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+    for root in sorted(edges):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(edges[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on.add(root)
+        while work:
+            v, it = work[-1]
+            w = next(it, None)
+            if w is not None:
+                if w not in index:
+                    index[w] = low[w] = len(index)
+                    stack.append(w)
+                    on.add(w)
+                    work.append((w, iter(sorted(edges[w]))))
+                elif w in on:
+                    low[v] = min(low[v], index[w])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[v])
+            if low[v] == index[v]:
+                comp = []
+                while True:
+                    w = stack.pop()
+                    on.discard(w)
+                    comp.append(w)
+                    if w == v:
+                        break
+                out.append(sorted(comp))
+    return out

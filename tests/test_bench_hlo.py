@@ -86,7 +86,7 @@ def test_iota_device_list_without_prefix() -> None:
     assert iota_device_list("[2,2,2]T(0,2,1)").tolist() == [0, 2, 1, 3, 4, 6, 5, 7]
 
 
-# -- bytes formulas (DESIGN.md section 4) ---------------------------------------------------------------
+# -- bytes formulas (docs/design.md section 4) ---------------------------------------------------------------
 def test_ring_formulas() -> None:
     # all-gather: (p-1)/p of the gathered output = (p-1) x operand
     assert ring_recv_bytes("all-gather", [4, 4], 100, 8) == 300
@@ -141,7 +141,7 @@ def test_xla_transpose_module() -> None:
     assert a2a.groups == ((0, 1), (2, 3), (4, 5), (6, 7))
     assert a2a.recv_bytes == 2 * 512 * 512 * 4 / 2  # half of the 2 MiB input
     assert perm.recv_bytes == 4 * 2 * 1024 * 1024 / 8  # 4 real pairs of 2 MiB over 8 devices
-    # 2 MiB in all; DESIGN.md section 3: 4/3 of this case's lower bound (1.5 MiB)
+    # 2 MiB in all; docs/design.md section 3: 4/3 of this case's lower bound (1.5 MiB)
     assert r.recv_bytes == 2 * 1024 * 1024
 
 

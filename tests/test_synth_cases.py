@@ -1,4 +1,4 @@
-"""Named cases from DESIGN.md and the synthesizer issue, with exact byte counts."""
+"""Named cases from docs/design.md and the synthesizer issue, with exact byte counts."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ def test_equal_types_give_an_empty_plan() -> None:
 
 
 def test_transpose_meets_the_bound_that_typed_collectives_miss() -> None:
-    """DESIGN.md section 3: all-to-all + permute receives 4/3 of the bound; we receive the bound."""
+    """docs/design.md section 3: all-to-all + permute receives 4/3 of the bound; we receive the bound."""
     p = redistribute("f32[2048@x,2048@y]", "f32[2048@y,2048@x]", XY)
     unit = 512 * 512 * 4
     assert p.lower_bound_bytes == 1.5 * unit
