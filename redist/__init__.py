@@ -2,8 +2,15 @@
 
 from redist.api import redistribute
 from redist.cost import CostModel
-from redist.errors import ExecutionError, IncompatibleTypesError, RedistError, StepError
+from redist.errors import (
+    ExecutionError,
+    IncompatibleTypesError,
+    RedistError,
+    StepError,
+    UnsummableDtypeError,
+)
 from redist.plan import Plan
+from redist.reshard import reshard, reshard_local
 from redist.steps import (
     AllGather,
     AllReduce,
@@ -20,5 +27,6 @@ from redist.steps import (
 __all__ = [
     "AllGather", "AllReduce", "AllToAll", "CostModel", "Discard", "DynSlice", "Exchange",
     "ExecutionError", "IncompatibleTypesError", "PadUnreduced", "Permute", "Plan", "RedistError",
-    "ReduceScatter", "Step", "StepError", "redistribute",
+    "ReduceScatter", "Step", "StepError", "UnsummableDtypeError", "redistribute", "reshard",
+    "reshard_local",
 ]

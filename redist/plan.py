@@ -95,6 +95,14 @@ class Plan:
         return [(s.kind, m.recv_bytes, m.time_s) for s, m in zip(self.steps, self.measures) if m.rounds > 0]
 
     def __call__(self, x: Any) -> Any:
+        """Run on ``x`` laid out as ``src``: eagerly one compiled program; a tracer (under jit, grad,
+        vmap...) goes through ``redist.reshard``'s primitive."""
+        import jax
+
+        if isinstance(x, jax.core.Tracer):
+            from redist.reshard import run_traced
+
+            return run_traced(self, x)
         from redist.executor import run_plan
 
         return run_plan(self, x)

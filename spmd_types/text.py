@@ -90,6 +90,7 @@ def parse_type(text: str, mesh: Mesh) -> ShardingType:
     """Parse type text against ``mesh``; ``parse_type(format_type(t), t.mesh) == t``."""
     if not isinstance(text, str):
         raise ShardingTypeError(f"type text must be a string, got {type(text).__name__}")
+    mesh = Mesh.coerce(mesh)
     p = _Parser(text)
     dtype, dcol = p.take_kind("ident", "a dtype such as f32")
     p.take("[")

@@ -22,7 +22,6 @@ from spmd_types.errors import (
     DuplicateAxisError,
     IndivisibleDimensionError,
     InvalidSizeError,
-    MeshError,
     RankMismatchError,
     UnknownAxisError,
 )
@@ -124,8 +123,7 @@ class ShardingType:
         mesh: Mesh,
         unreduced: Iterable[Axis] = (),
     ) -> None:
-        if not isinstance(mesh, Mesh):
-            raise MeshError(f"a sharding type needs a spmd_types.Mesh, got {mesh!r}")
+        mesh = Mesh.coerce(mesh, "the mesh of a sharding type")
         try:
             shape = tuple(shape)
         except TypeError:
