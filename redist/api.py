@@ -18,6 +18,8 @@ _JAX_HINTS = {
     "convert it with spmd_types.jax_interop.from_named_sharding(sharding, shape, dtype)",
     "PartitionSpec": "to move an array call redist.reshard(x, spec); to plan from a spec, convert it "
     "with spmd_types.jax_interop.from_partition_spec(spec, shape, dtype, mesh)",
+    "P": "to move an array call redist.reshard(x, spec); to plan from a spec, convert it "
+    "with spmd_types.jax_interop.from_partition_spec(spec, shape, dtype, mesh)",  # PartitionSpec's class
     "ArrayImpl": "to move an array call redist.reshard(x, dst); its type is spmd_types.jax_interop.type_of(x)",
 }
 

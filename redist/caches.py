@@ -13,13 +13,17 @@ from typing import Any
 def clear_caches(level: str = "all") -> None:
     if level not in ("plans", "all"):
         raise ValueError(f"level must be 'plans' or 'all', got {level!r}")
+    import importlib
+
     from redist import atoms, bounds, exchange, groups, plan, steps, synth
     from spmd_types import layout
+
+    reshard = importlib.import_module("redist.reshard")  # ``redist.reshard`` is also the function
 
     per_type: list[Any] = [
         atoms.dims_atoms, atoms.unreduced_atoms, bounds.lower_bound_bytes, exchange.schedule,
         synth.cached_synthesize, synth._exchange_floor, layout.block_bounds, steps._validated,
-        plan.apply_step, plan.measure_step,
+        plan.apply_step, plan.measure_step, reshard.plan_for,
     ]
     per_mesh: list[Any] = [
         atoms.atoms_of, groups.atoms_index, groups.group_key, layout.coord_table,

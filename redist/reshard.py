@@ -108,17 +108,11 @@ def _source(x: Any, dst: Any) -> tuple[Any, ShardingType]:
     replicated on the destination's mesh, which is what ``jax.sharding.reshard`` does with it."""
     if isinstance(x, jax.core.Tracer) or isinstance(getattr(x, "sharding", None), NamedSharding):
         return x, type_of(x)
-    if isinstance(dst, NamedSharding):
-        jmesh = dst.mesh
-    elif _context_mesh() is not None and isinstance(dst, PartitionSpec):
+    jmesh = dst.mesh if isinstance(dst, NamedSharding) else jax.sharding.get_mesh()
+    if jmesh.empty:
         raise UnknownLayoutError(
-            "x has no NamedSharding and the destination is a PartitionSpec: pass "
-            "NamedSharding(mesh, spec) so reshard knows which devices to place x on"
-        )
-    else:
-        raise UnknownLayoutError(
-            f"x ({type(x).__name__}) is not laid out on a mesh; pass the destination as "
-            f"NamedSharding(mesh, spec)"
+            f"x ({type(x).__name__}) is not laid out on a mesh and the destination names none; pass "
+            f"NamedSharding(mesh, spec), or a PartitionSpec inside jax.set_mesh(mesh)"
         )
     x = jax.device_put(x, NamedSharding(jmesh, PartitionSpec()))
     return x, type_of(x)
@@ -185,7 +179,21 @@ def _abstract_eval(aval: Any, *, plan: Plan, amesh: Any) -> Any:
 
 
 def _impl(x: Any, *, plan: Plan, amesh: Any) -> Any:
+    if not isinstance(getattr(x, "sharding", None), NamedSharding):
+        x = _place(x, plan, amesh)
     return run_plan(plan, x)
+
+
+def _place(x: Any, plan: Plan, amesh: Any) -> Any:
+    """A value JAX hands over unplaced (a NumPy constant from ``check_grads``, an instantiated zero
+    cotangent) holds the global array: lay it out as the source on the context's devices."""
+    cmesh = jax.sharding.get_mesh()
+    if cmesh.empty or cmesh.abstract_mesh != amesh or plan.src.unreduced:
+        raise UnknownLayoutError(
+            f"reshard got an unplaced {type(x).__name__} for the source {plan.src}: place it with "
+            f"jax.device_put(x, NamedSharding(mesh, spec)) or run under jax.set_mesh(mesh)"
+        )
+    return jax.device_put(x, NamedSharding(cmesh, _spec(plan.src)))
 
 
 def _traced(x: Any, *, plan: Plan, amesh: Any) -> Any:
@@ -201,6 +209,12 @@ def _traced(x: Any, *, plan: Plan, amesh: Any) -> Any:
 
 def _transpose(ct: Any, x: Any, *, plan: Plan, amesh: Any) -> Any:
     """The cotangent goes back by the reverse move, planned by us."""
+    if plan.src.unreduced or plan.dst.unreduced:
+        raise IncompatibleTypesError(
+            f"reverse-mode differentiation through {plan.src} -> {plan.dst} is not supported: JAX "
+            f"types the cotangent of a pending sum as 'reduced', which our types cannot express; "
+            f"differentiate through types without unreduced axes, or use jax.sharding.reshard there"
+        )
     back = plan_for(plan.dst, plan.src, plan.cost_model)
     return [reshard_p.bind(ct, plan=back, amesh=amesh)]
 
