@@ -53,6 +53,10 @@ def as_type(t: ShardingType | str, mesh: Mesh | None, what: str) -> ShardingType
         if mesh is None:
             raise IncompatibleTypesError(f"{what} type {t!r} is text: pass the mesh to parse it on")
         return parse(t, mesh)
+    if type(t).__name__ == "ShapedArray":  # jax.typeof(x): an abstract value carries its type
+        from spmd_types.jax_interop import type_of_aval
+
+        return as_type(type_of_aval(t), mesh, what)
     raise _not_a_type(t, what)
 
 

@@ -331,3 +331,25 @@ def test_mistakes_name_what_to_call_instead() -> None:
     same(jax.jit(plan)(x), plan(x))
     assert math.isclose(plan.recv_bytes, plan.lower_bound_bytes)
     assert redist.reshard is reshard
+
+
+def test_readme_snippet_runs_as_written() -> None:
+    """The README's first Python block (the reshard example) in a fresh interpreter."""
+    import os
+    import re
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    text = (root / "README.md").read_text()
+    code = re.search(r"## What it does.*?```python\n(.*?)```", text, re.S)
+    assert code is not None and "redist.reshard" in code.group(1)
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    env["PYTHONPATH"] = str(root)
+    out = subprocess.run([sys.executable, "-c", code.group(1)], env=env, capture_output=True, text=True,
+                         timeout=300, cwd=root)
+    assert out.returncode == 0, out.stderr[-2000:]
+    lines = out.stdout.splitlines()
+    assert lines[0] == "float32[2048@y,2048@x]" and lines[1] == "float32[2048@x,2048@y] True", out.stdout
+    assert lines[2].startswith("plan f32[2048@x,2048@y] -> f32[2048@y,2048@x]")
