@@ -39,9 +39,9 @@ from spmd_types import Mesh, ShardingType, ShardingTypeError, parse
 from spmd_types.errors import UnknownLayoutError
 from spmd_types.jax_interop import (
     from_partition_spec,
-    mesh_axis_kinds,
     to_partition_spec,
     type_of,
+    typed_mesh,
 )
 
 __all__ = ["plan_for", "reshard", "reshard_local", "reshard_p", "run_traced"]
@@ -78,7 +78,7 @@ def _jax_mesh_of(x: Any) -> Any:
 def _dst_type(dst: Any, src: ShardingType, xmesh: Any) -> tuple[ShardingType, Any]:
     """(destination type, JAX mesh it names) from a NamedSharding, PartitionSpec or type text."""
     if isinstance(dst, NamedSharding):
-        return from_partition_spec(dst.spec, src.shape, src.dtype, _type_mesh(dst.mesh)), dst.mesh
+        return from_partition_spec(dst.spec, src.shape, src.dtype, typed_mesh(dst.mesh)), dst.mesh
     jmesh = xmesh if xmesh is not None else _context_mesh()
     if isinstance(dst, PartitionSpec):
         if jmesh is None:
@@ -86,7 +86,7 @@ def _dst_type(dst: Any, src: ShardingType, xmesh: Any) -> tuple[ShardingType, An
                 f"destination {dst} is a PartitionSpec but neither x nor the context has a mesh: "
                 f"pass NamedSharding(mesh, spec) or enter jax.set_mesh(mesh)"
             )
-        return from_partition_spec(dst, src.shape, src.dtype, _type_mesh(jmesh)), jmesh
+        return from_partition_spec(dst, src.shape, src.dtype, typed_mesh(jmesh)), jmesh
     if isinstance(dst, ShardingType):
         return dst, jmesh
     if isinstance(dst, str):
@@ -95,12 +95,6 @@ def _dst_type(dst: Any, src: ShardingType, xmesh: Any) -> tuple[ShardingType, An
         f"reshard's destination must be a NamedSharding, a PartitionSpec, a ShardingType or type "
         f"text such as 'f32[8@x,4]'; got {type(dst).__name__}"
     )
-
-
-def _type_mesh(jmesh: Any) -> Mesh:
-    """Our mesh of a JAX mesh's non-Manual axes (the axes a type inside ``shard_map`` ranges over)."""
-    kinds = mesh_axis_kinds(jmesh)
-    return Mesh([(n, int(s)) for n, s in jmesh.shape.items() if kinds[n] != "Manual"])
 
 
 def _source(x: Any, dst: Any) -> tuple[Any, ShardingType]:

@@ -113,6 +113,13 @@ def mesh_axis_kinds(mesh: Any) -> dict[str, str]:
     return {str(n): str(getattr(k, "name", k)) for n, k in zip(mesh.axis_names, mesh.axis_types)}
 
 
+def typed_mesh(mesh: Any) -> Mesh:
+    """Our mesh of a JAX (abstract) mesh's non-Manual axes: the axes a type inside ``shard_map``
+    ranges over (the manual ones index the block the value is)."""
+    kinds = mesh_axis_kinds(mesh)
+    return Mesh([(n, int(s)) for n, s in mesh.shape.items() if kinds[str(n)] != "Manual"])
+
+
 def type_of_aval(aval: Any) -> ShardingType:
     """The type of an abstract value (``jax.typeof(x)``, what a tracer knows about its layout).
 
@@ -134,14 +141,12 @@ def type_of_aval(aval: Any) -> ShardingType:
             f"a type; make them Explicit (jax.make_mesh(..., axis_types=(AxisType.Explicit,) * n)), "
             f"or reshard outside jax.jit"
         )
-    names = [n for n, k in kinds.items() if k != "Manual"]
-    if not names:
+    if all(k == "Manual" for k in kinds.values()):
         raise UnknownLayoutError(
             f"every mesh axis of {aval} is Manual (inside shard_map): the value is a local block "
             f"whose global type JAX does not track; call redist.reshard_local(x, src, dst)"
         )
-    mesh = Mesh([(n, int(sharding.mesh.shape[n])) for n in names])
-    return from_partition_spec(sharding.spec, aval.shape, aval.dtype, mesh)
+    return from_partition_spec(sharding.spec, aval.shape, aval.dtype, typed_mesh(sharding.mesh))
 
 
 def type_of(x: jax.Array) -> ShardingType:
