@@ -8,8 +8,15 @@ from redist import executor as _executor  # noqa: F401  (registers the runner of
 from redist.api import redistribute
 from redist.caches import clear_caches
 from redist.cost import CostModel
-from redist.errors import ExecutionError, IncompatibleTypesError, RedistError, StepError
+from redist.errors import (
+    ExecutionError,
+    IncompatibleTypesError,
+    RedistError,
+    StepError,
+    UnsummableDtypeError,
+)
 from redist.plan import Plan
+from redist.reshard import reshard, reshard_local
 from redist.steps import (
     ALL_STEPS,
     KINDS,
@@ -30,5 +37,6 @@ from redist.steps import (
 __all__ = [
     "ALL_STEPS", "KINDS", "AllGather", "AllReduce", "AllReduceSlice", "AllToAll", "Comm", "CostModel",
     "Discard", "DynSlice", "Exchange", "ExecutionError", "IncompatibleTypesError", "PadUnreduced",
-    "Permute", "Plan", "RedistError", "ReduceScatter", "Step", "StepError", "clear_caches", "redistribute",
+    "Permute", "Plan", "RedistError", "ReduceScatter", "Step", "StepError", "UnsummableDtypeError",
+    "clear_caches", "redistribute", "reshard", "reshard_local",
 ]

@@ -2,11 +2,46 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from redist.cost import DEFAULT_COST_MODEL, CostModel
-from redist.errors import IncompatibleTypesError
+from redist.errors import IncompatibleTypesError, UnsummableDtypeError
 from redist.plan import Plan
 from redist.synth import cached_synthesize
 from spmd_types import Mesh, ShardingType, parse
+
+UNSUMMABLE_DTYPES = frozenset({"pred"})
+"""Dtypes without addition in JAX collectives (``psum`` of bool raises inside JAX)."""
+
+_JAX_HINTS = {
+    "NamedSharding": "to move an array call redist.reshard(x, sharding); to plan from a sharding, "
+    "convert it with spmd_types.jax_interop.from_named_sharding(sharding, shape, dtype)",
+    "PartitionSpec": "to move an array call redist.reshard(x, spec); to plan from a spec, convert it "
+    "with spmd_types.jax_interop.from_partition_spec(spec, shape, dtype, mesh)",
+    "P": "to move an array call redist.reshard(x, spec); to plan from a spec, convert it "
+    "with spmd_types.jax_interop.from_partition_spec(spec, shape, dtype, mesh)",  # PartitionSpec's class
+    "ArrayImpl": "to move an array call redist.reshard(x, dst); its type is spmd_types.jax_interop.type_of(x)",
+}
+
+
+def _not_a_type(t: object, what: str) -> IncompatibleTypesError:
+    name = type(t).__name__
+    hint = _JAX_HINTS.get(name, _JAX_HINTS["ArrayImpl"] if "Tracer" in name else "")
+    return IncompatibleTypesError(
+        f"{what} must be a ShardingType or type text such as 'f32[8@x,4]', got {name}"
+        + (f"; {hint}" if hint else "")
+    )
+
+
+def check_summable(s: ShardingType, d: ShardingType) -> None:
+    """Refuse, at planning time, a pending sum of a dtype that cannot be added."""
+    if s.dtype in UNSUMMABLE_DTYPES and (s.unreduced or d.unreduced):
+        side = "source" if s.unreduced else "destination"
+        raise UnsummableDtypeError(
+            f"the {side} type {s if s.unreduced else d} has a pending sum (unreduced axes) of dtype "
+            f"{s.dtype}, which cannot be summed; use an integer dtype (e.g. s8 or u8) for sums of "
+            f"flags, or a type without unreduced axes"
+        )
 
 
 def as_type(t: ShardingType | str, mesh: Mesh | None, what: str) -> ShardingType:
@@ -18,18 +53,25 @@ def as_type(t: ShardingType | str, mesh: Mesh | None, what: str) -> ShardingType
         if mesh is None:
             raise IncompatibleTypesError(f"{what} type {t!r} is text: pass the mesh to parse it on")
         return parse(t, mesh)
-    raise IncompatibleTypesError(f"{what} must be a ShardingType or type text, got {type(t).__name__}")
+    if type(t).__name__ == "ShapedArray":  # jax.typeof(x): an abstract value carries its type
+        from spmd_types.jax_interop import type_of_aval
+
+        return as_type(type_of_aval(t), mesh, what)
+    raise _not_a_type(t, what)
 
 
 def redistribute(
     src: ShardingType | str,
     dst: ShardingType | str,
-    mesh: Mesh | None = None,
+    mesh: Any = None,
     *,
     cost_model: CostModel | None = None,
 ) -> Plan:
     """Plan the move of an array typed ``src`` to ``dst``: correct, within ``max(src, dst)`` local
-    bytes, with the least traffic and then the least estimated time. Deterministic and cached."""
+    bytes, with the least traffic and then the least estimated time. Deterministic and cached.
+
+    ``mesh`` (needed for type text) may be ours, a ``jax.sharding.Mesh`` or an ``AbstractMesh``."""
+    mesh = None if mesh is None else Mesh.coerce(mesh)
     s = as_type(src, mesh, "source")
     d = as_type(dst, mesh, "destination")
     if s.mesh != d.mesh:
@@ -41,4 +83,5 @@ def redistribute(
         )
     if s.dtype != d.dtype:
         raise IncompatibleTypesError(f"dtypes differ: source {s.dtype}, destination {d.dtype}")
+    check_summable(s, d)
     return cached_synthesize(s, d, cost_model or DEFAULT_COST_MODEL)

@@ -19,3 +19,7 @@ class IncompatibleTypesError(RedistError):
 
 class ExecutionError(RedistError):
     """An array handed to an executor does not match the plan's source type."""
+
+
+class UnsummableDtypeError(RedistError):
+    """A plan needs a sum (a pending-sum source or destination) of a dtype JAX cannot add (bool)."""

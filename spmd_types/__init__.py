@@ -11,6 +11,7 @@ from spmd_types.errors import (
     ShardingTypeError,
     TypeSyntaxError,
     UnknownAxisError,
+    UnknownLayoutError,
 )
 from spmd_types.mesh import Axis, Mesh, SubAxis, axis_name
 from spmd_types.types import ShardingType, format_type, parse_type
@@ -20,6 +21,6 @@ parse = parse_type
 __all__ = [
     "Axis", "DTYPES", "DuplicateAxisError", "IndivisibleDimensionError", "InvalidSizeError",
     "Mesh", "MeshError", "MeshMismatchError", "RankMismatchError", "ShardingType",
-    "ShardingTypeError", "SubAxis", "TypeSyntaxError", "UnknownAxisError", "axis_name",
+    "ShardingTypeError", "SubAxis", "TypeSyntaxError", "UnknownAxisError", "UnknownLayoutError", "axis_name",
     "canonical_dtype", "format_type", "itemsize", "parse", "parse_type",
 ]

@@ -48,3 +48,8 @@ class TypeSyntaxError(ShardingTypeError):
 
 class MeshMismatchError(ShardingTypeError):
     """Two types that must share a mesh do not."""
+
+
+class UnknownLayoutError(ShardingTypeError):
+    """A value whose layout the types cannot know: traced on Auto mesh axes (XLA decides it), or
+    placed without a ``NamedSharding``."""

@@ -19,6 +19,7 @@ from spmd_types.errors import (
     RankMismatchError,
     ShardingTypeError,
     UnknownAxisError,
+    UnknownLayoutError,
 )
 from spmd_types.mesh import Mesh, SubAxis
 from spmd_types.types import ShardingType
@@ -97,10 +98,57 @@ def from_named_sharding(ns: NamedSharding, shape: Sequence[int], dtype: Any) -> 
     return from_partition_spec(ns.spec, shape, dtype, Mesh.from_jax(ns.mesh))
 
 
+def mesh_axis_kinds(mesh: Any) -> dict[str, str]:
+    """Axis name -> ``"Explicit"`` / ``"Auto"`` / ``"Manual"`` of a JAX (abstract) mesh."""
+    return {str(n): str(getattr(k, "name", k)) for n, k in zip(mesh.axis_names, mesh.axis_types)}
+
+
+def typed_mesh(mesh: Any) -> Mesh:
+    """Our mesh of a JAX (abstract) mesh's non-Manual axes: the axes a type inside ``shard_map``
+    ranges over (the manual ones index the block the value is)."""
+    kinds = mesh_axis_kinds(mesh)
+    return Mesh([(n, int(s)) for n, s in mesh.shape.items() if kinds[str(n)] != "Manual"])
+
+
+def type_of_aval(aval: Any) -> ShardingType:
+    """The type of an abstract value (``jax.typeof(x)``, what a tracer knows about its layout).
+
+    Its mesh is the JAX mesh's non-Manual axes: inside a ``shard_map`` the value is the block of
+    the manual axes, typed over the axes left. Auto axes have no layout while tracing (XLA picks
+    it later), so a mesh with any is refused with a message saying what to use instead.
+    """
+    sharding = getattr(aval, "sharding", None)
+    if not isinstance(sharding, NamedSharding) or sharding.mesh.empty:
+        raise UnknownLayoutError(
+            f"the traced value {aval} is not laid out on a mesh; give it a layout first (an input "
+            f"placed with jax.device_put(x, NamedSharding(mesh, spec)), or a jax.set_mesh context)"
+        )
+    kinds = mesh_axis_kinds(sharding.mesh)
+    auto = [n for n, k in kinds.items() if k == "Auto"]
+    if auto:
+        raise UnknownLayoutError(
+            f"mesh axes {auto} of {aval} are Auto: while tracing their layout is XLA's choice, not "
+            f"a type; make them Explicit (jax.make_mesh(..., axis_types=(AxisType.Explicit,) * n)), "
+            f"or reshard outside jax.jit"
+        )
+    if all(k == "Manual" for k in kinds.values()):
+        raise UnknownLayoutError(
+            f"every mesh axis of {aval} is Manual (inside shard_map): the value is a local block "
+            f"whose global type JAX does not track; call redist.reshard_local(x, src, dst)"
+        )
+    return from_partition_spec(sharding.spec, aval.shape, aval.dtype, typed_mesh(sharding.mesh))
+
+
 def type_of(x: jax.Array) -> ShardingType:
-    """The sharding type of a JAX array laid out with a ``NamedSharding``."""
+    """The sharding type of a JAX array laid out with a ``NamedSharding``, or of a tracer (from its
+    abstract value, see ``type_of_aval``)."""
+    if isinstance(x, jax.core.Tracer):
+        return type_of_aval(jax.typeof(x))
     if not hasattr(x, "sharding") or not hasattr(x, "shape") or not hasattr(x, "dtype"):
         raise ShardingTypeError(f"expected a jax.Array, got {type(x).__name__}")
     if not isinstance(x.sharding, NamedSharding):
-        raise ShardingTypeError(f"array has sharding {x.sharding!r}; a NamedSharding is required")
+        raise UnknownLayoutError(
+            f"array has sharding {x.sharding!r}; a NamedSharding is required: place it with "
+            f"jax.device_put(x, NamedSharding(mesh, spec))"
+        )
     return from_named_sharding(x.sharding, x.shape, x.dtype)

@@ -262,3 +262,19 @@ class Mesh:
     @staticmethod
     def from_jax(mesh: jax.sharding.Mesh | jax.sharding.AbstractMesh) -> Mesh:
         return Mesh(tuple((str(n), int(s)) for n, s in mesh.shape.items()))
+
+    @staticmethod
+    def coerce(mesh: object, what: str = "mesh") -> Mesh:
+        """Ours, a ``jax.sharding.Mesh`` or an ``AbstractMesh`` (only names and sizes are read, so
+        planning needs no devices), or text such as ``x=2,y=4``."""
+        if isinstance(mesh, Mesh):
+            return mesh
+        if isinstance(mesh, str):
+            return Mesh.parse(mesh)
+        shape = getattr(mesh, "shape", None)
+        if hasattr(mesh, "axis_names") and isinstance(shape, Mapping):
+            return Mesh.from_jax(mesh)  # type: ignore[arg-type]
+        raise MeshError(
+            f"{what} must be a spmd_types.Mesh, a jax.sharding.Mesh or AbstractMesh, or text such as "
+            f"'x=2,y=4'; got {type(mesh).__name__}"
+        )

@@ -22,7 +22,6 @@ from spmd_types.errors import (
     DuplicateAxisError,
     IndivisibleDimensionError,
     InvalidSizeError,
-    MeshError,
     RankMismatchError,
     UnknownAxisError,
 )
@@ -126,8 +125,7 @@ class ShardingType:
         mesh: Mesh,
         unreduced: Iterable[Axis] = (),
     ) -> None:
-        if not isinstance(mesh, Mesh):
-            raise MeshError(f"a sharding type needs a spmd_types.Mesh, got {mesh!r}")
+        mesh = Mesh.coerce(mesh, "the mesh of a sharding type")
         shape = _checked_shape(shape)
         dim_specs = _dim_specs(dims, shape)
         norm: list[tuple[Axis, ...]] = []
@@ -330,6 +328,7 @@ def canonical_unreduced(mesh: Mesh, axes: Iterable[Axis]) -> list[Axis]:
 
 def parse_type(text: str, mesh: Mesh) -> ShardingType:
     """Parse type text against ``mesh``; ``parse_type(format_type(t), t.mesh) == t``."""
+    mesh = Mesh.coerce(mesh, "the mesh to parse a type on")
     parts = parse_parts(text)
     return ShardingType(parts.shape, parts.dtype, parts.dims, mesh, parts.unreduced)
 
