@@ -75,6 +75,14 @@ class Certificate:
         """``recv_bytes <= lower_bound_bytes`` proved (False: above a bound known not to be tight)."""
         return all(p.status is Status.PROVED for p in self.properties if p.name == "recv")
 
+    def _verdict(self) -> str:
+        if not self.ok:
+            return f"UNDECIDED: {'; '.join(self.undecided)}"
+        exceeds = [p.name for p in self.properties if p.status is Status.EXCEEDS]
+        if exceeds:
+            return f"proved, except {', '.join(exceeds)} above a bound known not to be tight"
+        return "all properties proved"
+
     def __str__(self) -> str:
         lines = [
             f"certificate {self.src} -> {self.dst} on mesh {self.mesh} ({len(self.steps)} steps)",
@@ -91,7 +99,7 @@ class Certificate:
             f"  recv      = {self.recv_bytes}",
             f"  lower bnd = {self.lower_bound_bytes}",
             f"  solver time {self.solver_seconds * 1e3:.1f} ms; "
-            + ("all properties proved" if self.ok else f"UNDECIDED: {'; '.join(self.undecided)}"),
+            + self._verdict(),
         ]
         return "\n".join(lines)
 

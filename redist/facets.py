@@ -4,7 +4,7 @@ A step's typing rule lives on its class (``Step.apply``); every other facet live
 by step class, in the layer that owns the facet, next to the other entries of that facet (the
 model is ``jax/_src/lax/parallel.py``, where each primitive registers its abstract evaluation,
 lowering, batching and transpose rules in per-facet tables). Adding a step means adding its class
-to ``redist.steps.ALL_STEPS`` and one entry per table; ``tests/test_step_tables.py`` fails, naming
+to ``redist.steps.ALL_STEPS`` and one entry per table; ``tests/test_architecture.py`` fails, naming
 the table and the class, until every table has one. Tables register themselves here at import.
 """
 

@@ -330,6 +330,6 @@ ALL_STEPS: tuple[type[Step], ...] = (
     DynSlice, AllGather, AllToAll, ReduceScatter, AllReduceSlice, AllReduce, Discard, PadUnreduced,
     Permute, Exchange,
 )
-"""Every step class: each facet table has an entry for each (``tests/test_step_tables.py``)."""
+"""Every step class: each facet table has an entry for each (``tests/test_architecture.py``)."""
 
 KINDS: tuple[str, ...] = tuple(cls.kind for cls in ALL_STEPS)

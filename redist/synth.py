@@ -185,8 +185,11 @@ class _Greedy:
         for i, d in enumerate(new):
             for k in range(len(d)):
                 if d[k] in placed and self.dims[i][k] == d[k] and k >= self.plen(i):
-                    # a removable spot still holding an atom that now sits where it is wanted
-                    swap = next((a for a in displaced if a.size == d[k].size and a not in fixed), None)
+                    # a removable spot still holding an atom that now sits where it is wanted: it
+                    # takes a displaced atom of equal size, preferably one not placed elsewhere
+                    held = {a for e in new for a in e}
+                    fits = [a for a in displaced if a.size == d[k].size and a not in fixed]
+                    swap = next((a for a in fits if a not in held), fits[0] if fits else None)
                     if swap is None:
                         return None
                     fixed.add(swap)

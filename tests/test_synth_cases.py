@@ -135,3 +135,12 @@ def test_time_objective_keeps_a_scalar_all_reduce() -> None:
     assert by_time.time_s < by_bytes.time_s
     with pytest.raises(ValueError, match="objective"):
         CostModel(objective="latency")
+
+
+def test_relabel_prefers_a_displaced_atom_not_placed_elsewhere() -> None:
+    """Found by the golden-plan review: the relabelling permute used to give up here and the planner
+    fell back to a 2-round exchange; the search's optimum is one permute and a free pad."""
+    mesh = Mesh({"x": 2, "y": 2, "z": 2})
+    plan = redistribute("s32[128@(z,y),2048@x]", "s32[128@y,2048@z]{U:x}", mesh)
+    assert [s.kind for s in plan.steps] == ["permute", "pad_unreduced"]
+    assert plan.n_collectives == 1 and plan.recv_bytes == plan.lower_bound_bytes == 98304.0
