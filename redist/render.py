@@ -41,6 +41,14 @@ if TYPE_CHECKING:
 _UNITS = (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10))
 
 
+def _scaled(n: float) -> tuple[float, str]:
+    """``n`` bytes in the largest binary unit it reaches (``B`` below 1 KiB)."""
+    for unit, size in _UNITS:
+        if n >= size:
+            return n / size, unit
+    return n, "B"
+
+
 def fmt_bytes(n: float) -> str:
     """Whole bytes with separators, plus a binary unit from 1 KiB on: ``28,672 B (28 KiB)``.
 
@@ -48,28 +56,20 @@ def fmt_bytes(n: float) -> str:
     bytes and marked ``~`` then, since a fraction of a byte is not something a reader can use."""
     whole = round(n)
     text = f"{'~' if abs(n - whole) > 1e-6 else ''}{whole:,} B"
-    for unit, size in _UNITS:
-        if whole >= size:
-            return f"{text} ({whole / size:.3g} {unit})"
-    return text
+    v, unit = _scaled(whole)
+    return text if unit == "B" else f"{text} ({v:.3g} {unit})"
 
 
 def fmt_size(n: float) -> str:
     """One rounded unit, for sizes inside a sentence: ``512 B``, ``4 KiB``, ``1.5 MiB``."""
-    for unit, size in _UNITS:
-        if n >= size:
-            return f"{n / size:.3g} {unit}"
-    return f"{round(n):,} B"
+    v, unit = _scaled(n)
+    return f"{round(n):,} B" if unit == "B" else f"{v:.3g} {unit}"
 
 
 def fmt_compact(n: float) -> str:
     """A short byte count for matrix cells: ``512``, ``4K``, ``1.5M`` (binary units)."""
-    if n == 0:
-        return "0"
-    for unit, size in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
-        if n >= size:
-            return f"{n / size:.3g}{unit}"
-    return f"{n:.3g}"
+    v, unit = _scaled(n)
+    return f"{v:.3g}" if unit == "B" else f"{v:.3g}{unit[0]}"
 
 
 def fmt_time(s: float) -> str:

@@ -350,9 +350,11 @@ def draw_matrix(ax: Any, matrix: np.ndarray, title: str) -> None:
 
 
 def _wrap(text: str, width: int) -> str:
+    """Wrapped at spaces, never between a number and its unit (a no-break space holds them)."""
+    import re
     import textwrap
 
-    return "\n".join(textwrap.wrap(text, width))
+    return "\n".join(textwrap.wrap(re.sub(r"(\d) (B|KiB|MiB|GiB)\b", "\\1\u00a0\\2", text), width))
 
 
 def save_plan_picture(plan: Plan, path: str | Path) -> Path:
