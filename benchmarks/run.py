@@ -347,28 +347,35 @@ def timing_control(case: Case, reps: int, budget_s: float) -> Timing | None:
 
 # -- the suite ----------------------------------------------------------------------------------------
 class Progress:
-    """A dependency-free progress bar on stderr (one line per step when stderr is not a TTY)."""
+    """A progress bar on stderr through ``rich`` (elapsed, remaining, the case just run); one line
+    per case when stderr is not a terminal, so logs keep a record."""
 
-    def __init__(self, total: int, stream: TextIO | None = None, width: int = 30) -> None:
-        self.total, self.done, self.width = total, 0, width
-        self.stream = stream if stream is not None else sys.stderr
-        self.start = time.perf_counter()
-        self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
+    def __init__(self, total: int, stream: TextIO | None = None) -> None:
+        from rich.console import Console
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
+        from rich.progress import Progress as RichProgress
+
+        self.console = Console(file=stream if stream is not None else sys.stderr, highlight=False)
+        self.total, self.done = total, 0
+        self.bar = RichProgress(BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("eta"),
+                                TimeRemainingColumn(), TextColumn("{task.description}"), console=self.console,
+                                disable=not self.console.is_terminal)
+        self.task = self.bar.add_task("", total=total)
+        self.bar.start()
 
     def step(self, label: str) -> None:
         self.done += 1
-        elapsed = time.perf_counter() - self.start
-        eta = elapsed / self.done * (self.total - self.done)
-        filled = int(self.width * self.done / max(1, self.total))
-        bar = "#" * filled + "." * (self.width - filled)
-        line = f"[{bar}] {self.done}/{self.total} {elapsed:5.0f}s eta {eta:4.0f}s {label}"
-        if self.tty:
-            self.stream.write("\r" + line[:120].ljust(120))
-            if self.done == self.total:
-                self.stream.write("\n")
-        else:
-            self.stream.write(line + "\n")
-        self.stream.flush()
+        self.bar.update(self.task, advance=1, description=label)
+        if not self.console.is_terminal:
+            self.console.print(f"{self.done}/{self.total} {label}")
+        if self.done == self.total:
+            self.bar.stop()
 
 
 def run_suite(

@@ -18,6 +18,7 @@ from redist.bounds import lower_bound_bytes
 from redist.cost import DEFAULT_COST_MODEL, CostModel
 from redist.errors import RedistError
 from redist.measure import StepMeasure, measure
+from redist.render import format_plan
 from redist.steps import Exchange, Step
 from spmd_types import ShardingType
 from spmd_types.memo import Scope, memo
@@ -136,15 +137,5 @@ class Plan:
         return _HOOKS["verify"](self, **kwargs)
 
     def __str__(self) -> str:
-        lines = [f"plan {self.src} -> {self.dst}  ({len(self.steps)} steps, mesh {self.src.mesh})"]
-        for i, (s, t, m) in enumerate(zip(self.steps, self.types, self.measures)):
-            lines.append(
-                f"  {i + 1}. {str(s):<48} -> {str(t):<28} recv {m.recv_bytes:>12,.1f} B"
-                f"  local {t.local_bytes:,} B"
-            )
-        lines.append(
-            f"  recv {self.recv_bytes:,.1f} B/device (lower bound {self.lower_bound_bytes:,.1f}), "
-            f"peak {self.peak_bytes:,} B (bound {self.memory_bound_bytes:,}), "
-            f"time {self.time_s * 1e6:.2f} us, {self.n_collectives} collectives"
-        )
-        return "\n".join(lines)
+        """Each step in words with its bytes and collectives, then the totals (``redist.render``)."""
+        return format_plan(self)

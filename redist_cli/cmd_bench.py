@@ -1,8 +1,11 @@
 """``redist bench``: our redistributions against the XLA SPMD partitioner (tracker issue 5).
 
-Writes ``benchmarks/results/<date>.md`` and ``<date>.json`` (``<date>-quick.*`` with ``--quick``)
-and the PNG plots next to them. The benchmark layer is imported only when the command runs, after
-``XLA_FLAGS`` asks for 8 simulated CPU devices (it must be set before JAX is imported).
+Writes ``<date>.md`` and ``<date>.json`` (``<date>-quick.*`` with ``--quick``) and the PNG plots
+into ``./redist-bench-results/<date>/`` (``--out`` to choose), never into the installed package.
+Optional dependencies (matplotlib for the plots) are checked before anything runs.
+``--plots-from REPORT.json`` redraws a report's plots without running the benchmark. The benchmark
+layer is imported only when the command runs, after ``XLA_FLAGS`` asks for 8 simulated CPU devices
+(it must be set before JAX is imported).
 """
 
 from __future__ import annotations
@@ -14,7 +17,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-DEFAULT_OUT = Path(__file__).resolve().parent.parent / "benchmarks" / "results"
+from redist_cli.ui import console, error
+
+DEFAULT_OUT = Path("redist-bench-results")
+"""Relative to the working directory; a dated folder inside it per run."""
 DEVICE_FLAG = "--xla_force_host_platform_device_count=8"
 
 
@@ -23,12 +29,15 @@ def register(sub: Any, handlers: dict[str, Any]) -> None:
     p.add_argument("--quick", action="store_true", help="a minute-long subset (8 named cases, 12 random pairs)")
     p.add_argument("--partitioner", action="store_true",
                    help="also run the partitioner benchmark (benchmarks/partitioner.py) if present")
-    p.add_argument("--out", type=Path, default=None, help=f"output folder (default {DEFAULT_OUT})")
+    p.add_argument("--out", type=Path, default=None,
+                   help=f"output folder (default ./{DEFAULT_OUT}/<date>/)")
     p.add_argument("--cases", nargs="*", default=None, help="named cases or families to run (default all)")
     p.add_argument("--pairs", type=int, default=None, help="number of random pairs (default 200; quick 12)")
     p.add_argument("--seed", type=int, default=0, help="random-pair seed")
     p.add_argument("--reps", type=int, default=None, help="timed runs per side, named cases (default 21; quick 9)")
-    p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    p.add_argument("--no-plots", action="store_true", help="skip the PNG plots (then matplotlib is not needed)")
+    p.add_argument("--plots-from", type=Path, default=None, metavar="REPORT.json",
+                   help="only redraw the plots of an earlier report (next to it, or into --out)")
     handlers["bench"] = run_bench
 
 
@@ -65,10 +74,31 @@ def _ensure_devices() -> str | None:
     return None
 
 
+def _replot(args: argparse.Namespace) -> int:
+    from benchmarks.plots import matplotlib_missing, plots_from_json
+
+    problem = matplotlib_missing()
+    if problem:
+        error(problem)
+        return 2
+    for path in plots_from_json(args.plots_from, args.out):
+        print(f"wrote {path}")
+    return 0
+
+
 def run_bench(args: argparse.Namespace) -> int:
+    if args.plots_from is not None:
+        return _replot(args)
+    if not args.no_plots:
+        from benchmarks.plots import matplotlib_missing
+
+        missing = matplotlib_missing()
+        if missing:
+            error(missing)
+            return 2
     problem = _ensure_devices()
     if problem:
-        print(f"error: {problem}", file=sys.stderr)
+        error(problem)
         return 2
     from benchmarks import our_side
     from benchmarks.cases import NAMED_CASES, QUICK_CASES, select_cases
@@ -79,7 +109,7 @@ def run_bench(args: argparse.Namespace) -> int:
     names = args.cases if args.cases is not None else (list(QUICK_CASES) if args.quick else None)
     named = select_cases(NAMED_CASES, names)
     if args.cases and not named:
-        print(f"error: no named case or family matches {args.cases}", file=sys.stderr)
+        error(f"no named case or family matches {args.cases}")
         return 2
     count = args.pairs if args.pairs is not None else (12 if args.quick else 200)
     spec = PairSpec(seed=args.seed, count=count)
@@ -96,14 +126,16 @@ def run_bench(args: argparse.Namespace) -> int:
     )
     if args.partitioner:
         suite.extra.update(_partitioner(args))
-    out = args.out if args.out is not None else DEFAULT_OUT
+    out = args.out if args.out is not None else DEFAULT_OUT / suite.date
     written = write_report(suite, out, plots=not args.no_plots)
-    s = summarize(suite.named)
-    gm = "n/a" if s.geomean_speedup is None else f"{s.geomean_speedup:.2f}x"
-    print(f"named cases: geometric-mean speedup {gm}, fewer/equal/more bytes "
-          f"{s.fewer_bytes}/{s.equal_bytes}/{s.more_bytes}, XLA rematerializations {s.xla_remat}")
+    from rich.markdown import Markdown
+
+    from benchmarks.report import summary_table
+
+    con = console()
+    con.print(Markdown("\n".join(summary_table(summarize(suite.named), summarize(suite.random)))))
     for path in written:
-        print(f"wrote {path}")
+        con.print(f"wrote {path}")
     return 0
 
 

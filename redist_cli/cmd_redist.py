@@ -1,7 +1,8 @@
 """``redist plan`` and ``redist demo``: plan a redistribution, and run a few on simulated devices.
 
-``redist plan SRC DST --mesh x=2,y=4 [--slow-axes x]`` prints the plan (one line per step) and its
-measures (docs/design.md section 4). It needs no devices and imports no JAX.
+``redist plan SRC DST --mesh x=2,y=4 [--slow-axes x] [--draw] [--picture plan.png]`` prints the
+plan (each step in words, with its bytes and collectives) and its measures against their bounds
+(docs/design.md section 4), and optionally draws it. It needs no devices and imports no JAX.
 
 ``redist demo`` (the README's first command) plans showcase redistributions on ``{x=2,y=4}``, runs
 each as one compiled program on 8 simulated CPU devices, checks every device's block against the
@@ -35,12 +36,15 @@ DEMO_CASES: tuple[tuple[str, str, str], ...] = (
 
 
 def register(sub: Any, handlers: dict[str, Any]) -> None:
-    p = sub.add_parser("plan", help="plan a redistribution between two sharding types and show its measures")
+    p = sub.add_parser("plan", help="plan the collectives that move an array between two layouts, step by step")
     p.add_argument("src", help="source type, e.g. 'f32[512@(x,y),128]'")
     p.add_argument("dst", help="destination type, e.g. 'f32[512,128@(y,x)]'")
     p.add_argument("--mesh", required=True, help="the mesh, e.g. x=2,y=4")
     p.add_argument("--slow-axes", default="",
                    help="comma-separated mesh axes that cross hosts (10x less bandwidth, more latency)")
+    p.add_argument("--picture", metavar="FILE.png", default=None,
+                   help="draw each step's layout and bytes matrix to a PNG (needs matplotlib: the viz extra)")
+    p.add_argument("--draw", action="store_true", help="draw each step's layout and bytes matrix in the terminal")
     handlers["plan"] = run_plan_command
 
     d = sub.add_parser("demo", help="run showcase redistributions on 8 simulated CPU devices, next to XLA")
@@ -63,29 +67,75 @@ def _cost_model(mesh: Any, slow_axes: str) -> Any:
     return CostModel.with_slow_axes(names) if names else None
 
 
-def measures_text(plan: Any) -> list[str]:
-    """The plan's measures (docs/design.md section 4), one per line."""
-    ratio = plan.recv_bytes / plan.lower_bound_bytes if plan.lower_bound_bytes else None
-    at = "" if ratio is None else f"  ({ratio:.3g}x the lower bound)"
-    return [
-        f"recv_bytes         {plan.recv_bytes:,.1f} B/device{at}",
-        f"lower_bound_bytes  {plan.lower_bound_bytes:,.1f} B/device",
-        f"peak_bytes         {plan.peak_bytes:,} B/device (bound max(src, dst) = {plan.memory_bound_bytes:,})",
-        f"time_s             {plan.time_s:.3e} s (alpha-beta estimate)",
-        f"collectives        {plan.n_collectives}"
-        + ("" if not plan.collectives() else "  (" + ", ".join(k for k, _, _ in plan.collectives()) + ")"),
-    ]
+def steps_table(plan: Any) -> Any:
+    """One row per step: what it does and the type after, its bytes and collectives, in words below."""
+    from rich.table import Table
+    from rich.text import Text
+
+    from redist.render import fmt_bytes, step_texts
+
+    table = Table(show_edge=False, pad_edge=False, expand=False)
+    table.add_column("#", justify="right")
+    table.add_column("step")
+    table.add_column("received per device", justify="right")
+    table.add_column("collectives", justify="right")
+    for i, (st, m, t) in enumerate(zip(step_texts(plan), plan.measures, plan.types)):
+        body = Text.assemble((st.title, "bold"), " to ", (str(t), "cyan"), "\n", (st.moves, ""))
+        if st.collectives:
+            body.append("\n" + st.why_count, style="dim")
+        table.add_row(str(i + 1), body, fmt_bytes(m.recv_bytes) if st.collectives else "-", str(st.collectives))
+    return table
+
+
+def measures_table(plan: Any, slow_axes: str = "") -> Any:
+    """The plan's totals next to the bounds they are held to (docs/design.md section 4)."""
+    from rich.table import Table
+
+    from redist.render import fmt_bytes, fmt_time
+
+    def met(v: float, bound: float) -> str:
+        return "met" if abs(v - bound) < 1e-6 else ("below" if v < bound else "[red]above[/red]")
+
+    table = Table(show_edge=False, pad_edge=False, show_header=False)
+    table.add_column(style="bold")
+    table.add_column(justify="right")
+    table.add_column()
+    table.add_row("received per device", fmt_bytes(plan.recv_bytes),
+                  f"lower bound {fmt_bytes(plan.lower_bound_bytes)}: {met(plan.recv_bytes, plan.lower_bound_bytes)}")
+    table.add_row("peak memory per device", fmt_bytes(plan.peak_bytes),
+                  f"max(source, destination) {fmt_bytes(plan.memory_bound_bytes)}: "
+                  f"{met(plan.peak_bytes, plan.memory_bound_bytes)}")
+    model = "alpha-beta estimate" + (f", slow axes {slow_axes}" if slow_axes else "")
+    table.add_row("estimated time", fmt_time(plan.time_s), model)
+    return table
 
 
 def run_plan_command(args: argparse.Namespace) -> int:
     from redist import redistribute
+    from redist.render import plural
+    from redist_cli.ui import colour, console, print_all
     from spmd_types import Mesh
 
     mesh = Mesh.parse(args.mesh)
     plan = redistribute(args.src, args.dst, mesh, cost_model=_cost_model(mesh, args.slow_axes))
-    print(plan)
-    for line in measures_text(plan):
-        print("  " + line)
+    con = console()
+    con.print(f"[bold]{plan.src}[/bold] -> [bold]{plan.dst}[/bold] on mesh {mesh}: "
+              f"{plural(len(plan.steps), 'step')}, {plural(plan.n_collectives, 'collective')}")
+    if plan.steps:
+        con.print(steps_table(plan))
+    else:
+        con.print("the layouts are equal: nothing to do")
+    con.print()
+    con.print(measures_table(plan, args.slow_axes))
+    if args.draw:
+        con.print()
+        from redist.visualize import plan_renderables
+
+        print_all(con, plan_renderables(plan, colour(con)))
+    if args.picture:
+        from redist.visualize import save_plan_picture
+
+        con.print(f"wrote {save_plan_picture(plan, args.picture)}")
     return 0
 
 
@@ -165,6 +215,7 @@ def demo_case(index: int, title: str, src_text: str, dst_text: str, mesh_text: s
     from benchmarks.hlo import parse_collectives
     from redist import redistribute
     from redist.executor import compile_plan
+    from redist.render import format_plan
     from spmd_types import Mesh
     from spmd_types.jax_interop import mesh_to_jax, to_partition_spec
 
@@ -193,7 +244,7 @@ def demo_case(index: int, title: str, src_text: str, dst_text: str, mesh_text: s
 
     item = plan.src.itemsize
     lines = [f"[{index}] {title}", f"    {plan.src} -> {plan.dst} on mesh {mesh}  (planned in {plan_s * 1e3:.1f} ms)"]
-    lines += ["    " + line for line in str(plan).splitlines()[1:]]
+    lines += ["    " + line for line in format_plan(plan).splitlines()[1:]]
     lines.append("    values: " + ("OK, every device's block equals the NumPy slice of the global array"
                                    if ok is None else f"WRONG: {ok}"))
     if xla_ok is not None:

@@ -12,8 +12,12 @@ import pkgutil
 from pathlib import Path
 from typing import Any
 
+ORDER = ("cmd_redist", "cmd_types", "cmd_verify", "cmd_bench", "cmd_planbench", "cmd_partir")
+"""The order ``redist --help`` lists commands in: the everyday ones first; unlisted modules last."""
+
 
 def register(sub: Any, handlers: dict[str, Any]) -> None:
-    for info in sorted(pkgutil.iter_modules([str(Path(__file__).parent)]), key=lambda i: i.name):
+    rank = {name: i for i, name in enumerate(ORDER)}
+    for info in sorted(pkgutil.iter_modules([str(Path(__file__).parent)]), key=lambda i: (rank.get(i.name, len(ORDER)), i.name)):
         if info.name.startswith("cmd_"):
             importlib.import_module(f"redist_cli.{info.name}").register(sub, handlers)

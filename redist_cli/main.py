@@ -1,35 +1,59 @@
-"""``redist`` subcommands. Each subcommand lives with the layer it belongs to and registers here."""
+"""The ``redist`` command: argument parsing, the ``types`` subcommand, help, version and errors."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 from collections.abc import Callable, Sequence
+from typing import NoReturn
+
+from redist_cli.ui import error
 
 Handler = Callable[[argparse.Namespace], int]
 
+DESCRIPTION = """\
+Plan, check and picture the movement of a sharded JAX array between two layouts.
 
-def _types(args: argparse.Namespace) -> int:
-    from spmd_types import Mesh, parse
+A layout is a sharding type as jax.typeof prints it: f32[512@(x,y),128] is a 512x128 array whose
+dimension 0 is split over mesh axes x then y; {U:y} marks a pending sum over y. A mesh is written
+x=2,y=4. Nothing but 'demo', 'bench' and 'partir' needs devices: plans are computed from types.
+"""
 
-    mesh = Mesh.parse(args.mesh)
-    for text in args.type:
-        t = parse(text, mesh)
-        print(f"{t}  local {list(t.local_shape)} ({t.local_bytes} B/device), replication {t.replication}")
-        for dev in range(mesh.size):
-            print(f"  device {dev} {mesh.coords(dev)}: block {t.block(dev)}")
-    return 0
+EXAMPLES = """\
+examples:
+  redist plan 'f32[2048@x,2048@y]' 'f32[2048@y,2048@x]' --mesh x=2,y=4 --picture plan.png
+  redist plan 'f32[2048@x,1024]{U:y}' 'f32[2048@(x,y),1024]' --mesh x=2,y=4 --draw
+  redist types 'f32[8@x,4]{U:y}' --mesh x=2,y=4
+  redist verify 'f32[512@(x,y),128]' 'f32[512,128@(y,x)]' --mesh x=2,y=4
+"""
+
+
+class Parser(argparse.ArgumentParser):
+    """Usage errors as one line naming the command's help, exit status 2."""
+
+    def error(self, message: str) -> NoReturn:
+        error(f"{message} (see '{self.prog} --help')")
+        sys.exit(2)
+
+
+def version() -> str:
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as dist_version
+
+    try:
+        return dist_version("redist")
+    except PackageNotFoundError:
+        return "unknown (not installed; pip install -e .)"
 
 
 def build_parser() -> tuple[argparse.ArgumentParser, dict[str, Handler]]:
-    parser = argparse.ArgumentParser(prog="redist", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = Parser(prog="redist", description=DESCRIPTION, epilog=EXAMPLES,
+                    formatter_class=argparse.RawDescriptionHelpFormatter,
+                    usage="redist [--version] COMMAND [ARGS] (redist COMMAND --help for its options)")
+    parser.add_argument("--version", action="version", version=f"redist {version()}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser, title="commands",
+                                prog="redist")
     handlers: dict[str, Handler] = {}
-
-    p = sub.add_parser("types", help="parse types and show every device's block")
-    p.add_argument("type", nargs="+")
-    p.add_argument("--mesh", required=True, help="e.g. x=2,y=4")
-    handlers["types"] = _types
 
     from redist_cli import commands
 
@@ -40,10 +64,18 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, Handler]]:
 def main(argv: Sequence[str] | None = None) -> int:
     parser, handlers = build_parser()
     args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 0
     from spmd_types import ShardingTypeError
+    from spmd_types.errors import MissingExtraError
 
     try:
         return handlers[args.command](args)
     except ShardingTypeError as e:
-        print(f"error: {type(e).__name__}: {e}", file=sys.stderr)
-        return 2
+        error(f"{type(e).__name__}: {e}")
+    except MissingExtraError as e:
+        error(str(e))
+    except OSError as e:
+        error(f"{e.strerror or e}: {e.filename}" if e.filename else str(e))
+    return 2

@@ -53,3 +53,8 @@ class MeshMismatchError(ShardingTypeError):
 class UnknownLayoutError(ShardingTypeError):
     """A value whose layout the types cannot know: traced on Auto mesh axes (XLA decides it), or
     placed without a ``NamedSharding``."""
+
+
+class MissingExtraError(RuntimeError):
+    """An optional dependency (e.g. matplotlib for pictures) is not installed: the message names the
+    extra to install. Defined in the bottom layer so the CLI can catch it without importing JAX."""

@@ -198,10 +198,12 @@ def type_pairs(
     subaxes: bool = False,
 ) -> tuple[ShardingType, ShardingType]:
     """Two valid types of the same global shape and dtype on ``mesh`` (a redistribution problem).
-    ``unreduced`` applies to the source only (a destination with pending sums is rarely wanted)."""
+    ``unreduced`` applies to the source only (a destination with pending sums is rarely wanted);
+    pending sums are drawn only for dtypes that can be summed (not ``pred``)."""
     r = draw(st.integers(min_rank, max_rank))
     shape = draw(shapes_for(mesh, r))
-    dt = draw(st.sampled_from(list(dtypes)))
+    summable = [d for d in dtypes if d != "pred"] if unreduced else list(dtypes)
+    dt = draw(st.sampled_from(summable or list(dtypes)))
     src = draw(sharding_types(mesh, shape=shape, dtype=dt, unreduced=unreduced, subaxes=subaxes))
     dst = draw(sharding_types(mesh, shape=shape, dtype=dt, unreduced=False, subaxes=subaxes))
     return src, dst

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -81,15 +82,15 @@ def test_full_rematerialization_is_detected() -> None:
     assert any("rematerialization" in n for n in r.notes)
 
 
-def test_cli_bench(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_bench(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     from redist_cli.main import main
 
-    rc = main(["bench", "--cases", "rank1_order_swap", "--pairs", "1", "--reps", "2", "--out", str(tmp_path),
-               "--no-plots"])
+    monkeypatch.chdir(tmp_path)  # results go to ./redist-bench-results/<date>/, not into the package
+    rc = main(["bench", "--cases", "rank1_order_swap", "--pairs", "1", "--reps", "2", "--no-plots"])
     assert rc == 0
     out = capsys.readouterr().out
-    assert "named cases: geometric-mean speedup" in out
-    md = next(tmp_path.glob("*.md")).read_text()
+    assert "geometric-mean speedup (XLA time / ours)" in out and "wrote redist-bench-results/" in out
+    md = next((tmp_path / "redist-bench-results").glob("*/*.md")).read_text()
     assert "redist bench --cases rank1_order_swap --pairs 1 --reps 2" in md
     assert "rank1_order_swap" in md and "rand000" in md
 
@@ -103,3 +104,28 @@ def test_our_failure_keeps_xla_results(monkeypatch: pytest.MonkeyPatch) -> None:
     r = run_case(GATHER, reps=2)
     assert r.error == "ours: RuntimeError: planner exploded"
     assert r.xla_best_bytes == 1024 and r.ours is None and not r.ok
+
+
+def test_cli_bench_checks_matplotlib_before_running(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import time
+
+    from redist_cli.main import main
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    start = time.perf_counter()
+    assert main(["bench", "--quick"]) == 2
+    assert time.perf_counter() - start < 5  # refused at once, not after running cases
+    err = capsys.readouterr().err
+    assert err.startswith("error: the benchmark plots need matplotlib") and ".[bench]" in err and "--no-plots" in err
+
+
+def test_cli_bench_redraws_plots_from_a_committed_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from redist_cli.main import main
+
+    report = Path(__file__).resolve().parent.parent / "benchmarks" / "results" / "2026-11-21.json"
+    assert main(["bench", "--plots-from", str(report), "--out", str(tmp_path)]) == 0
+    for name in ("2026-11-21-bytes.png", "2026-11-21-speedup.png"):
+        assert (tmp_path / name).read_bytes()[:4] == b"\x89PNG"
+    assert capsys.readouterr().out.count("wrote ") == 2

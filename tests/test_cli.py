@@ -1,4 +1,4 @@
-"""``redist plan`` and ``redist demo``."""
+"""``redist``: help, version, errors, ``plan`` and ``types`` (text and pictures), ``demo``."""
 
 from __future__ import annotations
 
@@ -16,26 +16,87 @@ from spmd_types import Mesh
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def test_plan_prints_the_plan_and_its_measures(capsys: pytest.CaptureFixture[str]) -> None:
+def test_plan_prints_each_step_in_words_and_the_measures(capsys: pytest.CaptureFixture[str]) -> None:
     rc = main(["plan", "f32[512@(x,y),128]", "f32[512,128@(y,x)]", "--mesh", "x=2,y=4"])
     out = capsys.readouterr().out
     assert rc == 0
     plan = redistribute("f32[512@(x,y),128]", "f32[512,128@(y,x)]", Mesh({"x": 2, "y": 4}))
-    assert out.startswith(str(plan) + "\n")
-    for word in ("recv_bytes", "lower_bound_bytes", "peak_bytes", "time_s", "collectives"):
-        assert word in out
-    assert f"{plan.recv_bytes:,.1f} B/device" in out
+    assert out.splitlines()[0] == f"{plan.src} -> {plan.dst} on mesh {{x=2,y=4}}: 1 step, 7 collectives"
+    assert "exchange to f32[512,128@(y,x)]" in out and "7 collective-permutes, one per round" in out
+    assert "28,672 B (28 KiB)" in out and ".0 B" not in out  # whole bytes with units
+    for words in ("received per device", "lower bound 28,672 B (28 KiB): met", "peak memory per device",
+                  "max(source, destination) 32,768 B (32 KiB): met", "estimated time"):
+        assert words in out
+    assert out.count("28,672 B") == 3  # the step, the total and its bound: no line repeats another
+
+
+def test_singular_and_plural(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", "f32[2048@x,1024]{U:y}", "f32[2048@(x,y),1024]", "--mesh", "x=2,y=4"]) == 0
+    out = capsys.readouterr().out
+    assert ": 1 step, 1 collective\n" in out and "1 steps" not in out and "1 collectives" not in out
+    assert main(["plan", "f32[8@y]", "f32[8@x]", "--mesh", "x=2,y=4"]) == 0
+    assert ": 2 steps, 2 collectives\n" in capsys.readouterr().out
 
 
 def test_plan_with_slow_axes_and_equal_types(capsys: pytest.CaptureFixture[str]) -> None:
     argv = ["plan", "f32[64@x,64@y]", "f32[64@y,64@x]", "--mesh", "{x=2,y=4}"]
     assert main(argv) == 0
-    fast = [line for line in capsys.readouterr().out.splitlines() if "time_s" in line]
+    fast = [line for line in capsys.readouterr().out.splitlines() if "estimated time" in line]
     assert main(argv + ["--slow-axes", "x"]) == 0
-    slow = [line for line in capsys.readouterr().out.splitlines() if "time_s" in line]
+    slow = [line for line in capsys.readouterr().out.splitlines() if "estimated time" in line]
     assert len(fast) == len(slow) == 1 and fast != slow  # crossing x costs more on a slow axis
     assert main(["plan", "f32[64@x]", "f32[64@x]", "--mesh", "x=2,y=4"]) == 0
-    assert "(0 steps" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert ": 0 steps, 0 collectives" in out and "nothing to do" in out
+
+
+def test_no_arguments_prints_help_and_version(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: redist") and "commands:" in out and "examples:" in out
+    assert "redist plan 'f32[" in out and "arguments are required" not in out
+    with pytest.raises(SystemExit) as e:
+        main(["--version"])
+    assert e.value.code == 0
+    from importlib.metadata import version
+
+    assert capsys.readouterr().out.strip() == f"redist {version('redist')}"
+
+
+def test_usage_errors_are_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as e:
+        main(["plan", "f32[8@x]", "--mesh", "x=2,y=4"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: ") and "dst" in err and "redist plan --help" in err
+
+
+def test_picture_and_terminal_drawing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    png = tmp_path / "plan.png"
+    argv = ["plan", "f32[2048@x,2048@y]", "f32[2048@y,2048@x]", "--mesh", "x=2,y=4"]
+    assert main(argv + ["--picture", str(png), "--draw"]) == 0
+    out = capsys.readouterr().out
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+    assert f"wrote {png}" in out and "source f32[2048@x,2048@y]" in out
+    assert "bytes received (row: receiver, column: sender)" in out and "1M" in out
+    types_png = tmp_path / "types.png"
+    assert main(["types", "f32[8@x,4]{U:y}", "f32[8@x,4@y,2]", "--mesh", "x=2,y=4", "--blocks",
+                 "--picture", str(types_png)]) == 0
+    out = capsys.readouterr().out
+    assert types_png.read_bytes()[:4] == b"\x89PNG"
+    assert "replication" not in out and "a partial sum over y (4 partials)" in out and "Σ 0-3" in out
+    assert "[4:8, 0:4] partial" in out
+
+
+def test_picture_without_matplotlib_names_the_extra(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    argv = ["plan", "f32[8@y]", "f32[8@x]", "--mesh", "x=2,y=4", "--picture", str(tmp_path / "p.png")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: pictures need matplotlib") and "redist[viz]" in err and err.count("\n") == 1
+    assert main(["types", "f32[8@x]", "--mesh", "x=2", "--picture", str(tmp_path / "nodir" / "t.png")]) == 2
 
 
 @pytest.mark.parametrize(
@@ -54,8 +115,9 @@ def test_bad_input_exits_2_with_a_clear_message(
     argv: list[str], needle: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert main(argv) == 2
-    err = capsys.readouterr().err
-    assert err.startswith("error: ") and needle in err
+    first, *rest = capsys.readouterr().err.splitlines()
+    # one line; a syntax error adds only the offending text with a caret under the column
+    assert first.startswith("error: ") and needle in first and all(r.startswith("  ") for r in rest)
 
 
 @pytest.mark.jax

@@ -1,0 +1,308 @@
+"""Plans in words: whole bytes with units, each step's communication described, counts explained.
+
+``format_plan(plan)`` is the text ``print(plan)`` shows. It reads only a plan's public attributes
+(``steps``, ``all_types``, ``measures``, the byte measures) and ``redist.exchange.schedule``, so it
+describes what the executor runs: for an exchange, the cells each device receives and from how
+many peers; for a typed collective, the device groups it runs over.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from redist.atoms import atoms_of_axes
+from redist.exchange import Schedule, schedule
+from redist.facets import FacetTable
+from redist.groups import coords as mesh_coords
+from redist.groups import members
+from redist.measure import StepMeasure
+from redist.steps import (
+    AllGather,
+    AllReduce,
+    AllReduceSlice,
+    AllToAll,
+    Discard,
+    DynSlice,
+    Exchange,
+    PadUnreduced,
+    Permute,
+    ReduceScatter,
+    Step,
+)
+from spmd_types import Axis, Mesh, ShardingType
+from spmd_types.mesh import format_axis
+
+if TYPE_CHECKING:
+    from redist.plan import Plan
+
+_UNITS = (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10))
+
+
+def _scaled(n: float) -> tuple[float, str]:
+    """``n`` bytes in the largest binary unit it reaches (``B`` below 1 KiB)."""
+    for unit, size in _UNITS:
+        if n >= size:
+            return n / size, unit
+    return n, "B"
+
+
+def fmt_bytes(n: float) -> str:
+    """Whole bytes with separators, plus a binary unit from 1 KiB on: ``28,672 B (28 KiB)``.
+
+    Bytes per device are averages over devices and may be fractional; they are rounded to whole
+    bytes and marked ``~`` then, since a fraction of a byte is not something a reader can use."""
+    whole = round(n)
+    text = f"{'~' if abs(n - whole) > 1e-6 else ''}{whole:,} B"
+    v, unit = _scaled(whole)
+    return text if unit == "B" else f"{text} ({v:.3g} {unit})"
+
+
+def fmt_size(n: float) -> str:
+    """One rounded unit, for sizes inside a sentence: ``512 B``, ``4 KiB``, ``1.5 MiB``."""
+    v, unit = _scaled(n)
+    return f"{round(n):,} B" if unit == "B" else f"{v:.3g} {unit}"
+
+
+def fmt_compact(n: float) -> str:
+    """A short byte count for matrix cells: ``512``, ``4K``, ``1.5M`` (binary units)."""
+    v, unit = _scaled(n)
+    return f"{v:.3g}" if unit == "B" else f"{v:.3g}{unit[0]}"
+
+
+def fmt_time(s: float) -> str:
+    if s == 0:
+        return "0 s"
+    if s < 1e-3:
+        return f"{s * 1e6:.3g} us"
+    if s < 1:
+        return f"{s * 1e3:.3g} ms"
+    return f"{s:.3g} s"
+
+
+def plural(n: int, word: str, many: str | None = None) -> str:
+    """``1 step``, ``2 steps``, ``0 collectives``."""
+    return f"{n:,} {word if n == 1 else (many or word + 's')}"
+
+
+def axes_text(axes: Iterable[Axis]) -> str:
+    return ",".join(format_axis(a) for a in axes) or "-"
+
+
+def device_list(devices: Iterable[int]) -> str:
+    """``0-3``, ``0,2,4,6``, ``0-3,8-11``: runs of consecutive ids collapsed."""
+    ds = sorted(set(devices))
+    parts: list[str] = []
+    i = 0
+    while i < len(ds):
+        j = i
+        while j + 1 < len(ds) and ds[j + 1] == ds[j] + 1:
+            j += 1
+        parts.append(f"{ds[i]}-{ds[j]}" if j - i >= 2 else ",".join(map(str, ds[i:j + 1])))
+        i = j + 1
+    return ",".join(parts)
+
+
+def groups_text(mesh: Mesh, axes: tuple[Axis, ...]) -> str:
+    """The device groups a collective over ``axes`` runs in: ``{0-3} {4-7}``."""
+    seen: list[list[int]] = []
+    for g in members(mesh, atoms_of_axes(mesh, axes)):
+        if g not in seen:
+            seen.append(g)
+    shown = " ".join("{" + device_list(g) + "}" for g in seen[:4])
+    return shown + (f" and {len(seen) - 4} more" if len(seen) > 4 else "")
+
+
+@dataclass(frozen=True)
+class StepText:
+    """One step in words: a title, what moves between which devices, and why it counts so."""
+
+    title: str
+    moves: str
+    collectives: int
+    why_count: str
+
+
+Describe = Callable[[Any, ShardingType, ShardingType, StepMeasure], StepText]
+DESCRIBE: FacetTable[Describe] = FacetTable("describe", "redist.render.DESCRIBE")
+"""Each step class in words (the CLI's plan output and the pictures' captions)."""
+
+
+def describe_step(step: Step, before: ShardingType, after: ShardingType, m: StepMeasure) -> StepText:
+    return DESCRIBE[type(step)](step, before, after, m)
+
+
+NOTHING_SENT = "no communication"
+
+
+@DESCRIBE.register(DynSlice)
+def _slice(step: DynSlice, before: ShardingType, after: ShardingType, m: StepMeasure) -> StepText:
+    p = math.prod(before.mesh.axis_size(a) for a in step.axes)
+    return StepText(f"slice dimension {step.dim} over {axes_text(step.axes)}",
+                    f"each device keeps its 1/{p} of dimension {step.dim}, chosen by its coordinate "
+                    f"along {axes_text(step.axes)}; nothing is sent", 0, NOTHING_SENT)
+
+
+@DESCRIBE.register(Discard)
+def _discard(step: Discard, before: ShardingType, after: ShardingType, m: StepMeasure) -> StepText:
+    return StepText(f"discard copies over {axes_text(step.axes)}",
+                    f"along {axes_text(step.axes)} the devices at coordinate 0 keep their copy and the "
+                    f"others hold zeros: a pending sum over {axes_text(step.axes)}; nothing is sent", 0, NOTHING_SENT)
+
+
+@DESCRIBE.register(PadUnreduced)
+def _pad(step: PadUnreduced, before: ShardingType, after: ShardingType, m: StepMeasure) -> StepText:
+    return StepText(f"pad dimension {step.dim} into a partial sum over {axes_text(step.axes)}",
+                    f"each device places its block in zeros of the full dimension {step.dim}: the sum "
+                    f"over {axes_text(step.axes)} is the array; nothing is sent", 0, NOTHING_SENT)
+
+
+def _collective(title: str, moves: Callable[[Any, int], str]) -> Describe:
+    """A typed collective: ``title`` formatted with the step's fields, ``moves(step, p)`` in words."""
+
+    def describe(step: Step, before: ShardingType, after: ShardingType, m: StepMeasure) -> StepText:
+        axes = step.group_axes()
+        p = math.prod(before.mesh.axis_size(a) for a in axes)
+        head = title.format(**{**vars(step), "kind": step.kind.replace("_", "-"), "axes": axes_text(axes)})
+        if m.collectives == 0:
+            return StepText(head, f"the group along {axes_text(axes)} has one device: nothing moves", 0, NOTHING_SENT)
+        groups = f"groups of {p} devices {groups_text(before.mesh, axes)}"
+        return StepText(head, moves(step, p) + f"; {groups}", m.collectives,
+                        f"one {step.kind.replace('_', '-')} runs in every group at once")
+
+    return describe
+
+
+def _gather_moves(step: AllGather, p: int) -> str:
+    if p == 2:
+        return f"each device receives the block of dimension {step.dim} its partner holds"
+    return f"each device receives the {p - 1} blocks of dimension {step.dim} held by the other devices of its group"
+
+
+def _sum_moves(step: ReduceScatter, p: int) -> str:
+    return (f"the {p} devices of a group hold partial sums; each receives the other "
+            f"{plural(p - 1, 'partial')} of its 1/{p} of dimension {step.dim} and adds them")
+
+
+def _all_reduce_moves(step: AllReduce, p: int) -> str:
+    return (f"the {p} devices of a group hold partial sums; every device ends with the full sum: "
+            f"a reduce-scatter then an all-gather, so twice the bytes of either")
+
+
+def _all_reduce_slice_moves(step: AllReduceSlice, p: int) -> str:
+    return _all_reduce_moves(step, p) + f"; then each keeps its 1/{p} of dimension {step.dim}"  # type: ignore[arg-type]
+
+
+def _all_to_all_moves(step: AllToAll, p: int) -> str:
+    return (f"each device splits its block along dimension {step.dst_dim} into {p} pieces, keeps "
+            f"one and sends one to each other device of its group; the pieces received are "
+            f"joined along dimension {step.src_dim}")
+
+
+DESCRIBE.register(AllGather)(_collective("{kind} dimension {dim} over {axes}", _gather_moves))
+DESCRIBE.register(ReduceScatter)(_collective("{kind} dimension {dim} over {axes}", _sum_moves))
+DESCRIBE.register(AllReduceSlice)(_collective("all-reduce + slice dimension {dim} over {axes}",
+                                              _all_reduce_slice_moves))
+DESCRIBE.register(AllReduce)(_collective("{kind} over {axes}", _all_reduce_moves))
+DESCRIBE.register(AllToAll)(_collective("all-to-all dimension {src_dim} -> {dst_dim} over {axes}", _all_to_all_moves))
+
+
+@DESCRIBE.register(Permute)
+def _permute(step: Permute, before: ShardingType, after: ShardingType, m: StepMeasure) -> StepText:
+    if m.collectives == 0:
+        return StepText("permute", "every device already holds what its new block needs: a local copy", 0, NOTHING_SENT)
+    moves = f"each device that lacks its new block receives it whole from one holder: {_pairs(schedule(before, after))}"
+    return StepText("permute", moves, m.collectives,
+                    "one collective-permute: every device sends and receives at most one block")
+
+
+@DESCRIBE.register(Exchange)
+def _exchange(step: Exchange, before: ShardingType, after: ShardingType, m: StepMeasure) -> StepText:
+    n = m.collectives
+    if n == 0:
+        return StepText("exchange", "every device already holds what its new block needs: a local copy",
+                        0, NOTHING_SENT)
+    sch = schedule(before, after)
+    cell = "x".join(map(str, sch.cell)) or "1"
+    cells, senders = sch.recv_cells, _senders(sch, before.mesh.size)
+    got = cells > 0
+    who = (f"{_range(cells[got])} cells of {cell} elements ({fmt_size(math.prod(sch.cell) * before.itemsize)} "
+           f"each) that its new block lacks, from {_range(senders[got])} other devices, across "
+           f"{_axes_crossed(sch, before.mesh)}")
+    receivers = int(got.sum())
+    moves = ("each device receives " if receivers == before.mesh.size
+             else f"{plural(receivers, 'device')} of {before.mesh.size} receive ") + who
+    summed = sorted(set(before.unreduced) - set(after.unreduced), key=str)
+    if summed:
+        moves += f"; the partial sums over {axes_text(summed)} are added on arrival"
+    forward = sum(r.from_output for r in sch.rounds)
+    if forward:
+        moves += (f"; partials to be summed go to one device per cell, which adds them and forwards "
+                  f"the sum ({plural(forward, 'round')})")
+    why = f"{plural(n, 'collective-permute')}, one per round: in a round each device sends and receives at most one cell"
+    return StepText("exchange", moves, n, why)
+
+
+def _range(v: np.ndarray) -> str:
+    lo, hi = int(v.min()), int(v.max())
+    return str(lo) if lo == hi else f"{lo} to {hi}"
+
+
+def _senders(sch: Schedule, n_dev: int) -> np.ndarray:
+    """Distinct peers each device receives from."""
+    peers: list[set[int]] = [set() for _ in range(n_dev)]
+    for r in sch.rounds:
+        for s, d in r.pairs:
+            peers[d].add(s)
+    return np.array([len(p) for p in peers])
+
+
+def _axes_crossed(sch: Schedule, mesh: Mesh) -> str:
+    """The mesh axes along which senders and receivers differ (what the links cross)."""
+    table = mesh_coords(mesh)
+    names = sorted({mesh.names[i] for r in sch.rounds for s, d in r.pairs
+                    for i in range(len(mesh.names)) if table[s, i] != table[d, i]},
+                   key=mesh.position)
+    return ("axis " if len(names) == 1 else "axes ") + ",".join(names)
+
+
+def _pairs(sch: Schedule) -> str:
+    pairs = sorted(p for r in sch.rounds for p in r.pairs)
+    text = ", ".join(f"{s}->{d}" for s, d in pairs[:8])
+    return text + (f" and {len(pairs) - 8} more" if len(pairs) > 8 else "")
+
+
+def step_texts(plan: Plan) -> list[StepText]:
+    ts = plan.all_types
+    return [describe_step(s, ts[i], ts[i + 1], m) for i, (s, m) in enumerate(zip(plan.steps, plan.measures))]
+
+
+def totals_text(plan: Plan) -> str:
+    """The plan's measures against their bounds, in one sentence."""
+    bound = plan.lower_bound_bytes
+    at = ("the lower bound" if abs(plan.recv_bytes - bound) < 1e-6
+          else f"lower bound {fmt_bytes(bound)}")
+    mem = ("= max(source, destination)" if plan.peak_bytes == plan.memory_bound_bytes
+           else f"bound max(source, destination) = {fmt_bytes(plan.memory_bound_bytes)}")
+    return (f"receives {fmt_bytes(plan.recv_bytes)} per device ({at}); peak {fmt_bytes(plan.peak_bytes)} "
+            f"per device ({mem}); estimated time {fmt_time(plan.time_s)}")
+
+
+def format_plan(plan: Plan) -> str:
+    """The plan as text: a header, each step with what it moves and why it counts so, the totals."""
+    texts = step_texts(plan)
+    lines = [f"plan {plan.src} -> {plan.dst} on mesh {plan.src.mesh}: "
+             f"{plural(len(plan.steps), 'step')}, {plural(plan.n_collectives, 'collective')}"]
+    for i, (st, m) in enumerate(zip(texts, plan.measures)):
+        cost = (f"receives {fmt_bytes(m.recv_bytes)} per device, {plural(st.collectives, 'collective')}"
+                if st.collectives else "local, no communication")
+        lines.append(f"  {i + 1}. {st.title} to {plan.types[i]}: {cost}")
+        lines.append(f"     {st.moves}")
+        if st.collectives:
+            lines.append(f"     {st.why_count}")
+    lines.append("  " + totals_text(plan))
+    return "\n".join(lines)
