@@ -91,7 +91,11 @@ class CostModel:
             return 0.0
         names = {axis_name(a) for a in axes}
         t = phases * math.ceil(math.log2(group)) * self.latency(names) + recv_bytes * self.inv_bandwidth(names)
-        return t * dict(self.kind_time_factor).get(kind, 1.0)
+        return t * self.kind_factor(kind)
+
+    def kind_factor(self, kind: str) -> float:
+        """The calibrated factor on the estimated time of steps of ``kind`` (1 by default)."""
+        return dict(self.kind_time_factor).get(kind, 1.0)
 
 
 DEFAULT_COST_MODEL = CostModel()

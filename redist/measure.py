@@ -110,12 +110,14 @@ def _p2p(step: Step, before: ShardingType, after: ShardingType, cm: CostModel) -
     """Without unreduced axes the closed form above, over the axes either layout uses; with
     unreduced axes, read off the schedule (tests check the two agree where both apply)."""
     if before.unreduced or after.unreduced:
-        return schedule_measure(before, after, cm)
+        m = schedule_measure(before, after, cm)
+        return m._replace(time_s=m.time_s * cm.kind_factor(step.kind))
     cf = closed_form(before, after)
     names = {axis_name(a) for t in (before, after) for axes in t.dims for a in axes}
     per_round = cm.latency(names) + cf.cell * before.itemsize * cm.inv_bandwidth(names)
     rounds = cf.rounds
-    return StepMeasure(float(cf.missing.mean()) * before.itemsize, rounds * per_round, rounds, rounds)
+    time = rounds * per_round * cm.kind_factor(step.kind)
+    return StepMeasure(float(cf.missing.mean()) * before.itemsize, time, rounds, rounds)
 
 
 def schedule_measure(before: ShardingType, after: ShardingType, cm: CostModel) -> StepMeasure:

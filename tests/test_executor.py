@@ -26,6 +26,7 @@ from benchmarks.hlo import parse_collectives
 from redist import (
     AllGather,
     AllReduce,
+    AllReduceSlice,
     AllToAll,
     Discard,
     DynSlice,
@@ -133,6 +134,10 @@ STEP_CASES = [
     (XY, "s32[16,8]{U:(x,y)}", ReduceScatter(1, ("y", "x"))),
     (XY, "s32[16,8]{U:y}", ReduceScatter(0, (Y1,))),
     (XY, "s32[16@x,8]{U:y}", ReduceScatter(0, (Y2,))),
+    # all-reduce + slice: ReduceScatter's typing, another lowering
+    (XY, "s32[16,8]{U:y}", AllReduceSlice(0, ("y",))),
+    (XY, "s32[16,8]{U:(x,y)}", AllReduceSlice(1, ("y", "x"))),
+    (XY, "s32[16@x,8]{U:y}", AllReduceSlice(0, (Y2,))),
     (XY, "s32[16,8]{U:y}", AllReduce(("y",))),
     (XY, "s32[16,8@y]{U:x}", AllReduce(("x",))),
     (XY, "s32[16,8]{U:(x,y)}", AllReduce(("x", "y"))),
