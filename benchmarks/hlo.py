@@ -38,6 +38,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from spmd_types import DTYPES
+
 COLLECTIVE_KINDS = (
     "all-gather",
     "all-reduce",
@@ -47,14 +49,14 @@ COLLECTIVE_KINDS = (
     "ragged-all-to-all",
 )
 
-# HLO primitive type -> bits (sub-byte types are rounded up per element by XLA; we count bits/8).
-_HLO_BITS: dict[str, int] = {
-    "pred": 8, "s2": 2, "u2": 2, "s4": 4, "u4": 4, "s8": 8, "u8": 8, "s16": 16, "u16": 16,
-    "s32": 32, "u32": 32, "s64": 64, "u64": 64, "f16": 16, "bf16": 16, "f32": 32, "f64": 64,
-    "c64": 64, "c128": 128, "f8e4m3fn": 8, "f8e5m2": 8, "f8e4m3": 8, "f8e4m3fnuz": 8,
-    "f8e5m2fnuz": 8, "f8e4m3b11fnuz": 8, "f8e3m4": 8, "f4e2m1fn": 4, "f8e8m0fnu": 8,
-    "token": 0, "opaque": 0,
-}
+# HLO primitive type -> bits: our dtype table (HLO spells f8_e4m3fn as f8e4m3fn), plus the HLO
+# types a sharding type cannot hold (sub-byte and exotic floats, tokens); sub-byte types are
+# rounded up per element by XLA, we count bits/8.
+_HLO_BITS: dict[str, int] = {name.replace("_", ""): 8 * size for name, (_, size) in DTYPES.items()}
+_HLO_BITS.update({
+    "s2": 2, "u2": 2, "s4": 4, "u4": 4, "f8e4m3": 8, "f8e4m3fnuz": 8, "f8e5m2fnuz": 8,
+    "f8e4m3b11fnuz": 8, "f8e3m4": 8, "f4e2m1fn": 4, "f8e8m0fnu": 8, "token": 0, "opaque": 0,
+})
 
 _ARRAY_SHAPE = re.compile(r"([a-z][a-z0-9]*)\[([0-9,\s]*)\]")
 _COMMENT = re.compile(r"/\*.*?\*/")
