@@ -41,42 +41,33 @@ def edge_colours(edges: Sequence[Edge]) -> list[int]:
         a = next(c for c in range(n_col) if c not in cs)
         if a in cd:
             b = next(c for c in range(n_col) if c not in cd)
-            _flip(edges, colour, at, _alternating_path(edges, at, d, a, b), a, b)
+            _flip_path(edges, colour, at, d, a, b)
         colour[e] = a
         cs[a] = e
         cd[a] = e
     return colour
 
 
-def _alternating_path(
-    edges: Sequence[Edge], at: tuple[dict[int, dict[int, int]], ...], receiver: int, a: int, b: int
-) -> list[int]:
-    """Edges of the path from ``receiver`` whose colours alternate ``a``, ``b``, ``a``, ..."""
-    path: list[int] = []
-    side, x, c = 1, receiver, a
-    while c in at[side].get(x, {}):
-        f = at[side][x][c]
-        path.append(f)
-        side = 1 - side
-        x = edges[f][side]
-        c = b if c == a else a
-    return path
-
-
-def _flip(
+def _flip_path(
     edges: Sequence[Edge], colour: list[int], at: tuple[dict[int, dict[int, int]], ...],
-    path: list[int], a: int, b: int,
+    receiver: int, a: int, b: int,
 ) -> None:
-    """Swap colours ``a`` and ``b`` along ``path`` (all removed first, then all re-added)."""
-    for f in path:
-        for side in (0, 1):
-            held = at[side][edges[f][side]]
-            if held.get(colour[f]) == f:
-                del held[colour[f]]
-    for f in path:
-        colour[f] = b if colour[f] == a else a
-        for side in (0, 1):
-            at[side][edges[f][side]][colour[f]] = f
+    """Swap colours ``a`` and ``b`` on the path from ``receiver`` (where ``b`` is free) whose
+    edges alternate ``a``, ``b``, ``a``, ... In a proper colouring that path is simple, so the
+    swap is one exchange of the ``a`` and ``b`` entries at each of its vertices."""
+    side, x, c, o = 1, receiver, a, b  # at x: leave by colour c, arrived by colour o
+    while True:
+        held = at[side][x]
+        out, came = held.pop(c, None), held.pop(o, None)
+        if came is not None:
+            held[c] = came
+        if out is None:
+            return
+        held[o] = out
+        colour[out] = o
+        side ^= 1
+        x = edges[out][side]
+        c, o = o, c
 
 
 def colour_classes(edges: Sequence[Edge]) -> list[list[int]]:
