@@ -24,15 +24,17 @@ def max_degree(edges: Sequence[Edge]) -> int:
     return max([*sent.values(), *received.values()], default=0)
 
 
-def edge_colours(edges: Sequence[Edge]) -> list[int]:
+def edge_colours(edges: Sequence[Edge], n_col: int | None = None) -> list[int]:
     """A colour in ``range(max_degree(edges))`` per edge, no two edges at a vertex alike.
 
     Edges are coloured in order, each with the smallest colour ``a`` free at its sender; when
     ``a`` is busy at the receiver, the receiver's path alternating ``a`` and ``b`` (the smallest
     colour free there) is flipped first. The path cannot reach the sender in a bipartite graph,
-    so the flip frees ``a`` at the receiver and keeps every other vertex proper.
+    so the flip frees ``a`` at the receiver and keeps every other vertex proper. ``n_col``:
+    ``max_degree(edges)`` when the caller has it already.
     """
-    n_col = max_degree(edges)
+    if n_col is None:
+        n_col = max_degree(edges)
     # per side (0 senders, 1 receivers), per device: colour -> index of the edge holding it
     at: tuple[dict[int, dict[int, int]], dict[int, dict[int, int]]] = ({}, {})
     colour = [-1] * len(edges)
@@ -72,7 +74,8 @@ def _flip_path(
 
 def colour_classes(edges: Sequence[Edge]) -> list[list[int]]:
     """Indices of the edges of each round, in edge order; ``max_degree(edges)`` rounds."""
-    rounds: list[list[int]] = [[] for _ in range(max_degree(edges))]
-    for e, c in enumerate(edge_colours(edges)):
+    n_col = max_degree(edges)
+    rounds: list[list[int]] = [[] for _ in range(n_col)]
+    for e, c in enumerate(edge_colours(edges, n_col)):
         rounds[c].append(e)
     return [r for r in rounds if r]

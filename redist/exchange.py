@@ -20,9 +20,10 @@ phase B forwards merged sums) and pack the transfers into rounds (``_pack_schedu
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from typing import NamedTuple
 
 import numpy as np
@@ -116,29 +117,48 @@ class Target(NamedTuple):
     offset: Offset  # cell start in the device's new block
 
 
+class CellNeed(NamedTuple):
+    """One (global cell, kept partial) and the devices whose new block needs it."""
+
+    key: CellKey
+    start: Offset      # global element index of the cell's first element
+    old_block: Offset  # old block grid index containing the cell
+    targets: list[Target]  # in device order
+
+
 @dataclass(frozen=True, eq=False)
 class DeviceTables:
     """Per-device coordinates ``schedule`` reasons with, each ``[devices]`` or ``[devices, rank]``."""
 
-    old_local: np.ndarray   # [rank] old local shape
-    old_start: np.ndarray   # old block start (global element index)
-    new_start: np.ndarray   # new block start
-    kept: np.ndarray        # index along the kept unreduced atoms
-    partial: np.ndarray     # index along the reduced atoms
-    replica: np.ndarray     # index along the atoms the old type leaves free (0 without unreduced)
-    group: np.ndarray       # id shared by the devices that differ only along fresh atoms
+    old_local: np.ndarray    # [rank] old local shape
+    old_start: np.ndarray    # old block start (global element index)
+    new_start: np.ndarray    # new block start
+    kept: np.ndarray         # index along the kept unreduced atoms
+    partial: np.ndarray      # index along the reduced atoms
+    replica: np.ndarray      # index along the atoms the old type leaves free (0 without unreduced)
+    group: np.ndarray        # id shared by the devices that differ only along fresh atoms
     group_index: np.ndarray  # index inside that group
 
     @property
     def n_devices(self) -> int:
         return len(self.kept)
 
+    @cached_property
+    def old_block(self) -> np.ndarray:
+        """Old block grid index."""
+        return self.old_start // self.old_local
+
+    @cached_property
+    def old_rows(self) -> list[Offset]:
+        """``old_start`` as tuples: the per-transfer offset arithmetic stays in plain ints."""
+        return [tuple(r) for r in self.old_start.tolist()]
+
 
 @dataclass
 class Routes:
     """Transfers chosen so far; ``load`` (cells each device sends) balances the next choices."""
 
-    load: np.ndarray
+    load: list[int]
     copies: list[list[Transfer]]  # per device, its local copies in order
     merge: list[Transfer] = field(default_factory=list)    # phase A: old blocks -> targets / roots
     forward: list[Transfer] = field(default_factory=list)  # phase B: roots -> other targets
@@ -184,82 +204,106 @@ def _device_tables(old: ShardingType, new: ShardingType, axes: PartialAxes) -> D
 def _holders(dev: DeviceTables) -> dict[HolderKey, list[int]]:
     """The devices whose old block is each (block, kept, partial, replica), in device order."""
     holders: dict[HolderKey, list[int]] = {}
-    for v in range(dev.n_devices):
-        block = tuple((dev.old_start[v] // dev.old_local).tolist())
-        key = HolderKey(block, int(dev.kept[v]), int(dev.partial[v]), int(dev.replica[v]))
-        holders.setdefault(key, []).append(v)
+    rows = zip(dev.old_block.tolist(), dev.kept.tolist(), dev.partial.tolist(), dev.replica.tolist())
+    for v, (block, kept, partial, replica) in enumerate(rows):
+        holders.setdefault(HolderKey(tuple(block), kept, partial, replica), []).append(v)
     return holders
 
 
-def _targets(grid: CellGrid, dev: DeviceTables) -> dict[CellKey, list[Target]]:
-    """Every (global cell, kept partial) of the new blocks and the devices that need it, keys in
-    order of first need (device-major, then cell by cell), targets in device order."""
+class _NeedRows(NamedTuple):
+    """Every (device, cell of its new block), device-major: the rows ``_targets`` groups."""
+
+    device: np.ndarray  # [rows]
+    offset: np.ndarray  # [rows, rank] cell start in the device's new block
+    gcell: np.ndarray   # [rows, rank] global cell grid index
+    cell_id: np.ndarray  # [rows] dense id of the global cell
+    need: np.ndarray    # [rows] index of the row's (cell, kept) in order of first need
+
+
+def _need_rows(grid: CellGrid, dev: DeviceTables, shape: Offset) -> _NeedRows:
     cell = np.array(grid.cell, dtype=np.int64)
-    targets: dict[CellKey, list[Target]] = {}
-    for d in range(dev.n_devices):
-        for c in np.ndindex(*grid.per_block):
-            off = np.array(c, dtype=np.int64) * cell
-            gcell = tuple(((dev.new_start[d] + off) // cell).tolist()) if len(grid.cell) else ()
-            targets.setdefault(CellKey(gcell, int(dev.kept[d])), []).append(Target(d, tuple(off.tolist())))
-    return targets
+    n_cells = math.prod(grid.per_block)
+    row = np.arange(dev.n_devices * n_cells, dtype=np.int64)
+    device, index = np.divmod(row, n_cells)
+    offset = np.stack(np.unravel_index(index, grid.per_block), axis=-1) * cell if len(cell) else \
+        np.zeros((len(row), 0), dtype=np.int64)  # cells in np.ndindex order
+    gcell = (dev.new_start[device] + offset) // cell if len(cell) else offset
+    grid_shape = tuple(n // c for n, c in zip(shape, grid.cell))
+    code = np.ravel_multi_index(tuple(gcell.T), grid_shape) if len(cell) else np.zeros(len(device), np.int64)
+    n_kept = int(dev.kept.max()) + 1
+    _, first, inverse = np.unique(code * n_kept + dev.kept[device], return_index=True, return_inverse=True)
+    rank = np.empty(len(first), dtype=np.int64)
+    rank[np.argsort(first)] = np.arange(len(first))
+    need = rank[inverse.reshape(-1)]
+    cell_id = need if n_kept == 1 else np.unique(code, return_inverse=True)[1].reshape(-1)
+    return _NeedRows(device, offset, gcell, cell_id, need)
 
 
-def _choose_replicas(
-    grid: CellGrid, dev: DeviceTables, targets: dict[CellKey, list[Target]]
-) -> dict[Offset, int]:
-    """Per global cell, the replica all its partials come from: the one whose partials most of the
-    cell's targets already hold (the lowest on ties), so the fewest cells move."""
-    hits: dict[Offset, dict[int, int]] = {}
-    replicas = sorted(set(dev.replica.tolist()))
-    for key, tgts in targets.items():
-        block = _old_block(grid, dev, key.cell)
-        count = hits.setdefault(key.cell, dict.fromkeys(replicas, 0))
-        for t in tgts:
-            if tuple((dev.old_start[t.device] // dev.old_local).tolist()) == block:
-                count[int(dev.replica[t.device])] += 1
-    return {c: max(count, key=lambda f: (count[f], -f)) for c, count in hits.items()}
+def _targets(grid: CellGrid, dev: DeviceTables, rows: _NeedRows) -> list[CellNeed]:
+    """Every (global cell, kept partial) of the new blocks and the devices that need it, in order
+    of first need (device-major, then cell by cell), targets in device order."""
+    order = np.argsort(rows.need, kind="stable")
+    sizes = np.bincount(rows.need)
+    first = order[np.cumsum(sizes) - sizes]  # the earliest row of each need
+    ends = np.cumsum(sizes).tolist()
+    starts = rows.gcell[first] * np.array(grid.cell, dtype=np.int64)
+    blocks = starts // dev.old_local
+    kept = dev.kept[rows.device[first]].tolist()
+    flat = [Target(d, tuple(o)) for d, o in zip(rows.device[order].tolist(), rows.offset[order].tolist())]
+    needs, lo = [], 0
+    for i, (g, s, b, hi) in enumerate(zip(rows.gcell[first].tolist(), starts.tolist(), blocks.tolist(), ends)):
+        needs.append(CellNeed(CellKey(tuple(g), kept[i]), tuple(s), tuple(b), flat[lo:hi]))
+        lo = hi
+    return needs
 
 
-def _old_block(grid: CellGrid, dev: DeviceTables, gcell: Offset) -> Offset:
-    """The old block grid index containing a global cell."""
-    return tuple(((np.array(gcell, dtype=np.int64) * grid.cell) // dev.old_local).tolist())
+def _choose_replicas(grid: CellGrid, dev: DeviceTables, rows: _NeedRows) -> list[int]:
+    """Per (cell, kept) need, the replica all its partials come from: the one in which most of the
+    global cell's targets (over every kept partial) already hold the cell's old block, the lowest
+    on ties, so the fewest cells move."""
+    if not dev.replica.any():  # one replica (always so without unreduced axes)
+        return [0] * (int(rows.need.max()) + 1)
+    values, column = np.unique(dev.replica, return_inverse=True)
+    block = rows.gcell * np.array(grid.cell, dtype=np.int64) // dev.old_local
+    holds = (block == dev.old_block[rows.device]).all(axis=1)
+    counts = np.zeros((int(rows.cell_id.max()) + 1, len(values)), dtype=np.int64)
+    np.add.at(counts, (rows.cell_id[holds], column.reshape(-1)[rows.device[holds]]), 1)
+    per_cell = values[counts.argmax(axis=1)]
+    need_cell = np.zeros(int(rows.need.max()) + 1, dtype=np.int64)
+    need_cell[rows.need] = rows.cell_id
+    return per_cell[need_cell].tolist()
 
 
-def _providers(tgts: list[Target], holding: set[int], dev: DeviceTables) -> list[Target]:
+def _providers(tgts: list[Target], holding: set[int], group: list[int], group_index: list[int]) -> list[Target]:
     """For axes the new type makes unreduced, one target per group carries the cell (a holder if
     the group has one, else its first member); the others keep zeros."""
-
-    def rank(t: Target) -> tuple[int, int]:
-        return (0 if t.device in holding else 1, int(dev.group_index[t.device]))
-
     best: dict[int, tuple[int, int]] = {}
-    for t in tgts:
-        g = int(dev.group[t.device])
-        if g not in best or rank(t) < best[g]:
-            best[g] = rank(t)
-    return [t for t in tgts if rank(t) == best[int(dev.group[t.device])]]
+    ranks = [(0 if t.device in holding else 1, group_index[t.device]) for t in tgts]
+    for t, r in zip(tgts, ranks):
+        g = group[t.device]
+        if g not in best or r < best[g]:
+            best[g] = r
+    return [t for t, r in zip(tgts, ranks) if r == best[group[t.device]]]
 
 
 def _sender(holders: Sequence[int], dst: int, routes: Routes) -> int:
     """The least loaded holder, the nearest after ``dst`` on ties; its load grows by one."""
-    n = len(routes.load)
-    s = min(holders, key=lambda h: (routes.load[h], (h - dst) % n))
-    routes.load[s] += 1
+    n, load = len(routes.load), routes.load
+    s = min(holders, key=lambda h: (load[h], (h - dst) % n))
+    load[s] += 1
     return s
 
 
-def _add_partial(routes: Routes, holders: Sequence[int], dst: int, start: np.ndarray,
-                 dst_offset: Offset, dev: DeviceTables) -> None:
-    """Phase A: ``dst`` adds one partial of the cell starting at ``start``, from its own old block
-    when it holds it, else from a chosen holder."""
-    if dst in holders:
-        routes.copies[dst].append(Transfer(dst, dst, tuple((start - dev.old_start[dst]).tolist()), dst_offset))
-    else:
-        s = _sender(holders, dst, routes)
-        routes.merge.append(Transfer(s, dst, tuple((start - dev.old_start[s]).tolist()), dst_offset))
+def _add_partial(routes: Routes, holders: Sequence[int], dst: int, need: CellNeed, dst_offset: Offset,
+                 dev: DeviceTables) -> None:
+    """Phase A: ``dst`` adds one partial of the cell, from its own old block when it holds it,
+    else from a chosen holder."""
+    s = dst if dst in holders else _sender(holders, dst, routes)
+    src_offset = tuple(map(operator.sub, need.start, dev.old_rows[s]))
+    (routes.copies[dst] if s == dst else routes.merge).append(Transfer(s, dst, src_offset, dst_offset))
 
 
-def _route_cell(routes: Routes, tgts: list[Target], sources: list[list[int]], start: np.ndarray,
+def _route_cell(routes: Routes, need: CellNeed, tgts: list[Target], sources: list[list[int]],
                 dev: DeviceTables) -> None:
     """Route one (cell, kept partial) to its targets. Without reduced axes each target takes the
     cell directly (phase A). Otherwise the partials merge at one *root* target (a holder if any)
@@ -267,27 +311,26 @@ def _route_cell(routes: Routes, tgts: list[Target], sources: list[list[int]], st
     and ``|T| - 1`` out of it, the ``(k-1) + (|T|-1)`` bound of ``redist.bounds``."""
     if len(sources) == 1:
         for t in tgts:
-            _add_partial(routes, sources[0], t.device, start, t.offset, dev)
+            _add_partial(routes, sources[0], t.device, need, t.offset, dev)
         return
     holding = {h for hs in sources for h in hs}
     root = min(tgts, key=lambda t: (0 if t.device in holding else 1, t.device))
     for hs in sources:
-        _add_partial(routes, hs, root.device, start, root.offset, dev)
+        _add_partial(routes, hs, root.device, need, root.offset, dev)
     routes.forward.extend(Transfer(root.device, t.device, root.offset, t.offset) for t in tgts if t != root)
 
 
 def _pack(n_dev: int, rank: int, items: Sequence[Transfer], from_output: bool = False) -> Round:
+    """One round; each device sends at most one and receives at most one of ``items``."""
     send = np.zeros((n_dev, rank), dtype=np.int64)
     recv = np.zeros((n_dev, rank), dtype=np.int64)
     valid = np.zeros(n_dev, dtype=bool)
-    pairs = []
-    for s, d, so, do in items:
+    for s, d, so, do in items:  # rounds are small: a loop beats building index arrays
         send[s] = so
         recv[d] = do
         valid[d] = True
-        if s != d:
-            pairs.append((s, d))
-    return Round(tuple(pairs), send, recv, valid, from_output)
+    pairs = tuple((t.src, t.dst) for t in items if t.src != t.dst)
+    return Round(pairs, send, recv, valid, from_output)
 
 
 def _coloured_rounds(n_dev: int, rank: int, items: list[Transfer], from_output: bool) -> list[Round]:
@@ -303,9 +346,8 @@ def _pack_schedule(grid: CellGrid, routes: Routes) -> Schedule:
     local = tuple(_pack(n_dev, rank, [c[i] for c in routes.copies if i < len(c)]) for i in range(n_local))
     rounds = _coloured_rounds(n_dev, rank, routes.merge, False)
     rounds += _coloured_rounds(n_dev, rank, routes.forward, True)
-    recv_cells = np.zeros(n_dev, dtype=np.int64)
-    for t in routes.merge + routes.forward:
-        recv_cells[t.dst] += 1
+    received = [t.dst for t in routes.merge + routes.forward]
+    recv_cells = np.bincount(np.array(received, dtype=np.int64), minlength=n_dev).astype(np.int64)
     return Schedule(grid.cell, local, tuple(rounds), recv_cells)
 
 
@@ -325,15 +367,14 @@ def schedule(old: ShardingType, new: ShardingType) -> Schedule:
     _check_size(old, new, grid, axes)
     dev = _device_tables(old, new, axes)
     holders = _holders(dev)
-    targets = _targets(grid, dev)
-    replica = _choose_replicas(grid, dev, targets)
-    routes = Routes(np.zeros(dev.n_devices, dtype=np.int64), [[] for _ in range(dev.n_devices)])
-    for key, tgts in targets.items():
-        block = _old_block(grid, dev, key.cell)
-        sources = [holders.get(HolderKey(block, key.kept, u, replica[key.cell]), [])
+    rows = _need_rows(grid, dev, old.shape)
+    group, group_index = dev.group.tolist(), dev.group_index.tolist()
+    routes = Routes([0] * dev.n_devices, [[] for _ in range(dev.n_devices)])
+    for need, f in zip(_targets(grid, dev, rows), _choose_replicas(grid, dev, rows)):
+        sources = [holders.get(HolderKey(need.old_block, need.key.kept, u, f), [])
                    for u in range(axes.n_reduced)]
+        tgts = need.targets
         if axes.fresh:
-            tgts = _providers(tgts, {h for hs in sources for h in hs}, dev)
-        start = np.array(key.cell, dtype=np.int64) * np.array(grid.cell, dtype=np.int64)
-        _route_cell(routes, tgts, sources, start, dev)
+            tgts = _providers(tgts, {h for hs in sources for h in hs}, group, group_index)
+        _route_cell(routes, need, tgts, sources, dev)
     return _pack_schedule(grid, routes)
