@@ -28,12 +28,12 @@ from typing import NamedTuple
 
 import numpy as np
 
-from redist.atoms import Atom, atoms_of, dims_atoms, unreduced_atoms
+from redist.atoms import Atom, unreduced_atoms
 from redist.colouring import colour_classes
 from redist.errors import StepError
 from redist.groups import atoms_index, group_key
 from spmd_types import ShardingType
-from spmd_types.layout import block_bounds
+from spmd_types.layout import block_bounds, block_indices
 
 MAX_CELLS = 1 << 16
 """Exchanges finer than this many (device, cell) pairs are not offered: too many rounds to be useful."""
@@ -102,7 +102,7 @@ class HolderKey(NamedTuple):
     block: Offset  # old block grid index
     kept: int      # index along the kept unreduced atoms
     partial: int   # index along the reduced atoms
-    replica: int   # index along the mesh atoms the old type leaves free
+    replica: int   # which replica: rank among the devices with the same block and partials
 
 
 class CellKey(NamedTuple):
@@ -135,7 +135,7 @@ class DeviceTables:
     new_start: np.ndarray    # new block start
     kept: np.ndarray         # index along the kept unreduced atoms
     partial: np.ndarray      # index along the reduced atoms
-    replica: np.ndarray      # index along the atoms the old type leaves free (0 without unreduced)
+    replica: np.ndarray      # replica of the old block (0 without unreduced axes)
     group: np.ndarray        # id shared by the devices that differ only along fresh atoms
     group_index: np.ndarray  # index inside that group
 
@@ -180,22 +180,36 @@ def _check_size(old: ShardingType, new: ShardingType, grid: CellGrid, axes: Part
         raise StepError(f"exchange {old} -> {new} needs {cells} cells per device; too fine")
 
 
-def _device_tables(old: ShardingType, new: ShardingType, axes: PartialAxes) -> DeviceTables:
+def _replicas(old: ShardingType) -> np.ndarray:
     """An unreduced source promises only that each replica's partials sum to the value: replicas
-    (coordinates along the atoms the source does not use) may hold different decompositions, so
-    each device's replica index is kept apart from its block and partial."""
+    may hold different decompositions, so each device's replica is kept apart from its block and
+    partial. Devices holding the same block and partial differ only in the coordinates the source
+    leaves free, so a device's rank among them (in device order, the same order of those
+    coordinates in every group) names its replica. Ranking, rather than indexing the free prime
+    atoms, also holds when a sub-axis spelling (``x:(1)3`` on ``x=6``) splits an axis into factors
+    that are not its prime atoms."""
+    n = old.mesh.size
+    if not old.unreduced:
+        return np.zeros(n, dtype=np.int64)
+    partial = atoms_index(old.mesh, tuple(sorted(unreduced_atoms(old))))
+    key = np.column_stack([block_indices(old), partial])
+    group = np.unique(key, axis=0, return_inverse=True)[1].reshape(-1)
+    order = np.argsort(group, kind="stable")
+    sizes = np.bincount(group)
+    rank = np.empty(n, dtype=np.int64)
+    rank[order] = np.arange(n) - np.repeat(np.cumsum(sizes) - sizes, sizes)
+    return rank
+
+
+def _device_tables(old: ShardingType, new: ShardingType, axes: PartialAxes) -> DeviceTables:
     mesh = old.mesh
-    ua = unreduced_atoms(old)
-    used = set(ua) | {a for d in dims_atoms(old) for a in d}
-    free = tuple(a for name, _ in mesh.axes for a in atoms_of(mesh, name) if a not in used)
-    replica = atoms_index(mesh, free) if ua else np.zeros(mesh.size, dtype=np.int64)
     return DeviceTables(
         old_local=np.array(old.local_shape, dtype=np.int64),
         old_start=block_bounds(old)[..., 0],
         new_start=block_bounds(new)[..., 0],
         kept=atoms_index(mesh, axes.kept),
         partial=atoms_index(mesh, axes.reduced),
-        replica=replica,
+        replica=_replicas(old),
         group=group_key(mesh, axes.fresh),
         group_index=atoms_index(mesh, axes.fresh),
     )
