@@ -4,27 +4,43 @@ The blocks of the old and new types both lie on the grid of "cells" whose size p
 ``gcd(old_local, new_local)``; a cell is either entirely in a device's old block or not at all.
 Each device adds the cells it holds into its new block and receives the others, one cell per
 ``ppermute`` round, from a holder chosen to balance the senders' load. Everything accumulates
-(``+=`` into zeros), so the same schedule moves data, sums partials and creates pending sums. Rounds come from greedy bipartite edge colouring (each device sends
-and receives at most one cell per round). Received traffic is therefore exactly the cells a device
-lacks: the lower bound of docs/design.md section 4.
+(``+=`` into zeros), so the same schedule moves data, sums partials and creates pending sums.
+Rounds come from bipartite edge colouring (``redist.colouring``: each device sends and receives at
+most one cell per round). Received traffic is therefore exactly the cells a device lacks: the
+lower bound of docs/design.md section 4.
+
+``schedule`` runs in phases, each a function below: split the unreduced axes
+(``_partial_axes``), lay the cell grid (``_cell_grid``), tabulate every device's coordinates
+(``_device_tables``), index who holds what (``_holders``) and who needs what (``_targets``),
+choose one replica per cell (``_choose_replicas``) and one provider per fresh group
+(``_providers``), route each cell (``_route_cell``: phase A moves or merges partials at a root,
+phase B forwards merged sums) and pack the transfers into rounds (``_pack_schedule``).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+import operator
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import NamedTuple
 
 import numpy as np
 
-from redist.atoms import atoms_of, dims_atoms, unreduced_atoms
+from redist.atoms import Atom, unreduced_atoms
+from redist.colouring import colour_classes
 from redist.errors import StepError
 from redist.groups import atoms_index, group_key
 from spmd_types import ShardingType
-from spmd_types.layout import block_bounds
+from spmd_types.layout import block_bounds, block_indices
 from spmd_types.memo import Scope, memo
 
 MAX_CELLS = 1 << 16
 """Exchanges finer than this many (device, cell) pairs are not offered: too many rounds to be useful."""
+
+Offset = tuple[int, ...]
+"""An index per dimension: a cell's start inside a local block, or a cell / block grid index."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -54,71 +70,300 @@ class Schedule:
         return int(self.recv_cells.sum())
 
 
-def _pack(
-    n_dev: int, rank: int, items: list[tuple[int, int, tuple[int, ...], tuple[int, ...]]], from_output: bool = False
-) -> Round:
+class Transfer(NamedTuple):
+    """One cell added from ``src``'s block into ``dst``'s new block (a local copy when equal)."""
+
+    src: int
+    dst: int
+    src_offset: Offset  # cell start in src's old block (its new block when forwarding)
+    dst_offset: Offset  # cell start in dst's new block
+
+
+class PartialAxes(NamedTuple):
+    """The unreduced atoms of the old type, by what the new type does with them."""
+
+    kept: tuple[Atom, ...]     # unreduced in both: moved partial by partial
+    reduced: tuple[Atom, ...]  # unreduced in old only: summed at a root
+    fresh: tuple[Atom, ...]    # unreduced in new only: one provider per group, the others zeros
+
+    @property
+    def n_reduced(self) -> int:
+        """Partials summed into each element of the new type."""
+        return math.prod(a.size for a in self.reduced)
+
+
+class CellGrid(NamedTuple):
+    cell: Offset       # cell size: gcd of the old and new local sizes per dimension
+    per_block: Offset  # cells per new block along each dimension
+
+
+class HolderKey(NamedTuple):
+    """What an old block holds: which block, which kept and reduced partial, in which replica."""
+
+    block: Offset  # old block grid index
+    kept: int      # index along the kept unreduced atoms
+    partial: int   # index along the reduced atoms
+    replica: int   # which replica: rank among the devices with the same block and partials
+
+
+class CellKey(NamedTuple):
+    """What a new block needs: a global cell of one kept partial."""
+
+    cell: Offset  # global cell grid index
+    kept: int
+
+
+class Target(NamedTuple):
+    device: int
+    offset: Offset  # cell start in the device's new block
+
+
+class CellNeed(NamedTuple):
+    """One (global cell, kept partial) and the devices whose new block needs it."""
+
+    key: CellKey
+    start: Offset      # global element index of the cell's first element
+    old_block: Offset  # old block grid index containing the cell
+    targets: list[Target]  # in device order
+
+
+@dataclass(frozen=True, eq=False)
+class DeviceTables:
+    """Per-device coordinates ``schedule`` reasons with, each ``[devices]`` or ``[devices, rank]``."""
+
+    old_local: np.ndarray    # [rank] old local shape
+    old_start: np.ndarray    # old block start (global element index)
+    new_start: np.ndarray    # new block start
+    kept: np.ndarray         # index along the kept unreduced atoms
+    partial: np.ndarray      # index along the reduced atoms
+    replica: np.ndarray      # replica of the old block (0 without unreduced axes)
+    group: np.ndarray        # id shared by the devices that differ only along fresh atoms
+    group_index: np.ndarray  # index inside that group
+
+    @property
+    def n_devices(self) -> int:
+        return len(self.kept)
+
+    @cached_property
+    def old_block(self) -> np.ndarray:
+        """Old block grid index."""
+        return self.old_start // self.old_local
+
+    @cached_property
+    def old_rows(self) -> list[Offset]:
+        """``old_start`` as tuples: the per-transfer offset arithmetic stays in plain ints."""
+        return [tuple(r) for r in self.old_start.tolist()]
+
+
+@dataclass
+class Routes:
+    """Transfers chosen so far; ``load`` (cells each device sends) balances the next choices."""
+
+    load: list[int]
+    copies: list[list[Transfer]]  # per device, its local copies in order
+    merge: list[Transfer] = field(default_factory=list)    # phase A: old blocks -> targets / roots
+    forward: list[Transfer] = field(default_factory=list)  # phase B: roots -> other targets
+
+
+def _partial_axes(old: ShardingType, new: ShardingType) -> PartialAxes:
+    ua, ub = unreduced_atoms(old), unreduced_atoms(new)
+    return PartialAxes(tuple(sorted(ua & ub)), tuple(sorted(ua - ub)), tuple(sorted(ub - ua)))
+
+
+def _cell_grid(old: ShardingType, new: ShardingType) -> CellGrid:
+    cell = tuple(math.gcd(a, b) for a, b in zip(old.local_shape, new.local_shape))
+    return CellGrid(cell, tuple(n // c for n, c in zip(new.local_shape, cell)))
+
+
+def _check_size(old: ShardingType, new: ShardingType, grid: CellGrid, axes: PartialAxes) -> None:
+    cells = math.prod(grid.per_block)
+    if cells * old.mesh.size * axes.n_reduced > MAX_CELLS:
+        raise StepError(f"exchange {old} -> {new} needs {cells} cells per device; too fine")
+
+
+def _replicas(old: ShardingType) -> np.ndarray:
+    """An unreduced source promises only that each replica's partials sum to the value: replicas
+    may hold different decompositions, so each device's replica is kept apart from its block and
+    partial. Devices holding the same block and partial differ only in the coordinates the source
+    leaves free, so a device's rank among them (in device order, the same order of those
+    coordinates in every group) names its replica. Ranking, rather than indexing the free prime
+    atoms, also holds when a sub-axis spelling (``x:(1)3`` on ``x=6``) splits an axis into factors
+    that are not its prime atoms."""
+    n = old.mesh.size
+    if not old.unreduced:
+        return np.zeros(n, dtype=np.int64)
+    partial = atoms_index(old.mesh, tuple(sorted(unreduced_atoms(old))))
+    key = np.column_stack([block_indices(old), partial])
+    group = np.unique(key, axis=0, return_inverse=True)[1].reshape(-1)
+    order = np.argsort(group, kind="stable")
+    sizes = np.bincount(group)
+    rank = np.empty(n, dtype=np.int64)
+    rank[order] = np.arange(n) - np.repeat(np.cumsum(sizes) - sizes, sizes)
+    return rank
+
+
+def _device_tables(old: ShardingType, new: ShardingType, axes: PartialAxes) -> DeviceTables:
+    mesh = old.mesh
+    return DeviceTables(
+        old_local=np.array(old.local_shape, dtype=np.int64),
+        old_start=block_bounds(old)[..., 0],
+        new_start=block_bounds(new)[..., 0],
+        kept=atoms_index(mesh, axes.kept),
+        partial=atoms_index(mesh, axes.reduced),
+        replica=_replicas(old),
+        group=group_key(mesh, axes.fresh),
+        group_index=atoms_index(mesh, axes.fresh),
+    )
+
+
+def _holders(dev: DeviceTables) -> dict[HolderKey, list[int]]:
+    """The devices whose old block is each (block, kept, partial, replica), in device order."""
+    holders: dict[HolderKey, list[int]] = {}
+    rows = zip(dev.old_block.tolist(), dev.kept.tolist(), dev.partial.tolist(), dev.replica.tolist())
+    for v, (block, kept, partial, replica) in enumerate(rows):
+        holders.setdefault(HolderKey(tuple(block), kept, partial, replica), []).append(v)
+    return holders
+
+
+class _NeedRows(NamedTuple):
+    """Every (device, cell of its new block), device-major: the rows ``_targets`` groups."""
+
+    device: np.ndarray  # [rows]
+    offset: np.ndarray  # [rows, rank] cell start in the device's new block
+    gcell: np.ndarray   # [rows, rank] global cell grid index
+    cell_id: np.ndarray  # [rows] dense id of the global cell
+    need: np.ndarray    # [rows] index of the row's (cell, kept) in order of first need
+
+
+def _need_rows(grid: CellGrid, dev: DeviceTables, shape: Offset) -> _NeedRows:
+    cell = np.array(grid.cell, dtype=np.int64)
+    n_cells = math.prod(grid.per_block)
+    row = np.arange(dev.n_devices * n_cells, dtype=np.int64)
+    device, index = np.divmod(row, n_cells)
+    offset = np.stack(np.unravel_index(index, grid.per_block), axis=-1) * cell if len(cell) else \
+        np.zeros((len(row), 0), dtype=np.int64)  # cells in np.ndindex order
+    gcell = (dev.new_start[device] + offset) // cell if len(cell) else offset
+    grid_shape = tuple(n // c for n, c in zip(shape, grid.cell))
+    code = np.ravel_multi_index(tuple(gcell.T), grid_shape) if len(cell) else np.zeros(len(device), np.int64)
+    n_kept = int(dev.kept.max()) + 1
+    _, first, inverse = np.unique(code * n_kept + dev.kept[device], return_index=True, return_inverse=True)
+    rank = np.empty(len(first), dtype=np.int64)
+    rank[np.argsort(first)] = np.arange(len(first))
+    need = rank[inverse.reshape(-1)]
+    cell_id = need if n_kept == 1 else np.unique(code, return_inverse=True)[1].reshape(-1)
+    return _NeedRows(device, offset, gcell, cell_id, need)
+
+
+def _targets(grid: CellGrid, dev: DeviceTables, rows: _NeedRows) -> list[CellNeed]:
+    """Every (global cell, kept partial) of the new blocks and the devices that need it, in order
+    of first need (device-major, then cell by cell), targets in device order."""
+    order = np.argsort(rows.need, kind="stable")
+    sizes = np.bincount(rows.need)
+    first = order[np.cumsum(sizes) - sizes]  # the earliest row of each need
+    ends = np.cumsum(sizes).tolist()
+    starts = rows.gcell[first] * np.array(grid.cell, dtype=np.int64)
+    blocks = starts // dev.old_local
+    kept = dev.kept[rows.device[first]].tolist()
+    flat = [Target(d, tuple(o)) for d, o in zip(rows.device[order].tolist(), rows.offset[order].tolist())]
+    needs, lo = [], 0
+    for i, (g, s, b, hi) in enumerate(zip(rows.gcell[first].tolist(), starts.tolist(), blocks.tolist(), ends)):
+        needs.append(CellNeed(CellKey(tuple(g), kept[i]), tuple(s), tuple(b), flat[lo:hi]))
+        lo = hi
+    return needs
+
+
+def _choose_replicas(grid: CellGrid, dev: DeviceTables, rows: _NeedRows) -> list[int]:
+    """Per (cell, kept) need, the replica all its partials come from: the one in which most of the
+    global cell's targets (over every kept partial) already hold the cell's old block, the lowest
+    on ties, so the fewest cells move."""
+    if not dev.replica.any():  # one replica (always so without unreduced axes)
+        return [0] * (int(rows.need.max()) + 1)
+    values, column = np.unique(dev.replica, return_inverse=True)
+    block = rows.gcell * np.array(grid.cell, dtype=np.int64) // dev.old_local
+    holds = (block == dev.old_block[rows.device]).all(axis=1)
+    counts = np.zeros((int(rows.cell_id.max()) + 1, len(values)), dtype=np.int64)
+    np.add.at(counts, (rows.cell_id[holds], column.reshape(-1)[rows.device[holds]]), 1)
+    per_cell = values[counts.argmax(axis=1)]
+    need_cell = np.zeros(int(rows.need.max()) + 1, dtype=np.int64)
+    need_cell[rows.need] = rows.cell_id
+    return per_cell[need_cell].tolist()
+
+
+def _providers(tgts: list[Target], holding: set[int], group: list[int], group_index: list[int]) -> list[Target]:
+    """For axes the new type makes unreduced, one target per group carries the cell (a holder if
+    the group has one, else its first member); the others keep zeros."""
+    best: dict[int, tuple[int, int]] = {}
+    ranks = [(0 if t.device in holding else 1, group_index[t.device]) for t in tgts]
+    for t, r in zip(tgts, ranks):
+        g = group[t.device]
+        if g not in best or r < best[g]:
+            best[g] = r
+    return [t for t, r in zip(tgts, ranks) if r == best[group[t.device]]]
+
+
+def _sender(holders: Sequence[int], dst: int, routes: Routes) -> int:
+    """The least loaded holder, the nearest after ``dst`` on ties; its load grows by one."""
+    n, load = len(routes.load), routes.load
+    s = min(holders, key=lambda h: (load[h], (h - dst) % n))
+    load[s] += 1
+    return s
+
+
+def _add_partial(routes: Routes, holders: Sequence[int], dst: int, need: CellNeed, dst_offset: Offset,
+                 dev: DeviceTables) -> None:
+    """Phase A: ``dst`` adds one partial of the cell, from its own old block when it holds it,
+    else from a chosen holder."""
+    s = dst if dst in holders else _sender(holders, dst, routes)
+    src_offset = tuple(map(operator.sub, need.start, dev.old_rows[s]))
+    (routes.copies[dst] if s == dst else routes.merge).append(Transfer(s, dst, src_offset, dst_offset))
+
+
+def _route_cell(routes: Routes, need: CellNeed, tgts: list[Target], sources: list[list[int]],
+                dev: DeviceTables) -> None:
+    """Route one (cell, kept partial) to its targets. Without reduced axes each target takes the
+    cell directly (phase A). Otherwise the partials merge at one *root* target (a holder if any)
+    and the root forwards the sum to the other targets (phase B): ``k - 1`` cells into the root
+    and ``|T| - 1`` out of it, the ``(k-1) + (|T|-1)`` bound of ``redist.bounds``."""
+    if len(sources) == 1:
+        for t in tgts:
+            _add_partial(routes, sources[0], t.device, need, t.offset, dev)
+        return
+    holding = {h for hs in sources for h in hs}
+    root = min(tgts, key=lambda t: (0 if t.device in holding else 1, t.device))
+    for hs in sources:
+        _add_partial(routes, hs, root.device, need, root.offset, dev)
+    routes.forward.extend(Transfer(root.device, t.device, root.offset, t.offset) for t in tgts if t != root)
+
+
+def _pack(n_dev: int, rank: int, items: Sequence[Transfer], from_output: bool = False) -> Round:
+    """One round; each device sends at most one and receives at most one of ``items``."""
     send = np.zeros((n_dev, rank), dtype=np.int64)
     recv = np.zeros((n_dev, rank), dtype=np.int64)
     valid = np.zeros(n_dev, dtype=bool)
-    pairs = []
-    for s, d, so, do in items:
+    for s, d, so, do in items:  # rounds are small: a loop beats building index arrays
         send[s] = so
         recv[d] = do
         valid[d] = True
-        if s != d:
-            pairs.append((s, d))
-    return Round(tuple(pairs), send, recv, valid, from_output)
+    pairs = tuple((t.src, t.dst) for t in items if t.src != t.dst)
+    return Round(pairs, send, recv, valid, from_output)
 
 
-Item = tuple[int, int, tuple[int, ...], tuple[int, ...]]
+def _coloured_rounds(n_dev: int, rank: int, items: list[Transfer], from_output: bool) -> list[Round]:
+    """The fewest rounds in which no device sends or receives two cells."""
+    classes = colour_classes([(t.src, t.dst) for t in items])
+    return [_pack(n_dev, rank, [items[e] for e in c], from_output) for c in classes]
 
 
-def _colour(transfers: list[Item]) -> list[list[Item]]:
-    """Bipartite edge colouring with the fewest rounds: max over devices of cells sent or
-    received (Konig). Each transfer takes a colour free at both ends; when the sender's free
-    colour ``a`` is busy at the receiver, the receiver's ``a``/``b`` alternating path is flipped
-    first (it cannot reach the sender in a bipartite graph), which frees ``a`` there."""
-    if not transfers:
-        return []
-    degree: dict[tuple[str, int], int] = {}
-    for s, d, _, _ in transfers:
-        degree[("s", s)] = degree.get(("s", s), 0) + 1
-        degree[("r", d)] = degree.get(("r", d), 0) + 1
-    n_col = max(degree.values())
-    at: dict[tuple[str, int], dict[int, int]] = {}  # vertex -> colour -> transfer index
-    colour = [-1] * len(transfers)
-    for e, (s, d, _, _) in enumerate(transfers):
-        u, v = ("s", s), ("r", d)
-        cu, cv = at.setdefault(u, {}), at.setdefault(v, {})
-        a = next(c for c in range(n_col) if c not in cu)
-        if a in cv:
-            b = next(c for c in range(n_col) if c not in cv)
-            # flip the path from v alternating a, b
-            path = []
-            x, c = v, a
-            while c in at.get(x, {}):
-                f = at[x][c]
-                path.append(f)
-                fs, fd = transfers[f][0], transfers[f][1]
-                x = ("r", fd) if x == ("s", fs) else ("s", fs)
-                c = b if c == a else a
-            for f in path:
-                fs, fd = transfers[f][0], transfers[f][1]
-                for w in (("s", fs), ("r", fd)):
-                    if at[w].get(colour[f]) == f:
-                        del at[w][colour[f]]
-            for f in path:
-                colour[f] = b if colour[f] == a else a
-                fs, fd = transfers[f][0], transfers[f][1]
-                at[("s", fs)][colour[f]] = f
-                at[("r", fd)][colour[f]] = f
-        colour[e] = a
-        cu[a] = e
-        cv[a] = e
-    rounds: list[list[Item]] = [[] for _ in range(n_col)]
-    for e, c in enumerate(colour):
-        rounds[c].append(transfers[e])
-    return [r for r in rounds if r]
+def _pack_schedule(grid: CellGrid, routes: Routes) -> Schedule:
+    """Local copies (the i-th copy of every device in round i), then phase A, then phase B."""
+    n_dev, rank = len(routes.load), len(grid.cell)
+    n_local = max((len(c) for c in routes.copies), default=0)
+    local = tuple(_pack(n_dev, rank, [c[i] for c in routes.copies if i < len(c)]) for i in range(n_local))
+    rounds = _coloured_rounds(n_dev, rank, routes.merge, False)
+    rounds += _coloured_rounds(n_dev, rank, routes.forward, True)
+    received = [t.dst for t in routes.merge + routes.forward]
+    recv_cells = np.bincount(np.array(received, dtype=np.int64), minlength=n_dev).astype(np.int64)
+    return Schedule(grid.cell, local, tuple(rounds), recv_cells)
 
 
 @memo(Scope.TYPE)
@@ -132,96 +377,19 @@ def schedule(old: ShardingType, new: ShardingType) -> Schedule:
     ``(k-1) + (|T|-1)`` message bound of ``redist.bounds``. Axes ``new`` adds are provided by one
     member of each group (the first holding a partial), the others keeping zeros.
     """
-    ua, ub = unreduced_atoms(old), unreduced_atoms(new)
-    kept, reduced, fresh = tuple(sorted(ua & ub)), tuple(sorted(ua - ub)), tuple(sorted(ub - ua))
-    mesh = old.mesh
-    rank, n_dev = old.rank, mesh.size
-    lo, ln = np.array(old.local_shape), np.array(new.local_shape)
-    cell = tuple(math.gcd(int(a), int(b)) for a, b in zip(lo, ln)) if rank else ()
-    ncell = tuple(int(n) // c for n, c in zip(ln, cell))
-    k = math.prod(a[2] for a in reduced)
-    if math.prod(ncell) * n_dev * k > MAX_CELLS:
-        raise StepError(f"exchange {old} -> {new} needs {math.prod(ncell)} cells per device; too fine")
-    ob, nb = block_bounds(old)[..., 0], block_bounds(new)[..., 0]
-    kap, part = atoms_index(mesh, kept), atoms_index(mesh, reduced)
-    gkey, gidx = group_key(mesh, fresh), atoms_index(mesh, fresh)
-    # An unreduced source promises only that each replica's partials sum to the value: replicas
-    # (coordinates along the axes the source does not use) may hold different decompositions, so
-    # every partial of one cell must come from one replica.
-    used = set(ua) | {a for d in dims_atoms(old) for a in d}
-    free = tuple(a for name, _ in mesh.axes for a in atoms_of(mesh, name) if a not in used)
-    rep = atoms_index(mesh, free) if ua else np.zeros(n_dev, dtype=np.int64)
-    holders: dict[tuple[int, ...], list[int]] = {}
-    for v in range(n_dev):
-        key = tuple((ob[v] // lo).tolist()) + (int(kap[v]), int(part[v]), int(rep[v]))
-        holders.setdefault(key, []).append(v)
-    cell_arr = np.array(cell, dtype=np.int64)
-    # targets[(global cell, kappa)] = [(device, offset of the cell in its new block)]
-    targets: dict[tuple[tuple[int, ...], int], list[tuple[int, np.ndarray]]] = {}
-    for d in range(n_dev):
-        for c in np.ndindex(*ncell):
-            off = np.array(c, dtype=np.int64) * cell_arr
-            g = nb[d] + off
-            targets.setdefault((tuple((g // cell_arr).tolist()) if rank else (), int(kap[d])), []).append((d, off))
-    load = np.zeros(n_dev, dtype=np.int64)
-    copies: list[list[Item]] = [[] for _ in range(n_dev)]
-    phase_a: list[Item] = []
-    phase_b: list[Item] = []
-
-    def src_off(v: int, g: np.ndarray) -> tuple[int, ...]:
-        return tuple((g - ob[v]).tolist())
-
-    by_cell: dict[tuple[int, ...], list[tuple[int, list[tuple[int, np.ndarray]]]]] = {}
-    for (gcell, kv), tgts in targets.items():
-        by_cell.setdefault(gcell, []).append((kv, tgts))
-    replica: dict[tuple[int, ...], int] = {}  # per global cell: the replica partials come from
-    for (gcell, kv), tgts in targets.items():
-        g = np.array(gcell, dtype=np.int64) * cell_arr
-        block = tuple((g // lo).tolist())
-        if gcell not in replica:
-            # the replica whose partials most targets already hold (all kept coordinates alike)
-            hits = {
-                f: sum(1 for kv2, ts in by_cell[gcell] for d, _ in ts for u in range(k)
-                       if d in holders.get(block + (kv2, u, f), []))
-                for f in sorted(set(rep.tolist()))
-            }
-            replica[gcell] = max(hits, key=lambda f: (hits[f], -f)) if ua else 0
-        f = replica[gcell]
-        hs_u = [holders.get(block + (kv, u, f), []) for u in range(k)]
-        holding = {h for hs in hs_u for h in hs}
-        if fresh:
-            # one provider per group of devices that differ only along newly unreduced axes
-            best: dict[int, tuple[int, int]] = {}
-            for d, _ in tgts:
-                rank_key = (0 if d in holding else 1, int(gidx[d]))
-                if int(gkey[d]) not in best or rank_key < best[int(gkey[d])]:
-                    best[int(gkey[d])] = rank_key
-            tgts = [(d, o) for d, o in tgts if (0 if d in holding else 1, int(gidx[d])) == best[int(gkey[d])]]
-        if k == 1:
-            for d, off in tgts:
-                if d in hs_u[0]:
-                    copies[d].append((d, d, src_off(d, g), tuple(off.tolist())))
-                else:
-                    s = min(hs_u[0], key=lambda h: (load[h], (h - d) % n_dev))
-                    load[s] += 1
-                    phase_a.append((s, d, src_off(s, g), tuple(off.tolist())))
-            continue
-        root, root_off = min(tgts, key=lambda t: (0 if t[0] in holding else 1, t[0]))
-        for u in range(k):
-            if root in hs_u[u]:
-                copies[root].append((root, root, src_off(root, g), tuple(root_off.tolist())))
-            else:
-                s = min(hs_u[u], key=lambda h: (load[h], (h - root) % n_dev))
-                load[s] += 1
-                phase_a.append((s, root, src_off(s, g), tuple(root_off.tolist())))
-        for d, off in tgts:
-            if d != root:
-                phase_b.append((root, d, tuple(root_off.tolist()), tuple(off.tolist())))
-    n_local = max((len(c) for c in copies), default=0)
-    local = tuple(_pack(n_dev, rank, [c[i] for c in copies if i < len(c)]) for i in range(n_local))
-    rounds = [_pack(n_dev, rank, r) for r in _colour(phase_a)]
-    rounds += [_pack(n_dev, rank, r, from_output=True) for r in _colour(phase_b)]
-    recv_cells = np.zeros(n_dev, dtype=np.int64)
-    for _, d, _, _ in phase_a + phase_b:
-        recv_cells[d] += 1
-    return Schedule(cell, local, tuple(rounds), recv_cells)
+    axes = _partial_axes(old, new)
+    grid = _cell_grid(old, new)
+    _check_size(old, new, grid, axes)
+    dev = _device_tables(old, new, axes)
+    holders = _holders(dev)
+    rows = _need_rows(grid, dev, old.shape)
+    group, group_index = dev.group.tolist(), dev.group_index.tolist()
+    routes = Routes([0] * dev.n_devices, [[] for _ in range(dev.n_devices)])
+    for need, f in zip(_targets(grid, dev, rows), _choose_replicas(grid, dev, rows)):
+        sources = [holders.get(HolderKey(need.old_block, need.key.kept, u, f), [])
+                   for u in range(axes.n_reduced)]
+        tgts = need.targets
+        if axes.fresh:
+            tgts = _providers(tgts, {h for hs in sources for h in hs}, group, group_index)
+        _route_cell(routes, need, tgts, sources, dev)
+    return _pack_schedule(grid, routes)

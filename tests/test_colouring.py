@@ -1,0 +1,84 @@
+"""``redist.colouring``: every message in exactly one round, rounds are matchings, and as few
+rounds as Konig's theorem allows (the max degree), on random bipartite multigraphs."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from redist.colouring import Edge, colour_classes, edge_colours, max_degree
+
+
+@st.composite
+def multigraphs(draw: st.DrawFn, max_devices: int = 8, max_edges: int = 60) -> list[Edge]:
+    """Random (sender, receiver) lists: parallel edges and self-sends included."""
+    n_send = draw(st.integers(1, max_devices))
+    n_recv = draw(st.integers(1, max_devices))
+    edge = st.tuples(st.integers(0, n_send - 1), st.integers(0, n_recv - 1))
+    return draw(st.lists(edge, max_size=max_edges))
+
+
+def _degree(edges: list[Edge]) -> int:
+    """Max degree, counted independently of ``max_degree``."""
+    sends = Counter(s for s, _ in edges)
+    recvs = Counter(d for _, d in edges)
+    return max([*sends.values(), *recvs.values()], default=0)
+
+
+def _assert_proper(edges: list[Edge], classes: list[list[int]]) -> None:
+    assert sorted(e for c in classes for e in c) == list(range(len(edges)))  # each edge once
+    for c in classes:
+        assert c, "no empty rounds"
+        assert len({edges[e][0] for e in c}) == len(c), "a device sends twice in one round"
+        assert len({edges[e][1] for e in c}) == len(c), "a device receives twice in one round"
+
+
+@given(multigraphs())
+def test_every_edge_one_colour_within_max_degree(edges: list[Edge]) -> None:
+    colours = edge_colours(edges)
+    assert len(colours) == len(edges)
+    assert all(0 <= c < _degree(edges) for c in colours)
+    assert max_degree(edges) == _degree(edges)
+
+
+@given(multigraphs())
+def test_colour_classes_are_matchings(edges: list[Edge]) -> None:
+    classes = colour_classes(edges)
+    _assert_proper(edges, classes)
+    for c in classes:
+        assert c == sorted(c)  # edge order kept inside a round (the schedule's packing relies on it)
+
+
+@given(multigraphs())
+def test_rounds_equal_max_degree(edges: list[Edge]) -> None:
+    """Konig: a bipartite multigraph needs exactly its max degree colours."""
+    assert len(colour_classes(edges)) == _degree(edges)
+
+
+@given(st.integers(1, 6), st.integers(1, 3), st.randoms(use_true_random=False))
+def test_regular_multigraph_needs_every_colour(n: int, mult: int, rnd) -> None:  # type: ignore[no-untyped-def]
+    """A ``mult * n``-regular graph (every sender to every receiver ``mult`` times, shuffled): each
+    round must be a perfect matching, the case a greedy colouring without path flips fails."""
+    edges = [(s, d) for s in range(n) for d in range(n) for _ in range(mult)]
+    rnd.shuffle(edges)
+    classes = colour_classes(edges)
+    _assert_proper(edges, classes)
+    assert len(classes) == n * mult
+    assert all(len(c) == n for c in classes)
+
+
+def test_hand_cases() -> None:
+    assert edge_colours([]) == [] and colour_classes([]) == []
+    assert edge_colours([(3, 5)]) == [0]
+    assert colour_classes([(0, 0), (0, 1), (0, 2)]) == [[0], [1], [2]]  # one sender: one per round
+    assert colour_classes([(0, 1), (1, 0), (2, 2)]) == [[0, 1, 2]]     # a permutation: one round
+    assert colour_classes([(0, 0), (0, 0)]) == [[0], [1]]              # parallel edges
+    # (1, 0) finds colour 0 free at sender 1 but busy at receiver 0: the path {(0, 0)} flips to 1
+    assert edge_colours([(0, 0), (1, 0)]) == [1, 0]
+    # a longer flip: (2, 0)'s colour 0 is busy at receiver 0; the path (0,0)-0, (0,1)-1, (1,1)-0
+    # alternates 0/1 from receiver 0 and flips as a whole
+    edges = [(0, 0), (0, 1), (1, 1), (2, 0)]
+    assert edge_colours(edges) == [1, 0, 1, 0]
+    _assert_proper(edges, colour_classes(edges))
