@@ -31,9 +31,9 @@ import numpy as np
 from redist.atoms import Atom, unreduced_atoms
 from redist.colouring import colour_classes
 from redist.errors import StepError
-from redist.groups import atoms_index, group_key
+from redist.groups import atoms_index, group_key, replica_index
 from spmd_types import ShardingType
-from spmd_types.layout import block_bounds, block_indices
+from spmd_types.layout import block_bounds
 from spmd_types.memo import Scope, memo
 
 MAX_CELLS = 1 << 16
@@ -181,27 +181,6 @@ def _check_size(old: ShardingType, new: ShardingType, grid: CellGrid, axes: Part
         raise StepError(f"exchange {old} -> {new} needs {cells} cells per device; too fine")
 
 
-def _replicas(old: ShardingType) -> np.ndarray:
-    """An unreduced source promises only that each replica's partials sum to the value: replicas
-    may hold different decompositions, so each device's replica is kept apart from its block and
-    partial. Devices holding the same block and partial differ only in the coordinates the source
-    leaves free, so a device's rank among them (in device order, the same order of those
-    coordinates in every group) names its replica. Ranking, rather than indexing the free prime
-    atoms, also holds when a sub-axis spelling (``x:(1)3`` on ``x=6``) splits an axis into factors
-    that are not its prime atoms."""
-    n = old.mesh.size
-    if not old.unreduced:
-        return np.zeros(n, dtype=np.int64)
-    partial = atoms_index(old.mesh, tuple(sorted(unreduced_atoms(old))))
-    key = np.column_stack([block_indices(old), partial])
-    group = np.unique(key, axis=0, return_inverse=True)[1].reshape(-1)
-    order = np.argsort(group, kind="stable")
-    sizes = np.bincount(group)
-    rank = np.empty(n, dtype=np.int64)
-    rank[order] = np.arange(n) - np.repeat(np.cumsum(sizes) - sizes, sizes)
-    return rank
-
-
 def _device_tables(old: ShardingType, new: ShardingType, axes: PartialAxes) -> DeviceTables:
     mesh = old.mesh
     return DeviceTables(
@@ -210,7 +189,7 @@ def _device_tables(old: ShardingType, new: ShardingType, axes: PartialAxes) -> D
         new_start=block_bounds(new)[..., 0],
         kept=atoms_index(mesh, axes.kept),
         partial=atoms_index(mesh, axes.reduced),
-        replica=_replicas(old),
+        replica=replica_index(old),
         group=group_key(mesh, axes.fresh),
         group_index=atoms_index(mesh, axes.fresh),
     )

@@ -6,9 +6,9 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from redist.atoms import Atom
-from spmd_types import Mesh
-from spmd_types.layout import coord_table
+from redist.atoms import Atom, unreduced_atoms
+from spmd_types import Mesh, ShardingType
+from spmd_types.layout import block_indices, coord_table
 from spmd_types.memo import Scope, memo
 from spmd_types.mesh import subaxis_digit, subaxis_stride
 
@@ -51,3 +51,24 @@ def members(mesh: Mesh, atoms: Iterable[Atom]) -> list[list[int]]:
         by_key.setdefault(int(key[v]), []).append((int(idx[v]), v))
     ordered = {k: [v for _, v in sorted(m)] for k, m in by_key.items()}
     return [ordered[int(key[v])] for v in range(mesh.size)]
+
+
+def replica_index(old: ShardingType) -> np.ndarray:
+    """An unreduced source promises only that each replica's partials sum to the value: replicas
+    may hold different decompositions, so each device's replica is kept apart from its block and
+    partial. Devices holding the same block and partial differ only in the coordinates the source
+    leaves free, so a device's rank among them (in device order, the same order of those
+    coordinates in every group) names its replica. Ranking, rather than indexing the free prime
+    atoms, also holds when a sub-axis spelling (``x:(1)3`` on ``x=6``) splits an axis into factors
+    that are not its prime atoms."""
+    n = old.mesh.size
+    if not old.unreduced:
+        return np.zeros(n, dtype=np.int64)
+    partial = atoms_index(old.mesh, tuple(sorted(unreduced_atoms(old))))
+    key = np.column_stack([block_indices(old), partial])
+    group = np.unique(key, axis=0, return_inverse=True)[1].reshape(-1)
+    order = np.argsort(group, kind="stable")
+    sizes = np.bincount(group)
+    rank = np.empty(n, dtype=np.int64)
+    rank[order] = np.arange(n) - np.repeat(np.cumsum(sizes) - sizes, sizes)
+    return rank

@@ -12,10 +12,10 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from redist.atoms import atoms_of, atoms_of_axes, atoms_size, dims_atoms, unreduced_atoms
+from redist.atoms import atoms_of_axes, atoms_size, unreduced_atoms
 from redist.exchange import schedule
 from redist.facets import FacetTable
-from redist.groups import atoms_index, members
+from redist.groups import atoms_index, members, replica_index
 from redist.steps import (
     AllGather,
     AllReduce,
@@ -142,9 +142,7 @@ def scatter(x: np.ndarray, t: ShardingType, rng: np.random.Generator | None = No
     red_atoms = tuple(sorted(unreduced_atoms(t)))
     red = atoms_index(mesh, red_atoms)
     k = int(red.max()) + 1 if red_atoms else 1
-    used = set(red_atoms) | {a for d in dims_atoms(t) for a in d}
-    free = tuple(a for name, _ in mesh.axes for a in atoms_of(mesh, name) if a not in used)
-    rep = atoms_index(mesh, free) if k > 1 else np.zeros(mesh.size, dtype=np.int64)
+    rep = replica_index(t)
     rng = rng or np.random.default_rng(0)
     decomps: dict[int, list[np.ndarray]] = {}
     for f in sorted(set(rep.tolist())):

@@ -268,10 +268,26 @@ def _axes_dims(mesh, dims: list[list[Atom]]) -> tuple:  # type: ignore[no-untype
 
 
 def _typed_candidates(src: ShardingType, dst: ShardingType, cm: CostModel) -> list[tuple[Step, ...]]:
+    """Every typed candidate that type-checks. The greedy pass reasons on the mesh's prime atoms;
+    a type spelled with other factors of an axis (``x:(1)3`` on ``x=6``) can make a candidate
+    reuse part of an axis, which its typing rule rejects: such a candidate is dropped (an
+    ``Exchange`` always remains)."""
     out: list[tuple[Step, ...]] = []
-    out.append(_merge(src, _Greedy(src, dst).run(), cm))
-    out.extend(_split_reduction_candidates(src, dst, cm))
-    out.extend(_reduce_early_candidates(src, dst, cm))
+    for build in (_greedy_candidates, _split_reduction_candidates, _reduce_early_candidates, _relabel_candidates):
+        try:
+            out.extend(build(src, dst, cm))
+        except (StepError, RedistError):
+            continue
+    return out
+
+
+def _greedy_candidates(src: ShardingType, dst: ShardingType, cm: CostModel) -> list[tuple[Step, ...]]:
+    return [_merge(src, _Greedy(src, dst).run(), cm)]
+
+
+def _relabel_candidates(src: ShardingType, dst: ShardingType, cm: CostModel) -> list[tuple[Step, ...]]:
+    """A relabelling ``Permute`` at the start or after the free slices, then the greedy pass."""
+    out = []
     for after_slices in (False, True):
         g = _Greedy(src, dst)
         if after_slices:
@@ -283,10 +299,9 @@ def _typed_candidates(src: ShardingType, dst: ShardingType, cm: CostModel) -> li
         try:
             perm = Permute(_axes_dims(src.mesh, new))
             cur = Plan.build(src, tuple(prefix) + (perm,), cm).dst
+            out.append(_merge(src, prefix + [perm] + _Greedy(cur, dst).run(), cm))
         except StepError:
             continue
-        rest = _Greedy(cur, dst).run()
-        out.append(_merge(src, prefix + [perm] + rest, cm))
     return out
 
 
@@ -373,8 +388,8 @@ class _Best:
 
 def _typed_plans(src: ShardingType, dst: ShardingType, cm: CostModel, best: _Best) -> list[Plan]:
     """Consider every typed candidate; return their distinct proper prefixes (exchange starts)."""
-    prefixes: list[Plan] = []
-    seen: set[tuple[Step, ...]] = set()
+    prefixes: list[Plan] = [Plan(src, src, (), (), cm)]  # an exchange straight from the source
+    seen: set[tuple[Step, ...]] = {()}
     for steps in dict.fromkeys(_typed_candidates(src, dst, cm)):  # distinct, in order
         full = Plan.build(src, steps, cm)
         best.consider(full)

@@ -145,3 +145,19 @@ def test_relabel_prefers_a_displaced_atom_not_placed_elsewhere() -> None:
     plan = redistribute("s32[128@(z,y),2048@x]", "s32[128@y,2048@z]{U:x}", mesh)
     assert [s.kind for s in plan.steps] == ["permute", "pad_unreduced"]
     assert plan.n_collectives == 1 and plan.recv_bytes == plan.lower_bound_bytes == 98304.0
+
+
+@pytest.mark.parametrize("dst", ["s32[12@x]", "s32[12]", "s32[12@(x:(1)2)]"])
+def test_non_prime_sub_axis_spellings_plan_at_the_bound(dst: str) -> None:
+    """``x:(1)3`` on ``x=6`` is not one of x's prime atoms: typed candidates that reuse part of x
+    are dropped and the plan is an exchange at the bound (it used to raise StepError), simulated
+    with each replica's own decomposition."""
+    import numpy as np
+
+    from redist.simulate import check, scatter, simulate
+
+    mesh = Mesh({"x": 6})
+    plan = redistribute("s32[12]{U:(x:(1)3)}", dst, mesh)
+    assert plan.recv_bytes == plan.lower_bound_bytes
+    g = np.arange(12, dtype=np.int32)
+    check(simulate(plan.steps, plan.all_types, scatter(g, plan.src)), plan.dst, g)
