@@ -48,3 +48,11 @@ class TypeSyntaxError(ShardingTypeError):
 
 class MeshMismatchError(ShardingTypeError):
     """Two types that must share a mesh do not."""
+
+
+class SizeLimitError(ShardingTypeError):
+    """A dimension or local size exceeds what the vectorised (int64) index math holds."""
+
+
+class MeshTooLargeError(MeshError):
+    """A mesh has too many devices to enumerate where a per-device table is still needed."""
