@@ -7,11 +7,16 @@ Reproduce: ``redist bench-plan`` (``--pairs N --seed S``). Prints markdown table
    as device coordinates stay, as in a compiler), and with every memo table cleared.
 2. On the small meshes of the exhaustive tests: how often the synthesizer's plan differs from
    the Dijkstra search's optimum, in bytes (never expected) and in estimated time.
+3. ``--ladder N``: the large-mesh ladder of issue 12, 256 to 65,536 devices on 3-16 axes
+   (realistic meshes such as ``{data=32,fsdp=16,model=8}``), ``N`` random pairs of rank 2-6 per
+   rung, a third of them with pending sums on either side: mean/max planning time (plan caches
+   cold, mesh tables warm) and how many plans meet the transfer bound.
 """
 
 from __future__ import annotations
 
 import itertools
+import math
 import random
 import statistics
 import time
@@ -87,7 +92,86 @@ def optimality_gap(n_per_case: int, seed: int) -> list[tuple[str, int, int, int,
     return rows
 
 
-def main(pairs: int = 500, seed: int = 0, gap_pairs: int = 150) -> str:
+LADDER: tuple[dict[str, int], ...] = (
+    {"data": 8, "fsdp": 8, "model": 4},
+    {f"a{i}": 2 for i in range(8)},
+    {"x": 8, "y": 8, "z": 8},
+    {"pod": 2, "data": 64, "model": 16},
+    {"data": 32, "fsdp": 16, "model": 8},
+    {"x": 16, "y": 16, "z": 16},
+    {f"a{i}": 2 for i in range(12)},
+    {"pod": 2, "data": 32, "fsdp": 16, "model": 8},
+    {f"a{i}": 2 for i in range(13)},
+    {"pod": 16, "data": 64, "model": 64},
+    {"pod": 4, "data": 16, "fsdp": 16, "seq": 4, "model": 16},
+    {f"a{i}": 2 for i in range(16)},
+)
+"""Rungs of the large-mesh ladder: realistic training meshes and binary meshes of 8-16 axes."""
+
+
+@dataclass(frozen=True)
+class LadderRow:
+    mesh: Mesh
+    n: int
+    mean_ms: float
+    max_ms: float
+    slowest: str
+    bound_met: int
+
+
+def ladder_pair(rng: random.Random, mesh: Mesh, unreduced: bool) -> tuple[ShardingType, ShardingType]:
+    """A random pair of rank 2-6 whose dimensions are the least multiple of the axes that shard
+    them on either side (times 8-512 elements), so local blocks stay realistic on any mesh."""
+    rank = rng.randint(2, 6)
+    placed = []
+    for _ in range(2):
+        dims: list[list[str]] = [[] for _ in range(rank)]
+        unred: list[str] = []
+        for ax in mesh.names:
+            r = rng.randrange(rank + (2 if unreduced else 1))
+            (dims[r] if r < rank else unred if r == rank + 1 else []).append(ax)
+        for d in dims:
+            rng.shuffle(d)
+        placed.append((dims, unred))
+    shape = tuple(math.lcm(math.prod(mesh.axis_size(a) for a in placed[0][0][d]),
+                           math.prod(mesh.axis_size(a) for a in placed[1][0][d])) * rng.choice([8, 64, 512])
+                  for d in range(rank))
+    return tuple(ShardingType(shape, "f32", [tuple(d) for d in dims], mesh, unred)  # type: ignore[return-value]
+                 for dims, unred in placed)
+
+
+def ladder(pairs: int, seed: int) -> list[LadderRow]:
+    """Time ``pairs`` random pairs per rung of ``LADDER`` (plan caches cold, mesh tables warm)."""
+    rows = []
+    for shape in LADDER:
+        mesh = Mesh(shape)
+        rng = random.Random(seed)
+        ps = [ladder_pair(rng, mesh, i % 3 == 0) for i in range(pairs)]
+        synthesize(*ps[0])  # per-mesh tables (coordinates, groups) are built once per mesh
+        times, met = [], 0
+        for s, d in ps:
+            clear_caches("plans")
+            t0 = time.perf_counter()
+            plan = synthesize(s, d)
+            times.append(((time.perf_counter() - t0) * 1e3, f"{s} -> {d}"))
+            met += plan.recv_bytes <= plan.lower_bound_bytes * (1 + 1e-9)
+        worst = max(times)
+        rows.append(LadderRow(mesh, len(times), statistics.fmean(t for t, _ in times), worst[0], worst[1], met))
+    return rows
+
+
+def ladder_table(pairs: int, seed: int) -> list[str]:
+    out = ["| mesh | devices | axes | pairs | mean ms | max ms | bound met | slowest pair |",
+           "|---|---|---|---|---|---|---|---|"]
+    out += [f"| {r.mesh} | {r.mesh.size:,} | {len(r.mesh.axes)} | {r.n} | {r.mean_ms:.2f} | {r.max_ms:.2f} | "
+            f"{r.bound_met}/{r.n} | `{r.slowest}` |" for r in ladder(pairs, seed)]
+    return out
+
+
+def main(pairs: int = 500, seed: int = 0, gap_pairs: int = 150, ladder_pairs: int = 0) -> str:
+    if ladder_pairs:
+        return "\n".join([f"Command: redist bench-plan --ladder {ladder_pairs} --seed {seed}", "",
+                          *ladder_table(ladder_pairs, seed)])
     rng = random.Random(seed)
     mesh = Mesh({"a": 2, "b": 2, "c": 2, "d": 2})
     shape = (64, 64, 64, 64)

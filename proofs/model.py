@@ -80,6 +80,11 @@ def set_digit(mesh: Mesh, dev: Dev, sp: Span, value: Term) -> Dev:
 
 def mixed(mesh: Mesh, dev: Dev, spans: Sequence[Span]) -> Term:
     """Mixed-radix number of ``dev``'s digits along ``spans`` (first most significant)."""
+    if all(isinstance(c, int) for c in dev):  # a concrete device: fold the digits, build one constant
+        num = 0
+        for name, pre, size in spans:
+            num = num * size + (dev[mesh.position(name)] // (mesh.axis_size(name) // (pre * size))) % size
+        return z3.IntVal(num)
     out: Term = z3.IntVal(0)
     for sp in spans:
         out = out * sp[2] + digit(mesh, dev, sp)

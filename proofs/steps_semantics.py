@@ -193,7 +193,10 @@ def p2p_rounds(step: Step, before: ShardingType, after: ShardingType, sp: Space)
 
 
 def device_coords(sp: Space, v: int) -> Dev:
-    return tuple(z3.IntVal(sp.mesh.coords(v)[n]) for n in sp.mesh.names)
+    """A concrete device as Python ints: the model folds its digits into constants
+    (``proofs.model.mixed``) instead of building z3 arithmetic per device."""
+    coords = sp.mesh.coords(v)
+    return tuple(coords[n] for n in sp.mesh.names)
 
 
 def p2p_cells(step: Step, arr: Arr, before: ShardingType, after: ShardingType, sp: Space, o: Index

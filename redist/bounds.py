@@ -26,6 +26,17 @@ value first needs a merge the bound does not count: e.g. ``s32[12@y,6]{U:x} -> s
 ``{x=2,y=3}`` has bound 96 B and optimum 144 B (reduce-scatter, gather, re-pad; the exhaustive
 search agrees). There the synthesizer meets the search's optimum instead.
 
+Per cell, the figure depends only on whether the cell's source holders and destination holders
+agree on the atoms both types shard over ("consistent"): the source block fixes a device's
+coordinates on the source's sharded atoms, the destination block those on the destination's. The
+groups that hold a cell in the destination are the coordinates along the atoms the destination
+neither shards nor sums over (``Fd``); a group holds a source copy only where it agrees with the
+source block on ``Fd`` atoms the source shards, and it then covers exactly the partials along the
+atoms unreduced in both. So the bound is two closed forms weighted by how many elements are
+consistent, and that count is the summed per-device overlap (``spmd_types.layout``) divided by
+how many devices share each block pair: the cost grows with the devices' NumPy rows, never with
+cells, and every count is an exact Python integer.
+
 Every bound is in bytes averaged over devices, so it is comparable with ``Plan.recv_bytes``.
 """
 
@@ -33,61 +44,48 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
-
-from redist.atoms import unreduced_atoms
-from redist.groups import atoms_index, group_key
+from redist.atoms import Atom, atoms_of, dims_atoms, unreduced_atoms
 from spmd_types import ShardingType
-from spmd_types.layout import block_indices, overlap_elements
+from spmd_types.layout import overlap_elements
 from spmd_types.memo import Scope, memo
 
 
 @memo(Scope.TYPE)
 def lower_bound_bytes(src: ShardingType, dst: ShardingType) -> float:
     if not src.unreduced and not dst.unreduced:
-        missing = dst.local_size - overlap_elements(src, dst)
-        return float(missing.mean()) * src.itemsize
+        missing = dst.local_size * src.mesh.size - overlap_total(src, dst)
+        return missing * src.itemsize / src.mesh.size
     return _unreduced_bound(src, dst)
 
 
-def _cells_held(t: ShardingType, counts: list[int]) -> list[np.ndarray]:
-    """Per dim, bool ``[devices, cells_d]``: does the device's block of ``t`` contain the cell."""
-    idx = block_indices(t)
-    out = []
-    for d, c in enumerate(counts):
-        per_block = c // t.dim_shards(d)
-        cell_block = np.arange(c) // per_block
-        out.append(idx[:, d : d + 1] == cell_block[None, :])
-    return out
+def overlap_total(src: ShardingType, dst: ShardingType) -> int:
+    """Elements summed over devices that a device's ``src`` block shares with its ``dst`` block
+    (exact: the per-device counts fit int64, their sum is taken in Python integers)."""
+    return sum(int(x) for x in overlap_elements(src, dst).tolist())
+
+
+def _size(atoms: set[Atom] | frozenset[Atom]) -> int:
+    return math.prod(a.size for a in atoms)
 
 
 def _unreduced_bound(src: ShardingType, dst: ShardingType) -> float:
     m = src.mesh
     us, ud = unreduced_atoms(src), unreduced_atoms(dst)
-    counts = [math.lcm(src.dim_shards(d), dst.dim_shards(d)) for d in range(src.rank)]
-    cell_elems = math.prod(n // c for n, c in zip(src.shape, counts))
-    k = math.prod(a.size for a in us)
-    part = atoms_index(m, tuple(sorted(us)))
-    group = group_key(m, tuple(sorted(ud)))
-    hs, hd = _cells_held(src, counts), _cells_held(dst, counts)
-    total = 0
-    for cell in np.ndindex(*counts):
-        held_s = np.ones(m.size, dtype=bool)
-        held_d = np.ones(m.size, dtype=bool)
-        for d, c in enumerate(cell):
-            held_s &= hs[d][:, c]
-            held_d &= hd[d][:, c]
-        cover: dict[int, set[int]] = {}
-        for v in np.nonzero(held_d)[0]:
-            cover.setdefault(int(group[v]), set())
-        for v in np.nonzero(held_s)[0]:
-            if int(group[v]) in cover:
-                cover[int(group[v])].add(int(part[v]))
-        if not cover:
-            continue
-        incomplete = sum(1 for c in cover.values() if len(c) < k)
-        if incomplete == len(cover):
-            total += min(k - len(c) for c in cover.values()) + incomplete - 1
-        else:
-            total += incomplete
-    return total * cell_elems * src.itemsize / m.size
+    s_dim = {a for d in dims_atoms(src) for a in d}
+    d_dim = {a for d in dims_atoms(dst) for a in d}
+    fd = {a for name in m.names for a in atoms_of(m, name)} - d_dim - ud
+    k, covered = _size(us), _size(us & ud)
+    groups = _size(fd)
+    agreeing = groups // _size(fd & s_dim)  # groups of a consistent cell holding a source copy
+
+    def messages(consistent: bool) -> int:
+        """Per element: the bound of the module docstring for a (non-)consistent cell."""
+        holding = agreeing if consistent else 0
+        if k == 1 or (covered == k and holding):
+            return groups - (holding if covered == k else 0)
+        return (k - covered if holding else k) + groups - 1
+
+    # every (S u D)-coordinate pair occurs on m.size / |S u D| devices
+    consistent = overlap_total(src, dst) // (m.size // _size(s_dim | d_dim))
+    total = math.prod(src.shape)
+    return (consistent * messages(True) + (total - consistent) * messages(False)) * src.itemsize / m.size

@@ -24,6 +24,7 @@ then the least estimated time, then the fewest collectives (a typed collective w
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 from redist.atoms import Atom, atom_axis, atoms_of, dims_atoms, unreduced_atoms
@@ -359,15 +360,53 @@ def _park(
     return out
 
 
+TIME_SLACK = 1 - 1e-9
+"""Time floors are shrunk by this factor: they sum per-round terms in another order than the
+measure does, so float rounding must not lift one above the figure it bounds. Byte floors need no
+slack: bound and measure are each one correctly rounded division of an exact integer."""
+
+
+def _fastest(cm: CostModel) -> tuple[float, float]:
+    """The least latency and inverse bandwidth any link of the cost model has."""
+    lat = min([cm.latency_s, *(v for _, v in cm.axis_latency_s)])
+    bw = max([cm.bandwidth_Bps, *(v for _, v in cm.axis_bandwidth_Bps)])
+    return lat, 1.0 / bw
+
+
 @memo(Scope.TYPE)
 def _exchange_floor(cur: ShardingType, dst: ShardingType, cm: CostModel) -> tuple[float, float]:
     """Optimistic (recv, time) of an exchange ``cur -> dst`` without building its schedule: it
-    receives at least the lower bound, and its busiest device needs one round per missing cell."""
-    if cur.unreduced or dst.unreduced:
-        return (0.0, 0.0)
-    cf = closed_form(cur, dst)
-    lat = min([cm.latency_s, *(v for _, v in cm.axis_latency_s)])
-    return (float(cf.missing.mean()) * cur.itemsize, cf.rounds * lat)
+    receives at least the lower bound, and its busiest device needs one round per missing cell,
+    each round costing at least the fastest link's latency (plus, with pending sums, one cell at
+    its bandwidth)."""
+    lat, inv_bw = _fastest(cm)
+    if not (cur.unreduced or dst.unreduced):
+        cf = closed_form(cur, dst)
+        return (float(cf.missing.mean()) * cur.itemsize, cf.rounds * lat)
+    recv = lower_bound_bytes(cur, dst)
+    cell = math.prod(math.gcd(a, b) for a, b in zip(cur.local_shape, dst.local_shape))
+    rounds = _pending_sum_rounds(cur, dst, cell, recv / (cell * cur.itemsize))
+    return (recv, rounds * (lat + cell * cur.itemsize * inv_bw) * TIME_SLACK)
+
+
+def _pending_sum_rounds(cur: ShardingType, dst: ShardingType, cell: int, mean_cells: float) -> int:
+    """Rounds the exchange schedule (``redist.exchange``) needs at least, moving one cell per device
+    and round: the average receipt (``mean_cells``, from the bound) and, without pending sums in
+    ``dst``, every device's missing cells; where partials are summed (``k > 1`` of them per element),
+    the root receives ``k - 1`` cells in the merge phase and then forwards the sum to each other
+    target of the element, one per group of devices that differ only along ``dst``'s unreduced
+    axes, in a separately coloured phase."""
+    rounds = math.ceil(mean_cells * TIME_SLACK)
+    if not dst.unreduced:
+        rounds = max(rounds, int(closed_form(cur, dst).missing.max()) // cell)
+    m = cur.mesh
+    us, ud = unreduced_atoms(cur), unreduced_atoms(dst)
+    k = math.prod(a.size for a in us - ud)
+    if k > 1:
+        sharded = {a for d in dims_atoms(dst) for a in d}
+        targets = m.size // math.prod(a.size for a in sharded | ud)
+        rounds = max(rounds, k - 1 + targets - 1)
+    return rounds
 
 
 class _Best:
@@ -406,8 +445,8 @@ def _exchange_plans(src: ShardingType, dst: ShardingType, cm: CostModel, prefixe
     """An ``Exchange`` to ``dst`` after each prefix, pruned by floors, cheapest first: any plan
     receives at least the source's lower bound, and an exchange costs at least one latency; then
     the exchange's own optimistic (bytes, time)."""
-    floor_all = lower_bound_bytes(src, dst) if not (src.unreduced or dst.unreduced) else 0.0
-    lat = min([cm.latency_s, *(v for _, v in cm.axis_latency_s)])
+    floor_all = lower_bound_bytes(src, dst)
+    lat = _fastest(cm)[0]
     ranked = []
     for prefix in prefixes:
         if not best.beaten(cm.order(max(prefix.recv_bytes, floor_all), prefix.time_s + lat), cm):

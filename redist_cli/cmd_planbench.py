@@ -11,11 +11,13 @@ def register(sub: Any, handlers: dict[str, Any]) -> None:
     p.add_argument("--pairs", type=int, default=500)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--gap-pairs", type=int, default=150)
+    p.add_argument("--ladder", type=int, default=0, metavar="N",
+                   help="instead: the large-mesh ladder (256 to 65,536 devices), N random pairs per rung")
     handlers["bench-plan"] = _run
 
 
 def _run(args: argparse.Namespace) -> int:
     from benchmarks.planning import main
 
-    print(main(args.pairs, args.seed, args.gap_pairs))
+    print(main(args.pairs, args.seed, args.gap_pairs, args.ladder))
     return 0

@@ -7,8 +7,10 @@ from spmd_types.errors import (
     InvalidSizeError,
     MeshError,
     MeshMismatchError,
+    MeshTooLargeError,
     RankMismatchError,
     ShardingTypeError,
+    SizeLimitError,
     TypeSyntaxError,
     UnknownAxisError,
     UnknownLayoutError,
@@ -20,7 +22,8 @@ parse = parse_type
 
 __all__ = [
     "Axis", "DTYPES", "DuplicateAxisError", "IndivisibleDimensionError", "InvalidSizeError",
-    "Mesh", "MeshError", "MeshMismatchError", "RankMismatchError", "ShardingType",
-    "ShardingTypeError", "SubAxis", "TypeSyntaxError", "UnknownAxisError", "UnknownLayoutError", "axis_name",
+    "Mesh", "MeshError", "MeshMismatchError", "MeshTooLargeError", "RankMismatchError", "ShardingType",
+    "ShardingTypeError", "SizeLimitError", "SubAxis", "TypeSyntaxError", "UnknownAxisError", "UnknownLayoutError",
+    "axis_name",
     "canonical_dtype", "format_type", "itemsize", "parse", "parse_type",
 ]

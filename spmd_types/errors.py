@@ -58,3 +58,11 @@ class UnknownLayoutError(ShardingTypeError):
 class MissingExtraError(RuntimeError):
     """An optional dependency (e.g. matplotlib for pictures) is not installed: the message names the
     extra to install. Defined in the bottom layer so the CLI can catch it without importing JAX."""
+
+
+class SizeLimitError(ShardingTypeError):
+    """A dimension or local size exceeds what the vectorised (int64) index math holds."""
+
+
+class MeshTooLargeError(MeshError):
+    """A mesh has too many devices to enumerate where a per-device table is still needed."""

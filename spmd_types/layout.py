@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from spmd_types.errors import SizeLimitError
 from spmd_types.memo import Scope, memo
 from spmd_types.mesh import Axis, Mesh, subaxis_digit
 
@@ -36,8 +37,29 @@ def axis_coords(mesh: Mesh, a: Axis) -> np.ndarray:
     return out
 
 
+INDEX_LIMIT = (1 << 63) - 1
+"""The largest index, size or element count the int64 tables hold; past it ``SizeLimitError``."""
+
+
+def check_index_range(t: ShardingType) -> None:
+    """Raise ``SizeLimitError`` naming the dimension when ``t``'s sizes do not fit int64 index math
+    (block bounds, overlaps and per-device element counts), instead of letting them wrap."""
+    for d, n in enumerate(t.shape):
+        if n > INDEX_LIMIT:
+            raise SizeLimitError(
+                f"dimension {d} of {t} has size {n} > 2**63-1, past the int64 index math of the planner; "
+                f"split the dimension or plan a smaller shape of the same layout (bytes scale linearly)"
+            )
+    if t.local_size > INDEX_LIMIT:
+        raise SizeLimitError(
+            f"the local block {list(t.local_shape)} of {t} has {t.local_size} elements > 2**63-1, past "
+            f"the int64 element counts of the planner; plan a smaller shape of the same layout"
+        )
+
+
 def block_indices(t: ShardingType) -> np.ndarray:
     """int64 ``[devices, rank]``: the block number each device holds along each dimension."""
+    t.mesh.check_enumerable()
     out = np.zeros((t.mesh.size, t.rank), dtype=np.int64)
     for d, axes in enumerate(t.dims):
         for a in axes:
@@ -48,6 +70,7 @@ def block_indices(t: ShardingType) -> np.ndarray:
 @memo(Scope.TYPE, maxsize=8192)
 def block_bounds(t: ShardingType) -> np.ndarray:
     """int64 ``[devices, rank, 2]``: global ``[start, stop)`` of each device's block."""
+    check_index_range(t)
     local = np.array(t.local_shape, dtype=np.int64)
     start = block_indices(t) * local
     out = np.stack([start, start + local], axis=-1)
@@ -65,6 +88,7 @@ def overlap_elements(a: ShardingType, b: ShardingType) -> np.ndarray:
 
 def reduction_group_coords(t: ShardingType) -> np.ndarray:
     """Per device, a mixed-radix id of its coordinates along the unreduced axes (0 if none)."""
+    t.mesh.check_enumerable()
     out = np.zeros(t.mesh.size, dtype=np.int64)
     for a in t.sorted_unreduced():
         out = out * t.mesh.axis_size(a) + axis_coords(t.mesh, a)

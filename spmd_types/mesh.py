@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from spmd_types.errors import MeshError, UnknownAxisError
+from spmd_types.errors import MeshError, MeshTooLargeError, UnknownAxisError
 
 if TYPE_CHECKING:  # pragma: no cover
     import jax
@@ -37,6 +37,11 @@ class SubAxis:
 Axis = str | SubAxis
 """An axis reference in a type: a whole mesh axis (its name) or a sub-axis."""
 
+
+MAX_ENUMERATED_DEVICES = 1 << 22
+"""The most devices a per-device table (``Mesh.coord_table`` and the NumPy tables built on it) is
+made for: 4M rows. Larger meshes raise ``MeshTooLargeError`` where enumeration is needed, instead of
+NumPy asking for terabytes."""
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 """Axis names are ASCII identifiers: exactly what the type text grammar can spell."""
@@ -218,8 +223,18 @@ class Mesh:
         """int array [devices, axes] of every device's coordinates (row-major ids)."""
         import numpy as np
 
+        self.check_enumerable()
         sizes = [s for _, s in self.axes]
-        return np.array(list(np.ndindex(*sizes)), dtype=np.int64).reshape(self.size, len(sizes))
+        idx = np.unravel_index(np.arange(self.size, dtype=np.int64), sizes)
+        return np.stack(idx, axis=1).astype(np.int64).reshape(self.size, len(sizes))
+
+    def check_enumerable(self, what: str = "a per-device table") -> None:
+        """Raise ``MeshTooLargeError`` when the mesh has more than ``MAX_ENUMERATED_DEVICES``."""
+        if self.size > MAX_ENUMERATED_DEVICES:
+            raise MeshTooLargeError(
+                f"mesh {self} has {self.size:,} devices; {what} is limited to {MAX_ENUMERATED_DEVICES:,} "
+                f"devices (spmd_types.mesh.MAX_ENUMERATED_DEVICES): plan on a mesh of the axes the move uses"
+            )
 
     def __str__(self) -> str:
         return "{" + ",".join(f"{n}={s}" for n, s in self.axes) + "}"
