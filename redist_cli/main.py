@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import NoReturn
@@ -72,6 +73,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         return handlers[args.command](args)
+    except BrokenPipeError:  # the reader stopped early (``redist types ... | head``): not an error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
+        return 0
     except ShardingTypeError as e:
         error(f"{type(e).__name__}: {e}")
     except MissingExtraError as e:

@@ -138,3 +138,10 @@ def test_readme_demo_command_sets_its_own_devices() -> None:
                        timeout=180)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     assert r.stdout.count("values: OK") == 4 and "all values correct" in r.stdout
+
+
+def test_output_into_a_closed_pipe_is_not_an_error() -> None:
+    """``redist types ... | head`` stops reading early: exit 0, nothing on stderr."""
+    cmd = f"{sys.executable} -m redist_cli types 'f32[256@data,512]{{U:model}}' --mesh data=2,model=4 --blocks | head -1"
+    r = subprocess.run(["bash", "-o", "pipefail", "-c", cmd], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stderr == "", r.stderr
