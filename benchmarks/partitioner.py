@@ -79,7 +79,13 @@ def _measure(compiled: Any, args: list[Any], runs: int) -> Side:
 
 
 def bench_one(model: M.Model, strategy: str, mesh: Mesh, runs: int = 5) -> Row:
-    step = partition(model.step, mesh, S.schedule(model.name, strategy))
+    ours, xla, predicted = bench_schedule(model, S.schedule(model.name, strategy), mesh, runs)
+    return Row(model.name, strategy, hand_count(model.name, strategy, len(model.params)), ours, xla, predicted)
+
+
+def bench_schedule(model: M.Model, schedule: list[Any], mesh: Mesh, runs: int = 5) -> tuple[Side, Side, dict[str, int]]:
+    """Our partitioned step and XLA's (jit with the same input shardings), both compiled and timed."""
+    step = partition(model.step, mesh, schedule)
     a = step.trace(*model.args)
     leaves = jax.tree_util.tree_leaves(model.args)
     # ours
@@ -95,8 +101,7 @@ def bench_one(model: M.Model, strategy: str, mesh: Mesh, runs: int = 5) -> Row:
     flat = jax.jit(lambda *xs: model.step(*jax.tree_util.tree_unflatten(a.program.in_tree, list(xs))),
                    in_shardings=shardings)
     xla = _measure(flat.lower(*xla_args).compile(), xla_args, runs)
-    return Row(model.name, strategy, hand_count(model.name, strategy, len(model.params)), ours, xla,
-               step.simulate().counts())
+    return ours, xla, step.simulate().counts()
 
 
 def run_partitioner_bench(mesh: Mesh | None = None, models: tuple[str, ...] = ("mlp", "transformer"),

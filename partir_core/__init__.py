@@ -6,6 +6,7 @@ changes are planned by ``redist``, and can ``explain()`` and ``simulate()`` the 
 """
 
 from partir_core.api import Analysis, Partitioned, analyze, partition
+from partir_core.auto import AutoResult, auto
 from partir_core.errors import (
     AxisUsedTwiceError,
     IndivisibleDimError,
@@ -18,7 +19,7 @@ from partir_core.simulate import Simulation, hlo_collectives, simulate
 from partir_core.tactics import Pin, Shard, ShardParams
 
 __all__ = [
-    "Analysis", "AxisUsedTwiceError", "IndivisibleDimError", "PartitionError", "Partitioned", "Pin",
+    "Analysis", "AutoResult", "AxisUsedTwiceError", "IndivisibleDimError", "PartitionError", "Partitioned", "Pin",
     "Shard", "ShardParams", "Simulation", "TacticError", "UnknownInputError", "UnknownPrimitiveError",
-    "analyze", "hlo_collectives", "partition", "simulate",
+    "analyze", "auto", "hlo_collectives", "partition", "simulate",
 ]

@@ -1,0 +1,333 @@
+"""``auto``: find a schedule of tactics by Monte Carlo tree search, scored by the simulator.
+
+The search follows automap (arXiv 2112.02958) and PartIR's MCTS partitioner (arXiv 2210.06352):
+a state is a partial schedule with propagation run after every action, an action shards one
+group of tied input dimensions over one mesh axis (``search_space``), and a state is scored by
+what the partitioner's own simulator predicts for its lowering:
+
+    score = flops / flops_per_s + communication time (redist's plans under the partitioner's
+            CostModel) + memory_weight * root_time * max(0, peak / memory_budget - 1)
+
+The penalty is soft so the search can pass through states that overflow on the way to ones that
+fit (Megatron alone and batch parallelism alone may each overflow where together they fit); the
+schedule returned is the best one that fits (the least overflowing one only if none does).
+Every partial schedule is itself a valid schedule, so a leaf is valued by evaluating it (no random
+rollouts: one lowering costs tenths of a second). Two standard enhancements make that affordable:
+the root is expanded fully first, and deeper nodes try actions in the order of their value at
+the root (an all-moves-as-first prior) under progressive widening; values back up as the maximum
+(single-player MCTS: the best schedule in a subtree is what the subtree is worth).
+
+The result is a list of ordinary ``Shard`` tactics after the user's ``fixed`` ones: readable,
+editable, and ``partition(fn, mesh, result.schedule)`` reproduces exactly the scored program.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+from partir_core import rules as _rules_mod
+from partir_core.ir import Program, trace
+from partir_core.lower import lower
+from partir_core.propagate import Propagator
+from partir_core.rules import Rule
+from partir_core.search_space import Action, SearchSpace, State, build_space
+from partir_core.simulate import Simulation, simulate
+from partir_core.tactics import Tactic, apply_schedule
+from spmd_types import Mesh
+
+DEFAULT_FLOPS_PER_S = 4e9
+"""Per-device FLOP rate of the time model: what one of 8 simulated CPU devices sustains on this
+project's 2-core CI machine (measured on the bundled models' matmuls). Pass your accelerator's."""
+
+
+@dataclass(frozen=True)
+class Objective:
+    """How a schedule is scored (lower is better); see the module docstring."""
+
+    flops_per_s: float = DEFAULT_FLOPS_PER_S
+    memory_budget: int | None = None
+    memory_weight: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not self.flops_per_s > 0:
+            raise ValueError(f"flops_per_s must be > 0, got {self.flops_per_s}")
+        if self.memory_budget is not None and self.memory_budget <= 0:
+            raise ValueError(f"memory_budget must be a positive number of bytes, got {self.memory_budget}")
+
+
+class Evaluation(NamedTuple):
+    """The simulator's prediction for one schedule, and its score under the objective."""
+
+    time_s: float
+    compute_s: float
+    comm_s: float
+    peak_bytes: int
+    score: float
+
+    def fits(self, budget: int | None) -> bool:
+        return budget is None or self.peak_bytes <= budget
+
+    def fmt(self) -> str:
+        return (f"{self.time_s * 1e6:,.1f} us (compute {self.compute_s * 1e6:,.1f}, "
+                f"communication {self.comm_s * 1e6:,.1f}), peak {self.peak_bytes:,} B")
+
+
+def rules_of(program: Program, unknown: str = "error") -> tuple[Rule, ...]:
+    """The program's rules, whichever way this version of ``rules`` builds them."""
+    many = getattr(_rules_mod, "rules_for", None)
+    if many is not None:
+        return tuple(many(program, unknown))
+    return tuple(_rules_mod.rule_for(op, unknown) for op in program.ops)
+
+
+class Evaluator:
+    """Lowers and simulates states, cached by the layout of every value (transpositions are free)."""
+
+    def __init__(self, program: Program, mesh: Mesh, rules: Sequence[Rule], objective: Objective) -> None:
+        self.program, self.mesh, self.rules, self.objective = program, mesh, tuple(rules), objective
+        self.cache: dict[Any, tuple[Evaluation, Simulation]] = {}
+        self.root_time_s: float | None = None
+
+    def __call__(self, st: State) -> Evaluation:
+        key = st.full_key()
+        if key not in self.cache:
+            sim = simulate(lower(self.program, self.mesh, self.rules, st.prop.layouts))
+            self.cache[key] = (self._score(sim), sim)
+        return self.cache[key][0]
+
+    def _score(self, sim: Simulation) -> Evaluation:
+        o = self.objective
+        compute = sim.flops / o.flops_per_s
+        t = compute + sim.comm_time_s
+        if self.root_time_s is None:
+            self.root_time_s = t
+        over = 0.0 if o.memory_budget is None else max(0.0, sim.peak_bytes / o.memory_budget - 1.0)
+        return Evaluation(t, compute, sim.comm_time_s, sim.peak_bytes, t + o.memory_weight * self.root_time_s * over)
+
+
+@dataclass(eq=False)
+class _Node:
+    state: State
+    value: float
+    untried: list[Action]
+    children: list[_Node] = field(default_factory=list)
+    visits: int = 0
+    best: float = 0.0
+    exhausted: bool = False
+
+
+@dataclass(frozen=True)
+class SearchStats:
+    evaluations: int
+    iterations: int
+    seconds: float
+    stopped_by: str
+    """``"time budget"``, ``"evaluation budget"`` or ``"exhausted"`` (every reachable state seen)."""
+
+
+class MCTS:
+    """Single-player UCT over a ``SearchSpace`` (see the module docstring for the choices)."""
+
+    def __init__(self, space: SearchSpace, evaluate: Evaluator, root: State, seed: int,
+                 exploration: float = 0.3, widening: float = 1.5) -> None:
+        self.space, self.evaluate, self.rng = space, evaluate, random.Random(seed)
+        self.c, self.widening = exploration, widening
+        self.root_score = evaluate(root).score
+        self.prior: dict[Action, float] = {}
+        self.best = root
+        self.root = self._node(root)
+
+    def reward(self, st: State) -> float:
+        """The shaped value the tree backs up; also keeps the best schedule that fits."""
+        ev = self.evaluate(st)
+        budget = self.evaluate.objective.memory_budget
+        cur = self.evaluate(self.best)
+        if (not ev.fits(budget), ev.score) < (not cur.fits(budget), cur.score):
+            self.best = st
+        return self.root_score / ev.score
+
+    def _node(self, st: State) -> _Node:
+        acts = list(self.space.actions)
+        self.rng.shuffle(acts)  # the seed breaks ties between equally valued actions
+        acts.sort(key=lambda a: -self.prior.get(a, 0.0))
+        r = self.reward(st)
+        return _Node(st, r, acts, best=r)
+
+    def _can_expand(self, n: _Node) -> bool:
+        if not n.untried:
+            return False
+        return n is self.root or len(n.children) < max(1, math.ceil(self.widening * math.sqrt(n.visits)))
+
+    def _select(self, n: _Node) -> _Node:
+        live = [c for c in n.children if not c.exhausted]
+        lnN = math.log(max(n.visits, 1))
+        top = max(c.best for c in live)  # values relative to the best sibling: c is scale-free
+        return max(live, key=lambda c: c.best / top + self.c * math.sqrt(lnN / (c.visits + 1)))
+
+    def _expand(self, n: _Node) -> _Node | None:
+        seen = {c.state.key for c in n.children}
+        while n.untried:
+            a = n.untried.pop(0)
+            st = n.state.apply(self.space, a)
+            if st is None or st.key in seen:
+                continue
+            child = self._node(st)
+            if n is self.root:
+                self.prior[a] = child.value
+            n.children.append(child)
+            return child
+        return None
+
+    def iterate(self) -> None:
+        """One selection / expansion / back-up pass."""
+        path = [self.root]
+        n = self.root
+        while not self._can_expand(n) and any(not c.exhausted for c in n.children):
+            n = self._select(n)
+            path.append(n)
+        child = self._expand(n) if n.untried else None
+        if child is not None:
+            path.append(child)
+        leaf = path[-1]
+        if not leaf.untried and all(c.exhausted for c in leaf.children):
+            leaf.exhausted = True
+        for m in reversed(path):
+            m.visits += 1
+            m.best = max(m.best, leaf.best)
+            if m.children and not m.untried and all(c.exhausted for c in m.children):
+                m.exhausted = True
+
+    def run(self, time_budget_s: float, max_evaluations: int | None, started: float,
+            progress: Callable[[int, int], None] | None = None) -> SearchStats:
+        it = 0
+        stop = "exhausted"
+        while not self.root.exhausted:
+            if time.perf_counter() - started >= time_budget_s:
+                stop = "time budget"
+                break
+            if max_evaluations is not None and len(self.evaluate.cache) >= max_evaluations:
+                stop = "evaluation budget"
+                break
+            self.iterate()
+            it += 1
+            if progress is not None:
+                progress(it, len(self.evaluate.cache))
+        return SearchStats(len(self.evaluate.cache), it, time.perf_counter() - started, stop)
+
+
+@dataclass(frozen=True, eq=False)
+class AutoResult:
+    """The schedule ``auto`` found (``fixed`` tactics first), what it is predicted to cost, and how
+    the search got there. ``schedule`` is a plain list of tactics: print it, edit it, reuse it."""
+
+    schedule: tuple[Tactic, ...]
+    fixed: tuple[Tactic, ...]
+    evaluation: Evaluation
+    baseline: Evaluation
+    """The ``fixed`` tactics alone (everything else replicated)."""
+    steps: tuple[tuple[Tactic, Evaluation], ...]
+    """Each found tactic with the prediction for the schedule up to and including it."""
+    objective: Objective
+    space: SearchSpace
+    stats: SearchStats
+    mesh: Mesh
+    fn: Callable[..., Any]
+
+    @property
+    def found(self) -> tuple[Tactic, ...]:
+        return self.schedule[len(self.fixed):]
+
+    def partition(self, *, unknown: str = "error") -> Any:
+        """``partition(fn, mesh, schedule)``: the partitioned step, ready to call."""
+        from partir_core.api import partition
+
+        return partition(self.fn, self.mesh, self.schedule, unknown=unknown)
+
+    def explain(self) -> str:
+        o, s = self.objective, self.stats
+        budget = f"{o.memory_budget:,} B" if o.memory_budget is not None else "none"
+        lines = [f"== auto: MCTS over {len(self.space.actions)} actions on mesh {self.mesh} ==",
+                 f"objective: flops / {o.flops_per_s:.3g} FLOP/s + communication (redist plans), "
+                 f"memory budget {budget} (penalty weight {o.memory_weight:g})",
+                 f"search: {s.evaluations} schedules costed in {s.iterations} iterations, "
+                 f"{s.seconds:.1f} s, stopped: {s.stopped_by}", "", "== schedule =="]
+        for i, t in enumerate(self.fixed, 1):
+            lines.append(f"{i}. {t}   [fixed]")
+        lines.append(f"   fixed tactics alone: {self.baseline.fmt()}")
+        for i, (t, ev) in enumerate(self.steps, len(self.fixed) + 1):
+            lines.append(f"{i}. {t}   [found]")
+            lines.append(f"   -> {ev.fmt()}")
+        fits = "fits" if self.evaluation.fits(o.memory_budget) else "EXCEEDS"
+        lines += [f"predicted: {self.evaluation.fmt()}; {fits} the budget; "
+                  f"{self.baseline.time_s / self.evaluation.time_s:.2f}x faster than the fixed tactics alone",
+                  "", "== search space (static analysis: tied dimensions form one group) ==",
+                  self.space.describe()]
+        return "\n".join(lines)
+
+
+def _progress(enabled: bool, budget_s: float) -> tuple[Any, Callable[[int, int], None] | None]:
+    """A rich progress bar over the time budget (the search's real limit), or nothing."""
+    if not enabled:
+        return None, None
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    bar = Progress(TextColumn("auto: {task.fields[evals]} schedules costed"), BarColumn(),
+                   TimeElapsedColumn(), transient=True)
+    task = bar.add_task("search", total=budget_s, evals=0)
+    t0 = time.perf_counter()
+
+    def update(it: int, evals: int) -> None:
+        bar.update(task, completed=min(budget_s, time.perf_counter() - t0), evals=evals)
+
+    return bar, update
+
+
+def auto(step_fn: Callable[..., Any], mesh: Mesh, *args: Any, memory_budget: int | None = None,
+         time_budget_s: float = 60.0, fixed: Sequence[Tactic] = (), seed: int = 0,
+         max_evaluations: int | None = None, flops_per_s: float = DEFAULT_FLOPS_PER_S,
+         memory_weight: float = 1.0, unknown: str = "error", progress: bool = True) -> AutoResult:
+    """Search a schedule for ``step_fn(*args)`` on ``mesh`` (see the module docstring).
+
+    ``fixed`` tactics are applied first and kept; the search adds ``Shard`` tactics after them.
+    ``memory_budget``: bytes per device the simulator's peak should stay under. The search stops
+    at ``time_budget_s`` (or ``max_evaluations`` costed schedules, or when every reachable state
+    was seen) with the best schedule so far. For a given ``seed`` and a search that ends on its
+    evaluation budget or exhausts the space, the result is deterministic.
+    """
+    started = time.perf_counter()
+    objective = Objective(flops_per_s, memory_budget, memory_weight)
+    program = trace(step_fn, *args)
+    rules = rules_of(program, unknown)
+    space = build_space(program, mesh, rules)
+    prop = Propagator(program, mesh, rules)
+    apply_schedule(program, mesh, prop, list(fixed))
+    evaluate = Evaluator(program, mesh, rules, objective)
+    root = State(prop, ())
+    search = MCTS(space, evaluate, root, seed)
+    bar, update = _progress(progress, time_budget_s)
+    if bar is not None:
+        with bar:
+            stats = search.run(time_budget_s, max_evaluations, started, update)
+    else:
+        stats = search.run(time_budget_s, max_evaluations, started)
+    best = search.best
+    steps = []
+    for k in range(1, len(best.actions) + 1):
+        prefix = _replay(root, space, best.actions[:k])
+        steps.append((space.tactic(best.actions[k - 1]), evaluate(prefix)))
+    return AutoResult(tuple(fixed) + tuple(best.schedule(space)), tuple(fixed), evaluate(best),
+                      evaluate(root), tuple(steps), objective, space, stats, mesh, step_fn)
+
+
+def _replay(root: State, space: SearchSpace, actions: Sequence[Action]) -> State:
+    st = root
+    for a in actions:
+        nxt = st.apply(space, a)
+        assert nxt is not None, "a prefix of a searched schedule was pruned"
+        st = nxt
+    return st
