@@ -12,8 +12,9 @@ from typing import Any
 
 import numpy as np
 
+from partir_core.errors import PartitionError
 from partir_core.ir import Value
-from partir_core.lower import Lowered, Move, Step
+from partir_core.lower import Lowered, Move, OpDecision
 from partir_core.rules import local_params
 from redist.simulate import scatter
 from redist.simulate import simulate as run_plan
@@ -24,7 +25,7 @@ def _move(mv: Move, xs: list[np.ndarray]) -> list[np.ndarray]:
     return [np.asarray(x) for x in run_plan(mv.plan.steps, mv.plan.all_types, xs)]
 
 
-def _op(st: Step, args: list[Any], stacked: list[bool]) -> list[np.ndarray]:
+def _op(st: OpDecision, args: list[Any], stacked: list[bool]) -> list[np.ndarray]:
     """Run one op on every device at once (vmapped over a leading device axis)."""
     import jax
 
@@ -66,6 +67,9 @@ def emulate(low: Lowered, leaves: Sequence[Any]) -> list[np.ndarray]:
     for cid, arr in low.program.consts.items():
         env[(cid, low.const_types[cid])] = [arr] * n
     for st in low.steps:
+        if st.bodies:
+            raise PartitionError(f"op #{st.op.index} {st.op.name}: the NumPy reference executor runs "
+                                 "straight-line programs only; run the shard_map program instead")
         for mv in st.moves:
             env[(mv.value, mv.dst)] = _move(mv, env[(mv.value, mv.src)])
         args: list[Any] = []

@@ -25,12 +25,30 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any
 
 from partir_core.errors import UnknownPrimitiveError
-from partir_core.ir import Op
+from partir_core.ir import STRUCTURED, Op, Program, is_key
 
-PASS, CONTRACT, NOSHARD = "pass", "contract", "noshard"
+
+class FactorKind(Enum):
+    """How a factor may be sharded (see the module docstring)."""
+
+    PASS = "pass"
+    CONTRACT = "contract"
+    NOSHARD = "noshard"
+
+
+class Linearity(Enum):
+    """Which operands a pending sum may pass through: none, all ``linear`` ones together, or one."""
+
+    NONE = "none"
+    ALL = "all"
+    ONE = "one"
+
+
+PASS, CONTRACT, NOSHARD = FactorKind.PASS, FactorKind.CONTRACT, FactorKind.NOSHARD
 
 Dims = tuple[tuple[int, ...], ...]
 """Per tensor dimension, its factor ids (major to minor)."""
@@ -39,7 +57,7 @@ Dims = tuple[tuple[int, ...], ...]
 @dataclass(frozen=True)
 class Factor:
     size: int
-    kind: str
+    kind: FactorKind
 
 
 @dataclass(frozen=True)
@@ -48,7 +66,7 @@ class Rule:
     operands: tuple[Dims, ...]
     results: tuple[Dims, ...]
     linear: tuple[int, ...] = ()
-    linearity: str = "none"
+    linearity: Linearity = Linearity.NONE
 
 
 class _RB:
@@ -60,7 +78,7 @@ class _RB:
         self.ops: list[list[list[int]]] = [[[] for _ in a.shape] for a in op.inputs]
         self.res: list[list[list[int]]] = [[[] for _ in v.shape] for v in op.outputs]
 
-    def factor(self, size: int, kind: str, operands: Sequence[tuple[int, int]] = (),
+    def factor(self, size: int, kind: FactorKind, operands: Sequence[tuple[int, int]] = (),
                results: Sequence[tuple[int, int]] = ()) -> int:
         f = len(self.factors)
         self.factors.append(Factor(int(size), kind))
@@ -70,7 +88,7 @@ class _RB:
             self.res[i][d].append(f)
         return f
 
-    def own(self, kind: str = NOSHARD) -> None:
+    def own(self, kind: FactorKind = NOSHARD) -> None:
         """Every dimension not yet covered gets its own factor (replicated unless ``kind``)."""
         for i, a in enumerate(self.op.inputs):
             for d, n in enumerate(a.shape):
@@ -81,7 +99,7 @@ class _RB:
                 if not self.res[i][d]:
                     self.factor(n, kind, results=[(i, d)])
 
-    def build(self, linear: Sequence[int] = (), linearity: str = "none") -> Rule:
+    def build(self, linear: Sequence[int] = (), linearity: Linearity = Linearity.NONE) -> Rule:
         self.own(NOSHARD)
         in_results = {f for t in self.res for d in t for f in d}
         if self.op.outputs:  # a pass factor no result carries would lose data if sharded
@@ -91,7 +109,7 @@ class _RB:
                     tuple(tuple(tuple(d) for d in t) for t in self.res), tuple(linear), linearity)
 
 
-def _elementwise(op: Op, linear: Sequence[int] = (), linearity: str = "none") -> Rule:
+def _elementwise(op: Op, linear: Sequence[int] = (), linearity: Linearity = Linearity.NONE) -> Rule:
     b = _RB(op)
     out = op.outputs[0].shape
     for d, n in enumerate(out):
@@ -112,11 +130,11 @@ _LINEAR_ONE = {"mul": (0, 1), "div": (0,)}
 def _convert(op: Op) -> Rule:
     a, r = op.inputs[0].dtype, op.outputs[0].dtype
     linear = (0,) if a.startswith(("f", "bf", "c")) and r.startswith(("f", "bf", "c")) else ()
-    return _elementwise(op, linear, "all" if linear else "none")
+    return _elementwise(op, linear, Linearity.ALL if linear else Linearity.NONE)
 
 
 def _select_n(op: Op) -> Rule:
-    return _elementwise(op, tuple(range(1, len(op.inputs))), "all")
+    return _elementwise(op, tuple(range(1, len(op.inputs))), Linearity.ALL)
 
 
 def _broadcast_in_dim(op: Op) -> Rule:
@@ -127,7 +145,7 @@ def _broadcast_in_dim(op: Op) -> Rule:
         j = src.get(d)
         shared = [(0, j)] if j is not None and op.inputs[0].shape[j] == n else []
         b.factor(n, PASS, operands=shared, results=[(0, d)])
-    return b.build((0,), "all")
+    return b.build((0,), Linearity.ALL)
 
 
 def reshape_factors(src: Sequence[int], dst: Sequence[int]) -> tuple[list[int], list[list[int]], list[list[int]]]:
@@ -177,7 +195,7 @@ def _reshape(op: Op) -> Rule:
     ids = [b.factor(s, PASS) for s in sizes]
     b.ops[0] = [[ids[f] for f in fs] for fs in a_f]
     b.res[0] = [[ids[f] for f in fs] for fs in b_f]
-    return b.build((0,), "all")
+    return b.build((0,), Linearity.ALL)
 
 
 def _covers(fs: list[int], sizes: list[int], n: int) -> bool:
@@ -188,10 +206,10 @@ def _transpose(op: Op) -> Rule:
     b = _RB(op)
     for d, p in enumerate(op.params["permutation"]):
         b.factor(op.outputs[0].shape[d], PASS, operands=[(0, int(p))], results=[(0, d)])
-    return b.build((0,), "all")
+    return b.build((0,), Linearity.ALL)
 
 
-def _reduce(kind: str, linear: bool) -> Callable[[Op], Rule]:
+def _reduce(kind: FactorKind, linear: bool) -> Callable[[Op], Rule]:
     def rule(op: Op) -> Rule:
         b = _RB(op)
         axes = set(int(a) for a in op.params["axes"])
@@ -202,7 +220,7 @@ def _reduce(kind: str, linear: bool) -> Callable[[Op], Rule]:
             else:
                 b.factor(n, PASS, operands=[(0, d)], results=[(i, r) for i in range(len(op.outputs))])
                 r += 1
-        return b.build((0,) if linear else (), "all" if linear else "none")
+        return b.build((0,) if linear else (), Linearity.ALL if linear else Linearity.NONE)
     return rule
 
 
@@ -224,7 +242,7 @@ def _dot_general(op: Op) -> Rule:
             r += 1
     for x, y in zip(lc, rc):
         b.factor(lhs[x], CONTRACT, operands=[(0, x), (1, y)])
-    return b.build((0, 1), "one")
+    return b.build((0, 1), Linearity.ONE)
 
 
 def _along_axis(key: str) -> Callable[[Op], Rule]:
@@ -240,7 +258,7 @@ def _along_axis(key: str) -> Callable[[Op], Rule]:
             b.factor(n, PASS, operands=[(i, d) for i, a in enumerate(op.inputs) if len(a.shape) == rank],
                      results=[(i, d) for i in range(len(op.outputs))])
         lin = tuple(range(len(op.inputs))) if op.name == "concatenate" else ()
-        return b.build(lin, "all" if lin else "none")
+        return b.build(lin, Linearity.ALL if lin else Linearity.NONE)
     return rule
 
 
@@ -252,7 +270,7 @@ def _squeeze(op: Op) -> Rule:
         if d not in gone:
             b.factor(n, PASS, operands=[(0, d)], results=[(0, r)])
             r += 1
-    return b.build((0,), "all")
+    return b.build((0,), Linearity.ALL)
 
 
 def _full_dims(op: Op, starts: Sequence[int] | None, sizes: Sequence[int], lin: tuple[int, ...]) -> Rule:
@@ -262,7 +280,7 @@ def _full_dims(op: Op, starts: Sequence[int] | None, sizes: Sequence[int], lin: 
         whole = sizes[d] == n and (starts is None or starts[d] == 0)
         if whole:
             b.factor(n, PASS, operands=[(0, d)], results=[(0, d)])
-    return b.build(lin, "all" if lin else "none")
+    return b.build(lin, Linearity.ALL if lin else Linearity.NONE)
 
 
 def _slice(op: Op) -> Rule:
@@ -316,7 +334,7 @@ def _gather(op: Op) -> Rule:
     batch_out = [d for d in range(len(out)) if d not in dn.offset_dims]
     for k, od in enumerate(batch_out):
         b.factor(out[od], PASS, operands=[(1, k)], results=[(0, od)])
-    return b.build((0,), "none")
+    return b.build((0,), Linearity.NONE)
 
 
 def _scatter_add(op: Op) -> Rule:
@@ -334,23 +352,39 @@ def _scatter_add(op: Op) -> Rule:
     scatter_dims = [d for d in range(len(upd)) if d not in dn.update_window_dims]
     for k, ud in enumerate(scatter_dims):
         b.factor(upd[ud], CONTRACT, operands=[(1, k), (2, ud)])
-    return b.build((0, 2), "all")
+    return b.build((0, 2), Linearity.ALL)
 
 
 def _replicate(op: Op) -> Rule:
     return _RB(op).build()
 
 
+def _bitcast(op: Op) -> Rule:
+    """bitcast_convert_type: a width change adds or drops a minor dim; the leading dims pass."""
+    b = _RB(op)
+    a, r = op.inputs[0].shape, op.outputs[0].shape
+    for d in range(min(len(a), len(r))):
+        if a[d] == r[d]:
+            b.factor(a[d], PASS, operands=[(0, d)], results=[(0, d)])
+    return b.build()
+
+
+# random numbers: keys stay replicated and random bits are generated whole on every device (no
+# communication; equal to the unpartitioned program bit for bit), then sliced to what consumers need
+_RANDOM = ("random_seed", "random_bits", "random_split", "random_fold_in", "random_wrap",
+           "random_unwrap", "random_clone", "threefry2x32")
+
+
 RuleFn = Callable[[Op], Rule]
 RULES: dict[str, RuleFn] = {name: _elementwise for name in _ELEMENTWISE}
 
 
-def _linear(lin: tuple[int, ...], kind: str) -> RuleFn:
+def _linear(lin: tuple[int, ...], kind: Linearity) -> RuleFn:
     return lambda op: _elementwise(op, lin, kind)
 
 
-RULES.update({n: _linear(lin, "all") for n, lin in _LINEAR_ALL.items()})
-RULES.update({n: _linear(lin, "one") for n, lin in _LINEAR_ONE.items()})
+RULES.update({n: _linear(lin, Linearity.ALL) for n, lin in _LINEAR_ALL.items()})
+RULES.update({n: _linear(lin, Linearity.ONE) for n, lin in _LINEAR_ONE.items()})
 RULES.update({
     "convert_element_type": _convert, "select_n": _select_n, "broadcast_in_dim": _broadcast_in_dim,
     "reshape": _reshape, "transpose": _transpose, "dot_general": _dot_general,
@@ -363,22 +397,54 @@ RULES.update({
     "cumlogsumexp": _along_axis("axis"), "sort": _along_axis("dimension"), "split": _along_axis("axis"),
     "squeeze": _squeeze, "slice": _slice, "dynamic_slice": _dynamic_slice, "pad": _pad,
     "dynamic_update_slice": _dynamic_update_slice, "iota": _iota, "gather": _gather,
-    "scatter-add": _scatter_add, "scatter_add": _scatter_add,
+    "scatter-add": _scatter_add, "scatter_add": _scatter_add, "bitcast_convert_type": _bitcast,
 })
+RULES.update({name: _replicate for name in _RANDOM})
+RULES.update({name: _replicate for name in STRUCTURED})  # placeholders: layouts come from ties
 
 
-def rule_for(op: Op, unknown: str = "error") -> Rule:
+def _keys_whole(op: Op, rule: Rule) -> Rule:
+    """No factor of a PRNG key tensor may be sharded (a key is one indivisible value)."""
+    keyed = {f for a, dims in zip(op.inputs, rule.operands) if is_key(a.dtype) for fs in dims for f in fs}
+    keyed |= {f for v, dims in zip(op.outputs, rule.results) if is_key(v.dtype) for fs in dims for f in fs}
+    if not keyed:
+        return rule
+    factors = tuple(Factor(f.size, NOSHARD) if i in keyed else f for i, f in enumerate(rule.factors))
+    return Rule(factors, rule.operands, rule.results, rule.linear, rule.linearity)
+
+
+
+def rule_for(op: Op, unknown: str = "error", where: str = "") -> Rule:
     """The rule of ``op``; an unknown primitive raises, or (``unknown="replicate"``) is run on
     whole arrays: every operand is gathered and every result replicated."""
     fn = RULES.get(op.name)
     if fn is None:
         if unknown == "replicate":
-            return _replicate(op)
+            return _keys_whole(op, _replicate(op))
         raise UnknownPrimitiveError(
-            f"no sharding rule for primitive {op.name!r} (op #{op.index}); register one in "
+            f"no sharding rule for primitive {op.name!r} (op #{op.index}{where}); register one in "
             f"partir_core.rules.RULES or pass unknown='replicate' to run it on whole arrays"
         )
-    return fn(op)
+    return _keys_whole(op, fn(op))
+
+
+def rules_for(program: Program, unknown: str = "error") -> tuple[Rule, ...]:
+    """The rule of every op, bodies included, indexed by ``Op.index``; an unknown primitive's
+    error says where it sits (``scan #3 body > cond #7 branch 1``)."""
+    out: list[Rule] = []
+
+    def walk(p: Program, where: str) -> None:
+        for op in p.ops:
+            out.append(rule_for(op, unknown, where))
+            for k, body in enumerate(op.bodies):
+                walk(body, f"{where} in {op.name} #{op.index} {_body_name(op.name, k)}")
+
+    walk(program, "")
+    return tuple(out)
+
+
+def _body_name(prim: str, k: int) -> str:
+    return {"scan": "body", "while": ("cond", "body")[min(k, 1)]}.get(prim, f"branch {k}")
 
 
 # -- localisation: the primitive's parameters for local shapes ------------------------------------
