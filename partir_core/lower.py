@@ -28,8 +28,9 @@ from typing import Any
 
 from partir_core.errors import PartitionError
 from partir_core.ir import Atom, Const, Op, Program, Value, is_key
+from partir_core.local import arg_value, run_local
 from partir_core.propagate import Layout, factor_axes, layout_from_factors
-from partir_core.rules import CONTRACT, NOSHARD, PASS, Linearity, Rule, local_params
+from partir_core.rules import COMBINE, COMBINERS, CONTRACT, NOSHARD, PASS, Linearity, Rule
 from redist import CostModel, Plan, redistribute
 from spmd_types import Mesh, ShardingType, ShardingTypeError
 
@@ -59,6 +60,8 @@ class OpDecision:
     choice: str
     cost_s: float
     bodies: tuple[Lowered, ...] = ()
+    combine: tuple[str, ...] = ()
+    combine_plan: Plan | None = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -116,10 +119,12 @@ class _Planner:
         self.p, self.mesh, self.rules, self.layouts = program, mesh, rules, layouts
         self.avail: dict[int, list[ShardingType]] = {}
         self.uses: dict[int, int] = {}
+        self.consumer: dict[int, Op] = {}
         for op in program.ops:
             for a in op.inputs:
                 if isinstance(a, Value):
                     self.uses[a.id] = self.uses.get(a.id, 0) + 1
+                    self.consumer[a.id] = op
         for a in program.outputs:
             if isinstance(a, Value):
                 self.uses[a.id] = self.uses.get(a.id, 0) + 1
@@ -241,6 +246,20 @@ class _Planner:
         return ins, outs, assign
 
     # -- the decision ------------------------------------------------------------------------------
+    def _merges(self, v: Value, t: ShardingType) -> bool:
+        """Whether ``v``'s pending sum will merge into another one already pending: its one
+        consumer adds it (linearly) to an operand with the same pending axes, so reducing it
+        costs nothing extra here (the sum is reduced once, after the add)."""
+        if not t.unreduced or self.uses.get(v.id, 0) != 1 or v.id not in self.consumer:
+            return False
+        op = self.consumer[v.id]
+        rule = self.rules[op.index] if not op.bodies else None
+        if rule is None or rule.linearity != Linearity.ALL:
+            return False
+        lin = [a for i, a in enumerate(op.inputs) if i in rule.linear and isinstance(a, Value)]
+        return v in lin and any(
+            a.id != v.id and a.id in self.avail and self.avail[a.id][0].unreduced == t.unreduced for a in lin)
+
     def _best_src(self, v: Value, dst: ShardingType) -> tuple[ShardingType, float]:
         return min(((t, _cost(t, dst)) for t in self.avail[v.id]), key=lambda tc: tc[1])
 
@@ -307,16 +326,36 @@ class _Planner:
                 if isinstance(a, Value) and t is not None and t not in self.avail[a.id]:
                     cost += self._best_src(a, t)[1]
             for v, t in zip(op.outputs, outs):
-                cost += _cost(t, _type(v, self.layouts[v.id], self.mesh))
+                if not self._merges(v, t):
+                    cost += _cost(t, _type(v, self.layouts[v.id], self.mesh))
+            comb = _combine(op, rule, assign, outs)
+            if comb[1] is not None:
+                cost += comb[1].time_s * _combine_rounds(op)
             if best is None or (cost, k) < best:
-                best, chosen = (cost, k), (name, ins, outs, assign)
+                best, chosen = (cost, k), (name, ins, outs, assign, comb)
         assert chosen is not None and best is not None
-        name, ins, outs, assign = chosen
+        name, ins, outs, assign, (comb_axes, comb_plan) = chosen
         moves, _ = self._moves(op, ins)
         for v, t in zip(op.outputs, outs):
             self.avail[v.id] = [t]
         return OpDecision(op, rule, tuple(assign.get(f, ()) for f in range(len(rule.factors))),
-                    tuple(ins), tuple(outs), tuple(moves), name, best[0])
+                          tuple(ins), tuple(outs), tuple(moves), name, best[0], (), comb_axes, comb_plan)
+
+
+def _combine(op: Op, rule: Rule, assign: dict[int, tuple[str, ...]], outs: Sequence[ShardingType]
+             ) -> tuple[tuple[str, ...], Plan | None]:
+    """Axes of the op's sharded max/min factors, and the all-reduce that finishes it, priced as
+    redist prices a sum over the same axes (same bytes and rounds; only the combiner differs)."""
+    axes = tuple(a for f, k in enumerate(rule.factors) if k.kind == COMBINE for a in assign.get(f, ()))
+    if not axes:
+        return (), None
+    t = outs[0]
+    return axes, plan_move(ShardingType(t.shape, t.dtype, t.dims, t.mesh, sorted(axes)), t)
+
+
+def _combine_rounds(op: Op) -> int:
+    """All-reduces a combine takes: arg* reduce the value, then the index among the winners."""
+    return 2 if op.name in ("argmax", "argmin") else 1
 
 
 def lower(program: Program, mesh: Mesh, rules: Sequence[Rule], layouts: dict[int, Layout],
@@ -403,19 +442,24 @@ def _run_op(step: OpDecision, args: list[Any]) -> list[Any]:
     if step.bodies:
         return _RUN_STRUCTURED[step.op.name](step, args)
     op = step.op
-    in_local = [t.local_shape if t is not None else () for t in step.in_types]
-    out_local = [t.local_shape for t in step.out_types]
-    params = local_params(op, in_local, out_local)
-    out = op.prim.bind(*args, **params)
-    outs = list(out) if op.prim.multiple_results else [out]
-    if op.name == "iota":
-        t = step.out_types[0]
-        d = int(op.params["dimension"])
-        if t.dims[d]:
-            block = jnp.zeros((), jnp.int32)
-            for a in t.dims[d]:
-                block = block * t.mesh.axis_size(a) + lax.axis_index(str(a))
-            outs[0] = outs[0] + (block * t.local_shape[d]).astype(outs[0].dtype)
+
+    def offset(t: ShardingType, d: int) -> Any:
+        block = jnp.zeros((), jnp.int32)
+        for a in t.dims[d]:
+            block = block * t.mesh.axis_size(a) + lax.axis_index(str(a))
+        return block * t.local_shape[d]
+
+    outs = run_local(op, step.in_types, step.out_types, args, offset, step.combine)
+    if step.combine:
+        axes = tuple(step.combine)
+        kind = COMBINERS[op.name]
+        if op.name in ("argmax", "argmin"):
+            val = arg_value(op, args[0])
+            best = lax.pmax(val, axes) if kind == "max" else lax.pmin(val, axes)
+            big = jnp.iinfo(outs[0].dtype).max
+            outs[0] = lax.pmin(jnp.where(val == best, outs[0], big), axes)
+        else:
+            outs[0] = lax.pmax(outs[0], axes) if kind == "max" else lax.pmin(outs[0], axes)
     return outs
 
 

@@ -9,8 +9,14 @@ merges them). A factor is
 - ``contract``: summed away (dot_general contracting dims, ``reduce_sum`` axes, scatter-add
   batch dims): sharding it makes each device compute a partial sum, so the result is
   **unreduced** over the factor's axes;
-- ``noshard``: must be whole on every device (``reduce_max`` axes, concatenation, gather's
-  indexed dims...).
+- ``noshard``: must be whole on every device (concatenation, sort, top_k's dimension...);
+- ``combine``: reduced by max/min (``reduce_max``, ``argmax``...): each device reduces its block
+  and one all-reduce(max/min) over the factor's axes finishes it (``COMBINERS``).
+
+A gather's indexed operand dimension is a ``contract`` factor: each device looks up only the
+indices in its block, writes zeros elsewhere, and the pending sum finishes it (the Megatron masked
+embedding lookup); a scatter-add's indexed dimension passes to the result, each device adding only
+the updates whose index falls in its block. ``local_index`` gives such ops their block offset.
 
 Given axes for every factor, each primitive runs unchanged on local shards once its shape
 parameters are localised (``local_params``); ``iota`` also needs its block offset.
@@ -38,6 +44,7 @@ class FactorKind(Enum):
     PASS = "pass"
     CONTRACT = "contract"
     NOSHARD = "noshard"
+    COMBINE = "combine"
 
 
 class Linearity(Enum):
@@ -48,7 +55,11 @@ class Linearity(Enum):
     ONE = "one"
 
 
-PASS, CONTRACT, NOSHARD = FactorKind.PASS, FactorKind.CONTRACT, FactorKind.NOSHARD
+PASS, CONTRACT, NOSHARD, COMBINE = FactorKind.PASS, FactorKind.CONTRACT, FactorKind.NOSHARD, FactorKind.COMBINE
+
+COMBINERS: dict[str, str] = {"reduce_max": "max", "reduce_min": "min", "argmax": "max", "argmin": "min"}
+"""Primitives whose ``combine`` factors finish with an all-reduce of this kind (arg*: of the value,
+then of the index among the devices holding it)."""
 
 Dims = tuple[tuple[int, ...], ...]
 """Per tensor dimension, its factor ids (major to minor)."""
@@ -319,40 +330,57 @@ def _iota(op: Op) -> Rule:
 
 
 def _gather(op: Op) -> Rule:
-    """Embedding-style gather: whole slices along offset dims pass through, indices' batch dims
-    pass through; the indexed operand dims stay whole."""
+    """Gather (embedding lookup, ``take_along_axis``): whole slices along offset dims pass
+    through; the indices' batch dims pass to the result, and to the operand's batching dims
+    (``take_along_axis``: a batch-sharded lookup needs no communication); a single indexed
+    dimension may be sharded as a masked local lookup (a ``contract`` factor)."""
     b = _RB(op)
     dn = op.params["dimension_numbers"]
     operand = op.inputs[0].shape
     out = op.outputs[0].shape
-    if dn.operand_batching_dims:
-        return b.build()
-    offset_src = [d for d in range(len(operand)) if d not in dn.collapsed_slice_dims]
+    offset_src = [d for d in range(len(operand)) if d not in dn.collapsed_slice_dims
+                  and d not in dn.operand_batching_dims]
     for od, sd in zip(dn.offset_dims, offset_src):
         if op.params["slice_sizes"][sd] == operand[sd] and sd not in dn.start_index_map:
             b.factor(operand[sd], PASS, operands=[(0, sd)], results=[(0, int(od))])
     batch_out = [d for d in range(len(out)) if d not in dn.offset_dims]
+    pair = dict(zip((int(d) for d in dn.start_indices_batching_dims), (int(d) for d in dn.operand_batching_dims)))
     for k, od in enumerate(batch_out):
-        b.factor(out[od], PASS, operands=[(1, k)], results=[(0, od)])
-    return b.build((0,), Linearity.NONE)
+        shared = [(1, k)] + ([(0, pair[k])] if k in pair else [])
+        b.factor(out[od], PASS, operands=shared, results=[(0, od)])
+    if len(dn.start_index_map) == 1 and op.inputs[1].shape[-1] == 1:
+        d = int(dn.start_index_map[0])
+        if op.params["slice_sizes"][d] == 1 and d in dn.collapsed_slice_dims:
+            b.factor(operand[d], CONTRACT, operands=[(0, d)])
+    return b.build((0,), Linearity.ONE)
 
 
-def _scatter_add(op: Op) -> Rule:
-    """Scatter-add (embedding gradient): window dims pass through; the update batch dims are
-    summed into the operand, so sharding them leaves the result unreduced (operand must be too)."""
+def _scatter(op: Op, add: bool) -> Rule:
+    """Scatter(-add): window dims pass through; update batch dims paired with operand batching
+    dims pass too (the transpose of ``take_along_axis``); other update batch dims are summed
+    into the operand (a ``contract`` factor: the result is unreduced, the operand must be too),
+    which only an add may do; a single indexed dimension passes to the result, each device
+    scattering only the updates that fall in its block."""
     b = _RB(op)
     dn = op.params["dimension_numbers"]
     operand, upd = op.inputs[0].shape, op.inputs[2].shape
-    if dn.operand_batching_dims:
-        return b.build()
-    window_src = [d for d in range(len(operand)) if d not in dn.inserted_window_dims]
+    window_src = [d for d in range(len(operand)) if d not in dn.inserted_window_dims
+                  and d not in dn.operand_batching_dims]
     for ud, sd in zip(dn.update_window_dims, window_src):
         if upd[ud] == operand[sd] and sd not in dn.scatter_dims_to_operand_dims:
             b.factor(operand[sd], PASS, operands=[(0, sd), (2, int(ud))], results=[(0, sd)])
+    pair = dict(zip((int(d) for d in dn.scatter_indices_batching_dims), (int(d) for d in dn.operand_batching_dims)))
     scatter_dims = [d for d in range(len(upd)) if d not in dn.update_window_dims]
     for k, ud in enumerate(scatter_dims):
-        b.factor(upd[ud], CONTRACT, operands=[(1, k), (2, ud)])
-    return b.build((0, 2), Linearity.ALL)
+        if k in pair:
+            b.factor(upd[ud], PASS, operands=[(0, pair[k]), (1, k), (2, ud)], results=[(0, pair[k])])
+        elif add:
+            b.factor(upd[ud], CONTRACT, operands=[(1, k), (2, ud)])
+    if len(dn.scatter_dims_to_operand_dims) == 1 and op.inputs[1].shape[-1] == 1:
+        d = int(dn.scatter_dims_to_operand_dims[0])
+        if d in dn.inserted_window_dims:
+            b.factor(operand[d], PASS, operands=[(0, d)], results=[(0, d)])
+    return b.build((0, 2), Linearity.ALL) if add else b.build()
 
 
 def _replicate(op: Op) -> Rule:
@@ -388,16 +416,17 @@ RULES.update({n: _linear(lin, Linearity.ONE) for n, lin in _LINEAR_ONE.items()})
 RULES.update({
     "convert_element_type": _convert, "select_n": _select_n, "broadcast_in_dim": _broadcast_in_dim,
     "reshape": _reshape, "transpose": _transpose, "dot_general": _dot_general,
-    "reduce_sum": _reduce(CONTRACT, True), "reduce_max": _reduce(NOSHARD, False),
-    "reduce_min": _reduce(NOSHARD, False), "reduce_prod": _reduce(NOSHARD, False),
+    "reduce_sum": _reduce(CONTRACT, True), "reduce_max": _reduce(COMBINE, False),
+    "reduce_min": _reduce(COMBINE, False), "reduce_prod": _reduce(NOSHARD, False),
     "reduce_and": _reduce(NOSHARD, False), "reduce_or": _reduce(NOSHARD, False),
-    "argmax": _reduce(NOSHARD, False), "argmin": _reduce(NOSHARD, False),
+    "argmax": _reduce(COMBINE, False), "argmin": _reduce(COMBINE, False),
     "concatenate": _along_axis("dimension"), "cumsum": _along_axis("axis"),
     "cumprod": _along_axis("axis"), "cummax": _along_axis("axis"), "cummin": _along_axis("axis"),
     "cumlogsumexp": _along_axis("axis"), "sort": _along_axis("dimension"), "split": _along_axis("axis"),
     "squeeze": _squeeze, "slice": _slice, "dynamic_slice": _dynamic_slice, "pad": _pad,
     "dynamic_update_slice": _dynamic_update_slice, "iota": _iota, "gather": _gather,
-    "scatter-add": _scatter_add, "scatter_add": _scatter_add, "bitcast_convert_type": _bitcast,
+    "scatter-add": lambda op: _scatter(op, True), "scatter_add": lambda op: _scatter(op, True),
+    "scatter": lambda op: _scatter(op, False), "bitcast_convert_type": _bitcast,
 })
 RULES.update({name: _replicate for name in _RANDOM})
 RULES.update({name: _replicate for name in STRUCTURED})  # placeholders: layouts come from ties

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from partir_core.ir import Value
 from partir_core.lower import Lowered, Move, OpDecision
+from partir_core.rules import COMBINERS
 from spmd_types import ShardingType
 
 # how each redist step kind appears in StableHLO (exchange/permute: one collective_permute per round)
@@ -118,6 +119,15 @@ def _hlo_ops(mv: Move) -> Counter[str]:
     return typed
 
 
+def _combine(st: OpDecision) -> list[Collective]:
+    """The all-reduce(max/min) finishing a reduction over a sharded dimension (arg*: two)."""
+    assert st.combine_plan is not None
+    rounds = 2 if st.op.name in ("argmax", "argmin") else 1
+    m = st.combine_plan
+    reason = f"op #{st.op.index} {st.op.name} all-reduce({COMBINERS[st.op.name]}) over {','.join(st.combine)}"
+    return [Collective("all_reduce", m.recv_bytes, m.time_s, 1, reason, str(m.src), str(m.dst))] * rounds
+
+
 def _trips(st: OpDecision) -> int:
     return int(st.op.params["length"]) if st.op.name == "scan" else 1
 
@@ -134,6 +144,10 @@ def simulate(low: Lowered) -> Simulation:
     for i, st in enumerate(low.steps, start=1):
         colls += [c for mv in st.moves for c in _collectives(mv)]
         flops += op_flops(st)
+        if st.combine_plan is not None:
+            combined = _combine(st)
+            colls += combined
+            hlo["all_reduce"] += len(combined)
         for body in st.bodies:
             sub = simulate(body)
             k = _trips(st)

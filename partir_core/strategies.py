@@ -15,6 +15,9 @@ MEGATRON: dict[str, dict[str, int]] = {
     "mlp": {"params/w1": 1, "params/w2": 0},
     "transformer": {"params/wq": 1, "params/wk": 1, "params/wv": 1, "params/wo": 0,
                     "params/w1": 1, "params/w2": 0},
+    # stacked layers: dimension 0 is the layer, so each Megatron dimension is one further
+    "gpt": {"params/blocks/wq": 2, "params/blocks/wk": 2, "params/blocks/wv": 2, "params/blocks/wo": 1,
+            "params/blocks/w1": 2, "params/blocks/b1": 1, "params/blocks/w2": 1},
 }
 
 
@@ -35,7 +38,7 @@ def z3(model: str) -> list[Tactic]:
 
 
 def emb(model: str) -> list[Tactic]:
-    if model != "transformer":
+    if model not in ("transformer", "gpt"):
         raise KeyError(f"EMB needs an embedding table; model {model!r} has none")
     return [Shard("params/embed", dim=0, axis="model")]
 
@@ -59,4 +62,4 @@ def schedule(model: str, strategy: str) -> list[Tactic]:
 
 
 def applicable(model: str) -> list[str]:
-    return [s for s in STRATEGIES if model == "transformer" or "EMB" not in s]
+    return [s for s in STRATEGIES if model in ("transformer", "gpt") or "EMB" not in s]
