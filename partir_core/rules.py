@@ -256,6 +256,32 @@ def _dot_general(op: Op) -> Rule:
     return b.build((0, 1), Linearity.ONE)
 
 
+def _conv(op: Op) -> Rule:
+    """conv_general_dilated: batch passes, input features are contracted (a pending sum), output
+    features pass; spatial dims (windows, padding, strides) stay whole. Grouped convolutions
+    keep every dim whole."""
+    b = _RB(op)
+    dn = op.params["dimension_numbers"]
+    if op.params["feature_group_count"] != 1 or op.params["batch_group_count"] != 1:
+        return b.build()
+    lhs, rhs, out = dn.lhs_spec, dn.rhs_spec, dn.out_spec
+    x, w = op.inputs[0].shape, op.inputs[1].shape
+    b.factor(x[lhs[0]], PASS, operands=[(0, lhs[0])], results=[(0, out[0])])
+    b.factor(w[rhs[0]], PASS, operands=[(1, rhs[0])], results=[(0, out[1])])
+    b.factor(x[lhs[1]], CONTRACT, operands=[(0, lhs[1]), (1, rhs[1])])
+    return b.build((0, 1), Linearity.ONE)
+
+
+def _rev(op: Op) -> Rule:
+    """rev: reversed dims stay whole (a block would land on another device), the others pass."""
+    b = _RB(op)
+    rev = {int(d) for d in op.params["dimensions"]}
+    for d, n in enumerate(op.inputs[0].shape):
+        if d not in rev:
+            b.factor(n, PASS, operands=[(0, d)], results=[(0, d)])
+    return b.build((0,), Linearity.ALL)
+
+
 def _along_axis(key: str) -> Callable[[Op], Rule]:
     """Ops that act along one dimension (concatenate, cumsum, sort...): it stays whole."""
     def rule(op: Op) -> Rule:
@@ -423,6 +449,7 @@ RULES.update({
     "concatenate": _along_axis("dimension"), "cumsum": _along_axis("axis"),
     "cumprod": _along_axis("axis"), "cummax": _along_axis("axis"), "cummin": _along_axis("axis"),
     "cumlogsumexp": _along_axis("axis"), "sort": _along_axis("dimension"), "split": _along_axis("axis"),
+    "top_k": _along_axis("axis"), "conv_general_dilated": _conv, "rev": _rev,
     "squeeze": _squeeze, "slice": _slice, "dynamic_slice": _dynamic_slice, "pad": _pad,
     "dynamic_update_slice": _dynamic_update_slice, "iota": _iota, "gather": _gather,
     "scatter-add": lambda op: _scatter(op, True), "scatter_add": lambda op: _scatter(op, True),

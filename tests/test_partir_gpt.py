@@ -43,7 +43,7 @@ HAND = {
 }
 
 
-@pytest.mark.parametrize("strategy", ["BP", "MP", "BP+MP", "BP+MP+Z3"])
+@pytest.mark.parametrize("strategy", ["BP", "MP", "BP+MP", "BP+MP+Z3", "BP+MP+SP+VP"])
 def test_gpt_strategy_equals_unpartitioned_step(strategy: str) -> None:
     m = _model()
     step = partition(m.step, MESH, S.schedule("gpt", strategy))
