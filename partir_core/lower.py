@@ -81,9 +81,13 @@ class Lowered:
         return [m for s in self.steps for m in s.moves] + list(self.out_moves)
 
 
-PARTITIONER_COST_MODEL = CostModel(objective="time")
+PARTITIONER_COST_MODEL = CostModel(latency_s=10e-6, objective="time")
 """A compiler wants the fastest move, not the fewest bytes at any latency (a scalar loss must not
-become a many-round exchange to save a byte): inside programs redist minimises estimated time."""
+become a many-round exchange to save a byte): inside programs redist minimises estimated time.
+Each collective in a compiled step also pays a launch and a synchronisation, so the latency is
+set at twice redist's default: at 5 us a Megatron all-reduce of 1 MB over ``model`` became an
+all-reduce over half the batch plus an all-gather over ``data`` (fewer bytes, one more
+collective), which ran slower than XLA's single all-reduce (benchmarks/partitioner.py, GPT MP)."""
 
 
 @lru_cache(maxsize=65536)
