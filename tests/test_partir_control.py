@@ -81,6 +81,8 @@ def test_stacked_params_shard_on_their_layer_dims_only() -> None:
     # ws is [3 layers, 8, 8]: 3 is not divisible, but the policy must not even consider dim 0
     (ws_type,) = [t for p, t in zip(a.program.input_paths, a.lowered.in_types) if p == "params/ws"]
     assert ws_type.dims[0] == () and any(ws_type.dims[1:])
+    text = step.explain()
+    assert "scan(" in text and "body 0 (" in text and "cond(" in text and "while(" in text
     _run(_control_step, CONTROL_ARGS, [Shard("batch/x", dim=0, axis="data"),
                                        ShardParams(axis="model", target="params")])
 
