@@ -4,10 +4,18 @@ input shardings our tactics produced and let XLA's SPMD partitioner do the rest.
 Both programs are compiled; collectives and their bytes are read from the optimised HLO (the same
 parser for both), temporary memory from ``memory_analysis()``, wall time as the median of a few
 runs. A practitioner's hand count of collectives per strategy is shown next to both.
+
+``run_gpt_bench`` (``python -m benchmarks.partitioner``) does the same for the GPT written the
+modern way (scan over layers, remat, dropout, tied embeddings): XLA gets our input *and* output
+shardings, collectives and bytes are counted per executed step (a loop body once per iteration),
+wall time is interleaved medians, every result is checked against the unpartitioned step, and the
+simulator's predicted time is ranked against the measured one.
 """
 
 from __future__ import annotations
 
+import math
+import re
 import statistics
 import time
 from collections import Counter
@@ -17,6 +25,7 @@ from typing import Any
 import jax
 
 from benchmarks.hlo import parse_collectives
+from benchmarks.timing import time_interleaved
 from partir_core import models as M
 from partir_core import partition
 from partir_core import strategies as S
@@ -127,3 +136,218 @@ def table(rows: list[Row]) -> str:
                    f"{r.ours.temp_bytes:,} | {r.ours.time_s * 1e3:.2f} | {r.xla.fmt()} | "
                    f"{r.xla.recv_bytes:,.0f} | {r.xla.temp_bytes:,} | {r.xla.time_s * 1e3:.2f} |")
     return "\n".join(out)
+
+
+# -- the GPT (scan over layers, remat, dropout, tied embeddings) --------------------------------------
+
+GPT_STRATEGIES = ("BP", "MP", "BP+MP", "BP+MP+Z3", "BP+MP+SP", "BP+MP+VP")
+GPT_SIZES: dict[str, int] = {"batch": 8, "seq": 128, "d_model": 256, "heads": 8, "head_dim": 32,
+                             "ffn": 1024, "vocab": 1024, "layers": 2}
+_COMP_HEAD = re.compile(r"^(?:ENTRY\s+)?%?([\w.\-]+)\s+\(.*->.*\{\s*$")
+_CALLEE = re.compile(r"\b(body|condition|calls|to_apply|branch_computations|true_computation|"
+                     r"false_computation)=(\{[^}]*\}|%?[\w.\-]+)")
+_TRIP = re.compile(r'"known_trip_count":\{"n":"(\d+)"\}')
+
+
+def _computations(text: str) -> tuple[dict[str, list[str]], str]:
+    comps: dict[str, list[str]] = {}
+    entry, cur = "", None
+    for line in text.splitlines():
+        m = _COMP_HEAD.match(line)
+        if m:
+            cur = m.group(1)
+            comps[cur] = []
+            if line.startswith("ENTRY"):
+                entry = cur
+        elif cur is not None:
+            comps[cur].append(line)
+    return comps, entry
+
+
+def executed_collectives(hlo_text: str, num_devices: int) -> tuple[dict[str, int], float]:
+    """Collectives and received bytes per device of one run of a compiled module, a loop body's
+    counted once per iteration (XLA's ``known_trip_count``); ``benchmarks.hlo`` counts text."""
+    comps, entry = _computations(hlo_text)
+    runs: Counter[str] = Counter()
+
+    def walk(name: str, times: int) -> None:
+        runs[name] += times
+        for line in comps.get(name, ()):
+            trip = _TRIP.search(line)
+            for role, callees in _CALLEE.findall(line):
+                k = int(trip.group(1)) if trip and role == "body" else 1
+                for callee in (c.strip().lstrip("%") for c in callees.strip("{}").split(",")):
+                    if callee in comps:
+                        walk(callee, times * k)
+
+    walk(entry, 1)
+    counts: Counter[str] = Counter()
+    recv = 0.0
+    for name, times in runs.items():
+        for c in parse_collectives("\n".join(comps[name]), num_devices).collectives:
+            counts[c.kind] += times
+            recv += (c.recv_bytes or 0.0) * times
+    return dict(counts), recv
+
+
+def gpt_hand_count(strategy: str, layers: int) -> str:
+    """Executed collectives per step a practitioner derives for the GPT (12 stacked parameters
+    per layer, 4 outside the layers; remat recomputes the forward, which needs again only the
+    attention output's reduction: Megatron is 5 per layer)."""
+    n = 12 * layers + 4
+    mp = 5 * layers
+    table = {
+        "BP": f"AR x{n + 1}",
+        "MP": f"AR x{mp}",
+        "BP+MP": f"AR x{mp + n + 1}",
+        "BP+MP+Z3": f"AR x{mp + 1}, AG x{2 * n}, RS x{n}",
+        "BP+MP+SP": f"AG x{6 * layers}, RS x{5 * layers} (SP), AR x{n + 1} (gradients, loss)",
+        "BP+MP+VP": f"AR x{mp + n + 1} + AR x3 (loss: max, sum, label) + AR x1 (lookup)",
+    }
+    return table.get(strategy, "-")
+
+
+@dataclass(frozen=True)
+class GptRow:
+    strategy: str
+    hand: str
+    ours_counts: dict[str, int]
+    predicted_counts: dict[str, int]
+    xla_counts: dict[str, int]
+    ours_recv: float
+    xla_recv: float
+    ours_ms: float
+    xla_ms: float
+    predicted_ms: float
+    max_err_ours: float
+    max_err_xla: float
+
+    @property
+    def speedup(self) -> float:
+        return self.xla_ms / self.ours_ms
+
+
+def _fmt(counts: dict[str, int]) -> str:
+    return " ".join(f"{_ABBR.get(k, k.replace('_', '-'))}x{n}" for k, n in sorted(counts.items())) or "-"
+
+
+def _max_err(got: list[Any], ref: list[Any]) -> float:
+    import numpy as np
+
+    return max(float(np.max(np.abs(np.asarray(g, np.float64) - np.asarray(r, np.float64))))
+               for g, r in zip(got, ref))
+
+
+def spearman(xs: list[float], ys: list[float]) -> float:
+    """Spearman rank correlation (ties get their average rank)."""
+    def ranks(v: list[float]) -> list[float]:
+        order = sorted(range(len(v)), key=lambda i: v[i])
+        r = [0.0] * len(v)
+        i = 0
+        while i < len(order):
+            j = i
+            while j + 1 < len(order) and v[order[j + 1]] == v[order[i]]:
+                j += 1
+            for k in range(i, j + 1):
+                r[order[k]] = (i + j) / 2
+            i = j + 1
+        return r
+    a, b = ranks(xs), ranks(ys)
+    ma, mb = statistics.mean(a), statistics.mean(b)
+    cov = sum((x - ma) * (y - mb) for x, y in zip(a, b))
+    den = math.sqrt(sum((x - ma) ** 2 for x in a) * sum((y - mb) ** 2 for y in b))
+    return cov / den if den else float("nan")
+
+
+def _compute_rate(model: M.Model, mesh: Mesh, reps: int) -> float:
+    """Per-device FLOP/s of this machine, from the replicated step (every device runs it all)."""
+    step = partition(model.step, mesh, [])
+    step(*model.args)
+    _, fn = step._compiled(*model.args)
+    args = _placed(step, model, mesh)
+    t = time_interleaved(lambda a: fn(*a)[-1], args, lambda a: fn(*a)[-1], args, reps=reps)
+    return step.simulate().flops / t.ours_median_s
+
+
+def _placed(step: Any, model: M.Model, mesh: Mesh) -> list[Any]:
+    from partir_core.api import fn_mesh
+
+    a = step.analysis
+    jm = fn_mesh(mesh)
+    return [jax.device_put(x, to_named_sharding(t, jm))
+            for x, t in zip(jax.tree_util.tree_leaves(model.args), a.lowered.in_types)]
+
+
+def bench_gpt_one(model: M.Model, strategy: str, mesh: Mesh, ref: list[Any], rate: float, reps: int) -> GptRow:
+    step = partition(model.step, mesh, S.schedule("gpt", strategy))
+    a = step.trace(*model.args)
+    ours_args = _placed(step, model, mesh)
+    _, fn = step._compiled(*model.args)
+    ours = fn.lower(*ours_args).compile()
+    xm = mesh_to_jax(mesh, explicit=False)
+    ins = [to_named_sharding(t, xm) for t in a.lowered.in_types]
+    outs = tuple(to_named_sharding(t, xm) for t in a.lowered.out_types)
+    flat = jax.jit(lambda *xs: tuple(jax.tree_util.tree_leaves(
+        model.step(*jax.tree_util.tree_unflatten(a.program.in_tree, list(xs))))),
+        in_shardings=ins, out_shardings=outs)
+    xla_args = [jax.device_put(x, s) for x, s in zip(jax.tree_util.tree_leaves(model.args), ins)]
+    xla = flat.lower(*xla_args).compile()
+    err_ours = _max_err(list(ours(*ours_args)), ref)
+    err_xla = _max_err(list(xla(*xla_args)), ref)
+    oc, orecv = executed_collectives(str(ours.as_text()), mesh.size)
+    xc, xrecv = executed_collectives(str(xla.as_text()), mesh.size)
+    t = time_interleaved(lambda x: xla(*x)[-1], xla_args, lambda x: ours(*x)[-1], ours_args, reps=reps)
+    sim = step.simulate()
+    predicted = sim.flops / rate + sim.comm_time_s
+    return GptRow(strategy, gpt_hand_count(strategy, int(model.params["blocks"]["w1"].shape[0])), oc,
+                  sim.counts(), xc, orecv, xrecv, t.ours_median_s * 1e3, t.xla_median_s * 1e3,
+                  predicted * 1e3, err_ours, err_xla)
+
+
+def run_gpt_bench(mesh: Mesh | None = None, strategies: tuple[str, ...] = GPT_STRATEGIES,
+                  sizes: dict[str, int] | None = None, reps: int = 10) -> tuple[list[GptRow], str]:
+    """Every GPT strategy against XLA given the same input and output shardings."""
+    mesh = mesh or Mesh({"data": 2, "model": 4})
+    model = M.gpt(**(sizes or GPT_SIZES))
+    ref = list(jax.tree_util.tree_leaves(jax.jit(model.step)(*model.args)))
+    rate = _compute_rate(model, mesh, reps)
+    rows = [bench_gpt_one(model, s, mesh, ref, rate, reps) for s in strategies]
+    return rows, gpt_table(rows, rate)
+
+
+def gpt_table(rows: list[GptRow], rate: float) -> str:
+    out = ["| strategy | max abs err ours / XLA | hand count | ours: executed (HLO) | simulator | XLA: executed "
+           "| ours recv B | XLA recv B | ours ms | XLA ms | speedup | predicted ms |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        out.append(f"| {r.strategy} | {r.max_err_ours:.1e} / {r.max_err_xla:.1e} | {r.hand} | {_fmt(r.ours_counts)} "
+                   f"| {_fmt(r.predicted_counts)} | {_fmt(r.xla_counts)} | {r.ours_recv:,.0f} | {r.xla_recv:,.0f} "
+                   f"| {r.ours_ms:.2f} | {r.xla_ms:.2f} | {r.speedup:.2f}x | {r.predicted_ms:.2f} |")
+    sp = [r.speedup for r in rows]
+    gm = math.exp(statistics.mean(math.log(s) for s in sp)) if sp else float("nan")
+    rho = spearman([r.predicted_ms for r in rows], [r.ours_ms for r in rows]) if len(rows) > 1 else float("nan")
+    out.append("")
+    out.append(f"geometric-mean speedup {gm:.2f}x (min {min(sp, default=float('nan')):.2f}x); "
+               f"Spearman(predicted, measured) = {rho:.2f}; compute rate {rate / 1e9:.2f} GFLOP/s per device "
+               f"(from the replicated step); predicted = simulated FLOPs / rate + simulated communication")
+    return "\n".join(out)
+
+
+def main() -> None:
+    import argparse
+
+    p = argparse.ArgumentParser(description="the partitioner on the GPT against XLA's SPMD partitioner")
+    p.add_argument("--reps", type=int, default=10)
+    p.add_argument("--small", action="store_true", help="the test-size GPT (seconds, not minutes)")
+    p.add_argument("--strategies", default=",".join(GPT_STRATEGIES))
+    args = p.parse_args()
+    sizes = dict(GPT_SIZES, seq=16, d_model=32, ffn=64, vocab=64, heads=4, head_dim=8) if args.small else None
+    _, text = run_gpt_bench(strategies=tuple(args.strategies.split(",")), sizes=sizes, reps=args.reps)
+    print(text)
+
+
+if __name__ == "__main__":
+    import os
+
+    os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+    main()

@@ -7,36 +7,14 @@ arrays or ``jax.ShapeDtypeStruct``s), cached per input signature like ``jax.jit`
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
-from partir_core.ir import Program, trace
-from partir_core.lower import Lowered, compile_lowered, lower
-from partir_core.propagate import Conflict, Propagator
-from partir_core.rules import Rule, rule_for
-from partir_core.tactics import Tactic, TacticRecord, apply_schedule
+from partir_core.analysis import Analysis, analyze
+from partir_core.explain import explain
+from partir_core.lower import compile_lowered
+from partir_core.simulate import Simulation, simulate
+from partir_core.tactics import Tactic
 from spmd_types import Mesh
-
-
-@dataclass(frozen=True, eq=False)
-class Analysis:
-    """Everything the partitioner decided for one input signature."""
-
-    program: Program
-    rules: tuple[Rule, ...]
-    records: tuple[TacticRecord, ...]
-    conflicts: tuple[Conflict, ...]
-    lowered: Lowered
-
-
-def analyze(fn: Callable[..., Any], mesh: Mesh, schedule: Sequence[Tactic], args: Sequence[Any],
-            unknown: str = "error") -> Analysis:
-    program = trace(fn, *args)
-    rules = tuple(rule_for(op, unknown) for op in program.ops)
-    prop = Propagator(program, mesh, rules)
-    records = apply_schedule(program, mesh, prop, schedule)
-    low = lower(program, mesh, rules, prop.layouts)
-    return Analysis(program, rules, tuple(records), tuple(prop.conflicts.values()), low)
 
 
 def _signature(args: Sequence[Any]) -> tuple[Any, ...]:
@@ -87,13 +65,13 @@ class Partitioned:
         """The StableHLO text of the partitioned program (what the collective counts are read from)."""
         import jax
 
-        from spmd_types.dtypes import numpy_dtype
         from spmd_types.jax_interop import to_named_sharding
 
         a, fn = self._compiled(*args)
         jmesh = fn_mesh(self.mesh)
-        specs = [jax.ShapeDtypeStruct(t.shape, numpy_dtype(t.dtype), sharding=to_named_sharding(t, jmesh))  # type: ignore[arg-type]
-                 for t in a.lowered.in_types]
+        leaves = jax.tree_util.tree_leaves(args)
+        specs = [jax.ShapeDtypeStruct(t.shape, x.dtype, sharding=to_named_sharding(t, jmesh))
+                 for x, t in zip(leaves, a.lowered.in_types)]
         return str(fn.lower(*specs).as_text())
 
     @property
@@ -102,14 +80,10 @@ class Partitioned:
             raise RuntimeError("call the partitioned function (or .trace(*args)) first: shapes come from the inputs")
         return self._last
 
-    def simulate(self) -> Any:
-        from partir_core.simulate import simulate
-
+    def simulate(self) -> Simulation:
         return simulate(self.analysis.lowered)
 
     def explain(self) -> str:
-        from partir_core.explain import explain
-
         return explain(self.analysis)
 
 

@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+from partir_core.analysis import Analysis
 from partir_core.ir import Value
-from partir_core.lower import Move
+from partir_core.lower import Lowered, Move
 from partir_core.simulate import simulate
-
-if TYPE_CHECKING:  # pragma: no cover
-    from partir_core.api import Analysis
 
 
 def _lay(layout: tuple[tuple[str, ...], ...]) -> str:
@@ -23,6 +19,25 @@ def _move(mv: Move, names: dict[int, str]) -> list[str]:
         comm = f"recv {m.recv_bytes:,.0f} B, {m.time_s * 1e6:.1f} us" if m.rounds else "local"
         out.append(f"        {s.kind:<15} -> {t}   ({comm})")
     return out
+
+
+def _program(low: Lowered, names: dict[int, str], indent: str) -> list[str]:
+    """One line per op (bodies of loops and branches indented under their op)."""
+    lines: list[str] = []
+    for st in low.steps:
+        for mv in st.moves:
+            lines.extend(indent[:-2] + line for line in _move(mv, names))
+        args = ", ".join(f"{names.get(x.id, x)}: {t}" if isinstance(x, Value) and t is not None else str(x)
+                         for x, t in zip(st.op.inputs, st.in_types))
+        outs = ", ".join(f"{names.get(v.id, v)}: {t}" for v, t in zip(st.op.outputs, st.out_types))
+        lines.append(f"{indent}#{st.op.index} {outs} = {st.op.name}({args})  [{st.choice}]")
+        for k, body in enumerate(st.bodies):
+            ins = ", ".join(f"%{v.id}: {t}" for v, t in zip(body.program.inputs, body.in_types))
+            lines.append(f"{indent}  body {k} ({ins}):")
+            lines.extend(_program(body, names, indent + "    "))
+            for mv in body.out_moves:
+                lines.extend(indent + "  " + line for line in _move(mv, names))
+    return lines
 
 
 def explain(a: Analysis) -> str:
@@ -60,13 +75,7 @@ def explain(a: Analysis) -> str:
         lines.append(f"  {names[v.id]}: {t}")
     lines.append("")
     lines.append("== program (local types per device; [choice] = how the op was laid out) ==")
-    for st in low.steps:
-        for mv in st.moves:
-            lines.extend(_move(mv, names))
-        args = ", ".join(f"{names.get(x.id, x)}: {t}" if isinstance(x, Value) and t is not None else str(x)
-                         for x, t in zip(st.op.inputs, st.in_types))
-        outs = ", ".join(f"{names.get(v.id, v)}: {t}" for v, t in zip(st.op.outputs, st.out_types))
-        lines.append(f"  #{st.op.index} {outs} = {st.op.name}({args})  [{st.choice}]")
+    lines.extend(_program(low, names, "  "))
     lines.append("== outputs ==")
     for mv in low.out_moves:
         lines.extend(_move(mv, names))

@@ -1,8 +1,18 @@
-"""A flat, first-order program traced from a JAX function: the partitioner's input.
+"""A first-order program traced from a JAX function: the partitioner's input.
 
-Propagation and lowering reason about one list of primitive applications; nested calls
-(``jit``, ``custom_jvp_call``, ``custom_vjp_call``, ``remat``) are inlined so every rule sees
-only primitives, and dead code is dropped so unused values never force a collective.
+Propagation and lowering reason about a list of primitive applications; nested calls (``jit``,
+``custom_jvp_call``, ``custom_vjp_call``, ``remat``/``checkpoint``/``remat2``) are inlined so every
+rule sees only primitives, and dead code is dropped so unused values never force a collective.
+Inlining a checkpoint keeps its semantics (the values are the same); what it drops is the
+rematerialisation hint, which inside an already-differentiated step only stops CSE.
+
+Control flow stays structured: ``scan``, ``while`` and ``cond`` are ops whose ``bodies`` are
+sub-programs (their values have ids unique across the whole program, and every op of every body
+has its own ``index``), so propagation can tie a loop's carries to its body's and reach a
+fixpoint through the body, and lowering can emit the loop as a loop.
+
+Typed PRNG keys (``key<fry>``) are values like any other; their dtype string is kept as JAX prints
+it, and ``is_key`` tells the rules to keep them replicated.
 """
 
 from __future__ import annotations
@@ -64,6 +74,7 @@ class Op:
     inputs: tuple[Atom, ...]
     outputs: tuple[Value, ...]
     params: dict[str, Any] = field(hash=False)
+    bodies: tuple[Program, ...] = ()
 
     @property
     def name(self) -> str:
@@ -94,6 +105,7 @@ class Program:
         return out
 
     def values(self) -> list[Value]:
+        """Every value, those inside loop and branch bodies included."""
         seen: dict[int, Value] = {v.id: v for v in self.inputs}
         for op in self.ops:
             for a in op.inputs:
@@ -101,17 +113,42 @@ class Program:
                     seen.setdefault(a.id, a)
             for v in op.outputs:
                 seen.setdefault(v.id, v)
+            for body in op.bodies:
+                for v in body.values():
+                    seen.setdefault(v.id, v)
         return list(seen.values())
+
+    def all_ops(self) -> list[Op]:
+        """Every op in index order: each structured op, then its bodies' ops (pre-order)."""
+        out: list[Op] = []
+        for op in self.ops:
+            out.append(op)
+            for body in op.bodies:
+                out.extend(body.all_ops())
+        return out
+
+
+def is_key(dtype: str) -> bool:
+    """A typed PRNG key (``key<fry>``...): never sharded, never moved."""
+    return dtype.startswith("key<")
+
+
+STRUCTURED: dict[str, tuple[str, ...]] = {
+    "scan": ("jaxpr",), "while": ("cond_jaxpr", "body_jaxpr"), "cond": ("branches",),
+}
+"""Control-flow primitives kept as ops with sub-programs, and the params holding their bodies."""
 
 
 _CALLS = {
     "pjit": "jaxpr", "jit": "jaxpr", "closed_call": "call_jaxpr", "core_call": "call_jaxpr",
     "custom_jvp_call": "call_jaxpr", "custom_vjp_call": "call_jaxpr",
-    "custom_vjp_call_jaxpr": "fun_jaxpr", "remat": "jaxpr", "checkpoint": "jaxpr",
+    "custom_vjp_call_jaxpr": "fun_jaxpr", "remat": "jaxpr", "checkpoint": "jaxpr", "remat2": "jaxpr",
 }
 
 
 def _dtype(aval: Any) -> str:
+    if jax.dtypes.issubdtype(aval.dtype, jax.dtypes.extended):
+        return str(aval.dtype)  # key<fry>: kept as JAX prints it (see is_key)
     return canonical_dtype(np.dtype(aval.dtype).name)
 
 
@@ -130,10 +167,35 @@ def _path(prefix: str, keypath: Sequence[Any]) -> str:
 
 
 class _Builder:
-    def __init__(self) -> None:
-        self.next_id = 0
+    def __init__(self, parent: _Builder | None = None) -> None:
+        self.parent = parent
+        self._next_id = 0
         self.ops: list[Op] = []
         self.consts: dict[int, np.ndarray] = {}
+
+    @property
+    def next_id(self) -> int:
+        return self.parent.next_id if self.parent is not None else self._next_id
+
+    @next_id.setter
+    def next_id(self, n: int) -> None:
+        if self.parent is not None:
+            self.parent.next_id = n
+        else:
+            self._next_id = n
+
+    def sub(self, closed: Any) -> Program:
+        """A body (``ClosedJaxpr``) as a sub-program with fresh values, ids shared with the parent."""
+        jaxpr, consts = (closed.jaxpr, closed.consts) if isinstance(closed, ClosedJaxpr) else (closed, ())
+        b = _Builder(self)
+        inputs = tuple(b.new(v.aval) for v in jaxpr.invars)
+        outs = b.inline(jaxpr, consts, inputs)
+        ops = _dce(b.ops, outs)
+        live = _live(ops, outs)
+        n = len(inputs)
+        return Program(inputs, tuple(f"in{i}" for i in range(n)), tuple(outs),
+                       tuple(f"out{i}" for i in range(len(outs))), ops,
+                       {k: v for k, v in b.consts.items() if k in live}, None, None)
 
     def new(self, aval: Any) -> Value:
         v = Value(self.next_id, tuple(int(d) for d in aval.shape), _dtype(aval))
@@ -164,7 +226,15 @@ class _Builder:
         for eqn in jaxpr.eqns:
             ins = [read(x) for x in eqn.invars]
             key = _CALLS.get(eqn.primitive.name)
-            if key is not None and key in eqn.params:
+            outs: list[Atom]
+            if eqn.primitive.name in STRUCTURED:
+                new = [self.new(v.aval) for v in eqn.outvars]
+                bodies = [self.sub(j) for k in STRUCTURED[eqn.primitive.name]
+                          for j in (eqn.params[k] if k == "branches" else (eqn.params[k],))]
+                self.ops.append(Op(len(self.ops), eqn.primitive, tuple(ins), tuple(new), dict(eqn.params),
+                                   tuple(bodies)))
+                outs = list(new)
+            elif key is not None and key in eqn.params:
                 sub = eqn.params[key]
                 if isinstance(sub, ClosedJaxpr):
                     outs = self.inline(sub.jaxpr, sub.consts, ins)
@@ -187,7 +257,28 @@ def _dce(ops: list[Op], outputs: Sequence[Atom]) -> tuple[Op, ...]:
             kept.append(op)
             live.update(a.id for a in op.inputs if isinstance(a, Value))
     kept.reverse()
-    return tuple(Op(i, op.prim, op.inputs, op.outputs, op.params) for i, op in enumerate(kept))
+    return tuple(Op(i, op.prim, op.inputs, op.outputs, op.params, op.bodies) for i, op in enumerate(kept))
+
+
+def _live(ops: Sequence[Op], outs: Sequence[Atom]) -> set[int]:
+    return {a.id for op in ops for a in op.inputs if isinstance(a, Value)} | {
+        a.id for a in outs if isinstance(a, Value)}
+
+
+def _renumber(p: Program, start: int = 0) -> tuple[Program, int]:
+    """Give every op of the program and of its bodies its own index (pre-order)."""
+    ops = []
+    k = start
+    for op in p.ops:
+        me = k
+        k += 1
+        bodies = []
+        for body in op.bodies:
+            nb, k = _renumber(body, k)
+            bodies.append(nb)
+        ops.append(Op(me, op.prim, op.inputs, op.outputs, op.params, tuple(bodies)))
+    return Program(p.inputs, p.input_paths, p.outputs, p.output_paths, tuple(ops), p.consts,
+                   p.in_tree, p.out_tree), k
 
 
 def trace(fn: Callable[..., Any], *args: Any) -> Program:
@@ -203,7 +294,6 @@ def trace(fn: Callable[..., Any], *args: Any) -> Program:
     inputs = tuple(b.new(v.aval) for v in closed.jaxpr.invars)
     outs = b.inline(closed.jaxpr, closed.consts, inputs)
     ops = _dce(b.ops, outs)
-    live = {a.id for op in ops for a in op.inputs if isinstance(a, Value)} | {
-        a.id for a in outs if isinstance(a, Value)}
+    live = _live(ops, outs)
     consts = {k: v for k, v in b.consts.items() if k in live}
-    return Program(inputs, paths, tuple(outs), out_paths, ops, consts, in_tree, out_tree)
+    return _renumber(Program(inputs, paths, tuple(outs), out_paths, ops, consts, in_tree, out_tree))[0]

@@ -9,7 +9,12 @@ propagated layout; the candidate with the least estimated time wins (ties: the r
 Pending sums are never reduced eagerly: a consumer that is linear in them keeps them, any other
 asks for a reduced type and ``redist`` chooses all-reduce or reduce-scatter.
 
-The decisions (``Step``s and ``Move``s) are plain data: the simulator reads the same objects the
+Structured ops (``scan``, ``while``, ``cond``) take their carries, consts and stacked slices in
+the layouts propagation tied to their bodies (without pending sums); each body is lowered as its
+own program with those input and output types, and the op is emitted as the same loop or switch
+around the bodies' local programs, so a collective inside a body runs once per iteration.
+
+The decisions (``OpDecision``s and ``Move``s) are plain data: the simulator reads the same objects the
 emitter executes, so predicted and emitted collectives cannot drift apart.
 """
 
@@ -22,9 +27,10 @@ from functools import lru_cache
 from typing import Any
 
 from partir_core.errors import PartitionError
-from partir_core.ir import Const, Op, Program, Value
+from partir_core.ir import Atom, Const, Op, Program, Value, is_key
+from partir_core.local import arg_value, run_local
 from partir_core.propagate import Layout, factor_axes, layout_from_factors
-from partir_core.rules import CONTRACT, NOSHARD, PASS, Rule, local_params
+from partir_core.rules import COMBINE, COMBINERS, CONTRACT, NOSHARD, PASS, Linearity, Rule
 from redist import CostModel, Plan, redistribute
 from spmd_types import Mesh, ShardingType, ShardingTypeError
 
@@ -41,8 +47,9 @@ class Move:
 
 
 @dataclass(frozen=True, eq=False)
-class Step:
-    """How one op runs: axes per factor, local operand/result types, the moves before it."""
+class OpDecision:
+    """How one op runs: axes per factor, local operand/result types, the moves before it; for a
+    structured op, its bodies lowered (``scan``: body; ``while``: cond, body; ``cond``: branches)."""
 
     op: Op
     rule: Rule
@@ -52,6 +59,9 @@ class Step:
     moves: tuple[Move, ...]
     choice: str
     cost_s: float
+    bodies: tuple[Lowered, ...] = ()
+    combine: tuple[str, ...] = ()
+    combine_plan: Plan | None = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -63,7 +73,7 @@ class Lowered:
     layouts: dict[int, Layout]
     in_types: tuple[ShardingType, ...]
     const_types: dict[int, ShardingType]
-    steps: tuple[Step, ...]
+    steps: tuple[OpDecision, ...]
     out_moves: tuple[Move, ...]
     out_types: tuple[ShardingType, ...]
 
@@ -71,9 +81,13 @@ class Lowered:
         return [m for s in self.steps for m in s.moves] + list(self.out_moves)
 
 
-PARTITIONER_COST_MODEL = CostModel(objective="time")
+PARTITIONER_COST_MODEL = CostModel(latency_s=10e-6, objective="time")
 """A compiler wants the fastest move, not the fewest bytes at any latency (a scalar loss must not
-become a many-round exchange to save a byte): inside programs redist minimises estimated time."""
+become a many-round exchange to save a byte): inside programs redist minimises estimated time.
+Each collective in a compiled step also pays a launch and a synchronisation, so the latency is
+set at twice redist's default: at 5 us a Megatron all-reduce of 1 MB over ``model`` became an
+all-reduce over half the batch plus an all-gather over ``data`` (fewer bytes, one more
+collective), which ran slower than XLA's single all-reduce (benchmarks/partitioner.py, GPT MP)."""
 
 
 @lru_cache(maxsize=65536)
@@ -90,8 +104,18 @@ def _cost(src: ShardingType, dst: ShardingType) -> float:
         return math.inf
 
 
-def _type(v: Value, layout: Layout, mesh: Mesh, unreduced: Sequence[str] = ()) -> ShardingType:
-    return ShardingType(v.shape, v.dtype, layout, mesh, unreduced)
+def _type(v: Value | Const, layout: Layout, mesh: Mesh, unreduced: Sequence[str] = ()) -> ShardingType:
+    # a PRNG key is 8 bytes (two u32 words) per element and is never moved: u64 stands in for it
+    return ShardingType(v.shape, "u64" if is_key(v.dtype) else v.dtype, layout, mesh, unreduced)
+
+
+def _layout(t: ShardingType) -> Layout:
+    return tuple(tuple(str(a) for a in d) for d in t.dims)
+
+
+def _stack(t: ShardingType, n: int) -> ShardingType:
+    """The type of ``n`` stacked slices of type ``t`` (the stacked dimension whole)."""
+    return ShardingType((n,) + t.shape, t.dtype, ((),) + t.dims, t.mesh)
 
 
 class _Planner:
@@ -99,10 +123,12 @@ class _Planner:
         self.p, self.mesh, self.rules, self.layouts = program, mesh, rules, layouts
         self.avail: dict[int, list[ShardingType]] = {}
         self.uses: dict[int, int] = {}
+        self.consumer: dict[int, Op] = {}
         for op in program.ops:
             for a in op.inputs:
                 if isinstance(a, Value):
                     self.uses[a.id] = self.uses.get(a.id, 0) + 1
+                    self.consumer[a.id] = op
         for a in program.outputs:
             if isinstance(a, Value):
                 self.uses[a.id] = self.uses.get(a.id, 0) + 1
@@ -187,7 +213,7 @@ class _Planner:
         lin = set(rule.linear)
         contract = {a for f, k in enumerate(rule.factors) if k.kind == CONTRACT for a in assign.get(f, ())}
         carried: frozenset[str] = frozenset()
-        if rule.linearity == "all" and lin:
+        if rule.linearity == Linearity.ALL and lin:
             pend = {us[i] for i in lin if i < n and isinstance(op.inputs[i], Value)}
             consts_ok = all(isinstance(op.inputs[i], Value) for i in lin if i < n)
             others_clean = all(not us[i] for i in range(n) if i not in lin)
@@ -196,12 +222,12 @@ class _Planner:
                 if u and not (u & used):
                     carried = u
                     keep = [u if (i in lin and isinstance(op.inputs[i], Value)) else frozenset() for i in range(n)]
-        elif rule.linearity == "one":
+        elif rule.linearity == Linearity.ONE:
             dirty = [i for i in range(n) if us[i]]
             if len(dirty) == 1 and dirty[0] in lin and not (us[dirty[0]] & used):
                 carried = us[dirty[0]]
                 keep[dirty[0]] = carried
-        if contract and rule.linearity == "all":
+        if contract and rule.linearity == Linearity.ALL:
             # linear operands without the summed factor (scatter-add's operand) must become partial
             for i, dims in enumerate(rule.operands):
                 has = {f for fs in dims for f in fs}
@@ -224,10 +250,75 @@ class _Planner:
         return ins, outs, assign
 
     # -- the decision ------------------------------------------------------------------------------
+    def _merges(self, v: Value, t: ShardingType) -> bool:
+        """Whether ``v``'s pending sum will merge into another one already pending: its one
+        consumer adds it (linearly) to an operand with the same pending axes, so reducing it
+        costs nothing extra here (the sum is reduced once, after the add)."""
+        if not t.unreduced or self.uses.get(v.id, 0) != 1 or v.id not in self.consumer:
+            return False
+        op = self.consumer[v.id]
+        rule = self.rules[op.index] if not op.bodies else None
+        if rule is None or rule.linearity != Linearity.ALL:
+            return False
+        lin = [a for i, a in enumerate(op.inputs) if i in rule.linear and isinstance(a, Value)]
+        return v in lin and any(
+            a.id != v.id and a.id in self.avail and self.avail[a.id][0].unreduced == t.unreduced for a in lin)
+
     def _best_src(self, v: Value, dst: ShardingType) -> tuple[ShardingType, float]:
         return min(((t, _cost(t, dst)) for t in self.avail[v.id]), key=lambda tc: tc[1])
 
-    def step(self, op: Op) -> Step:
+    def _t(self, a: Atom) -> ShardingType:
+        lay = self.layouts[a.id] if isinstance(a, Value) else ()
+        return _type(a, lay, self.mesh)
+
+    def _sub(self, body: Program, ins: Sequence[ShardingType], outs: Sequence[ShardingType]) -> Lowered:
+        return lower(body, self.mesh, self.rules, self.layouts, [_layout(t) for t in ins], [_layout(t) for t in outs])
+
+    def _scan(self, op: Op) -> tuple[list[ShardingType], list[ShardingType], list[Lowered]]:
+        c, k = int(op.params["num_consts"]), int(op.params["num_carry"])
+        body = op.bodies[0]
+        inner = [self._t(v) for v in body.inputs]
+        outer = [_stack(t, op.inputs[i].shape[0]) if i >= c + k else t for i, t in enumerate(inner)]
+        ys = [self._t(v) for v in body.outputs[k:]]
+        low = self._sub(body, inner, inner[c:c + k] + ys)
+        return outer, inner[c:c + k] + [_stack(t, int(op.params["length"])) for t in ys], [low]
+
+    def _while(self, op: Op) -> tuple[list[ShardingType], list[ShardingType], list[Lowered]]:
+        cn, bn = int(op.params["cond_nconsts"]), int(op.params["body_nconsts"])
+        cond, body = op.bodies
+        carry = [self._t(v) for v in body.inputs[bn:]]
+        cconsts = [self._t(v) for v in cond.inputs[:cn]]
+        bconsts = [self._t(v) for v in body.inputs[:bn]]
+        lows = [self._sub(cond, cconsts + carry, [self._t(cond.outputs[0])]),
+                self._sub(body, bconsts + carry, carry)]
+        return cconsts + bconsts + carry, carry, lows
+
+    def _cond(self, op: Op) -> tuple[list[ShardingType], list[ShardingType], list[Lowered]]:
+        ins = [self._t(a) for a in op.inputs]
+        outs = [self._t(v) for v in op.outputs]
+        return ins, outs, [self._sub(b, ins[1:], outs) for b in op.bodies]
+
+    def _structured(self, op: Op) -> OpDecision:
+        ins, outs, bodies = {"scan": self._scan, "while": self._while, "cond": self._cond}[op.name](op)
+        typed: list[ShardingType | None] = [t if isinstance(a, Value) else None for a, t in zip(op.inputs, ins)]
+        moves, cost = self._moves(op, typed)
+        for v, t in zip(op.outputs, outs):
+            self.avail[v.id] = [t]
+        return OpDecision(op, self.rules[op.index], (), tuple(typed), tuple(outs), tuple(moves), op.name,
+                          cost, tuple(bodies))
+
+    def _moves(self, op: Op, ins: Sequence[ShardingType | None]) -> tuple[list[Move], float]:
+        moves = []
+        for i, (a, t) in enumerate(zip(op.inputs, ins)):
+            if isinstance(a, Value) and t is not None and t not in self.avail[a.id]:
+                src, _ = self._best_src(a, t)
+                moves.append(Move(a.id, src, t, plan_move(src, t), f"op #{op.index} {op.name} operand {i}"))
+                self.avail[a.id].append(t)
+        return moves, sum(m.plan.time_s for m in moves)
+
+    def step(self, op: Op) -> OpDecision:
+        if op.bodies:
+            return self._structured(op)
         rule = self.rules[op.index]
         produced = [self.avail[a.id][0] if isinstance(a, Value) else None for a in op.inputs]
         best: tuple[float, int] | None = None
@@ -239,27 +330,48 @@ class _Planner:
                 if isinstance(a, Value) and t is not None and t not in self.avail[a.id]:
                     cost += self._best_src(a, t)[1]
             for v, t in zip(op.outputs, outs):
-                cost += _cost(t, _type(v, self.layouts[v.id], self.mesh))
+                if not self._merges(v, t):
+                    cost += _cost(t, _type(v, self.layouts[v.id], self.mesh))
+            comb = _combine(op, rule, assign, outs)
+            if comb[1] is not None:
+                cost += comb[1].time_s * _combine_rounds(op)
             if best is None or (cost, k) < best:
-                best, chosen = (cost, k), (name, ins, outs, assign)
+                best, chosen = (cost, k), (name, ins, outs, assign, comb)
         assert chosen is not None and best is not None
-        name, ins, outs, assign = chosen
-        moves = []
-        for i, (a, t) in enumerate(zip(op.inputs, ins)):
-            if isinstance(a, Value) and t is not None and t not in self.avail[a.id]:
-                src, _ = self._best_src(a, t)
-                moves.append(Move(a.id, src, t, plan_move(src, t), f"op #{op.index} {op.name} operand {i}"))
-                self.avail[a.id].append(t)
+        name, ins, outs, assign, (comb_axes, comb_plan) = chosen
+        moves, _ = self._moves(op, ins)
         for v, t in zip(op.outputs, outs):
             self.avail[v.id] = [t]
-        return Step(op, rule, tuple(assign.get(f, ()) for f in range(len(rule.factors))),
-                    tuple(ins), tuple(outs), tuple(moves), name, best[0])
+        return OpDecision(op, rule, tuple(assign.get(f, ()) for f in range(len(rule.factors))),
+                          tuple(ins), tuple(outs), tuple(moves), name, best[0], (), comb_axes, comb_plan)
 
 
-def lower(program: Program, mesh: Mesh, rules: Sequence[Rule], layouts: dict[int, Layout]) -> Lowered:
-    """Decide every op's local types and every redistribution (no JAX tracing here)."""
+def _combine(op: Op, rule: Rule, assign: dict[int, tuple[str, ...]], outs: Sequence[ShardingType]
+             ) -> tuple[tuple[str, ...], Plan | None]:
+    """Axes of the op's sharded max/min factors, and the all-reduce that finishes it, priced as
+    redist prices a sum over the same axes (same bytes and rounds; only the combiner differs)."""
+    axes = tuple(a for f, k in enumerate(rule.factors) if k.kind == COMBINE for a in assign.get(f, ()))
+    if not axes:
+        return (), None
+    t = outs[0]
+    return axes, plan_move(ShardingType(t.shape, t.dtype, t.dims, t.mesh, sorted(axes)), t)
+
+
+def _combine_rounds(op: Op) -> int:
+    """All-reduces a combine takes: arg* reduce the value, then the index among the winners."""
+    return 2 if op.name in ("argmax", "argmin") else 1
+
+
+def lower(program: Program, mesh: Mesh, rules: Sequence[Rule], layouts: dict[int, Layout],
+          in_layouts: Sequence[Layout] | None = None, out_layouts: Sequence[Layout] | None = None) -> Lowered:
+    """Decide every op's local types and every redistribution (no JAX tracing here).
+
+    Inputs and outputs take their propagated layouts unless given (a body's are its loop's)."""
     pl = _Planner(program, mesh, rules, layouts)
-    in_types = tuple(_type(v, layouts[v.id], mesh) for v in program.inputs)
+    in_lays = in_layouts if in_layouts is not None else [layouts[v.id] for v in program.inputs]
+    out_lays = out_layouts if out_layouts is not None else [
+        layouts[o.id] if isinstance(o, Value) else () for o in program.outputs]
+    in_types = tuple(_type(v, lay, mesh) for v, lay in zip(program.inputs, in_lays))
     for v, t in zip(program.inputs, in_types):
         pl.avail[v.id] = [t]
     const_types = {}
@@ -269,11 +381,14 @@ def lower(program: Program, mesh: Mesh, rules: Sequence[Rule], layouts: dict[int
         pl.avail[cid] = [t]
     steps = tuple(pl.step(op) for op in program.ops)
     out_moves, out_types = [], []
-    for o, path in zip(program.outputs, program.output_paths):
+    for o, path, lay in zip(program.outputs, program.output_paths, out_lays):
         if not isinstance(o, Value):
+            if program.in_tree is None:  # a body returning a literal (its loop broadcasts it)
+                out_types.append(_type(o, (), mesh))
+                continue
             raise PartitionError(f"output {path} is the literal {o}; return an array instead")
         v = o
-        dst = _type(v, layouts[v.id], mesh)
+        dst = _type(v, lay, mesh)
         if dst not in pl.avail[v.id]:
             src, _ = pl._best_src(v, dst)
             out_moves.append(Move(v.id, src, dst, plan_move(src, dst), f"output {path}"))
@@ -285,24 +400,70 @@ def lower(program: Program, mesh: Mesh, rules: Sequence[Rule], layouts: dict[int
 
 # -- emitting the shard_map program ---------------------------------------------------------------
 
-def _run_op(step: Step, args: list[Any]) -> list[Any]:
+def _run_scan(step: OpDecision, args: list[Any]) -> list[Any]:
+    from jax import lax
+
+    p = step.op.params
+    c, k = int(p["num_consts"]), int(p["num_carry"])
+    body = body_fn(step.bodies[0])
+    consts = args[:c]
+
+    def f(carry: tuple[Any, ...], x: tuple[Any, ...]) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+        outs = body(*consts, *carry, *x)
+        return tuple(outs[:k]), tuple(outs[k:])
+
+    carry, ys = lax.scan(f, tuple(args[c:c + k]), tuple(args[c + k:]), length=int(p["length"]),
+                         reverse=bool(p["reverse"]), unroll=p["unroll"])
+    return list(carry) + list(ys)
+
+
+def _run_while(step: OpDecision, args: list[Any]) -> list[Any]:
+    from jax import lax
+
+    p = step.op.params
+    cn, bn = int(p["cond_nconsts"]), int(p["body_nconsts"])
+    cond, body = body_fn(step.bodies[0]), body_fn(step.bodies[1])
+    cc, bc = args[:cn], args[cn:cn + bn]
+    out = lax.while_loop(lambda x: cond(*cc, *x)[0], lambda x: tuple(body(*bc, *x)), tuple(args[cn + bn:]))
+    return list(out)
+
+
+def _run_cond(step: OpDecision, args: list[Any]) -> list[Any]:
+    from jax import lax
+
+    branches = [body_fn(b) for b in step.bodies]
+    return list(lax.switch(args[0], branches, *args[1:]))
+
+
+_RUN_STRUCTURED: dict[str, Callable[[OpDecision, list[Any]], list[Any]]] = {
+    "scan": _run_scan, "while": _run_while, "cond": _run_cond}
+
+
+def _run_op(step: OpDecision, args: list[Any]) -> list[Any]:
     import jax.numpy as jnp
     from jax import lax
 
+    if step.bodies:
+        return _RUN_STRUCTURED[step.op.name](step, args)
     op = step.op
-    in_local = [t.local_shape if t is not None else () for t in step.in_types]
-    out_local = [t.local_shape for t in step.out_types]
-    params = local_params(op, in_local, out_local)
-    out = op.prim.bind(*args, **params)
-    outs = list(out) if op.prim.multiple_results else [out]
-    if op.name == "iota":
-        t = step.out_types[0]
-        d = int(op.params["dimension"])
-        if t.dims[d]:
-            block = jnp.zeros((), jnp.int32)
-            for a in t.dims[d]:
-                block = block * t.mesh.axis_size(a) + lax.axis_index(str(a))
-            outs[0] = outs[0] + (block * t.local_shape[d]).astype(outs[0].dtype)
+
+    def offset(t: ShardingType, d: int) -> Any:
+        block = jnp.zeros((), jnp.int32)
+        for a in t.dims[d]:
+            block = block * t.mesh.axis_size(a) + lax.axis_index(str(a))
+        return block * t.local_shape[d]
+
+    outs = run_local(op, step.in_types, step.out_types, args, offset, step.combine)
+    if step.combine:
+        axes = tuple(step.combine)
+        kind = COMBINERS[op.name]
+        if op.name in ("argmax", "argmin"):
+            val = arg_value(op, args[0])
+            best = lax.pmax(val, axes) if kind == "max" else lax.pmin(val, axes)
+            big = jnp.iinfo(outs[0].dtype).max
+            outs[0] = lax.pmin(jnp.where(val == best, outs[0], big), axes)
+        else:
+            outs[0] = lax.pmax(outs[0], axes) if kind == "max" else lax.pmin(outs[0], axes)
     return outs
 
 
@@ -325,10 +486,16 @@ def body_fn(low: Lowered) -> Callable[..., tuple[Any, ...]]:
                 env[(v.id, t)] = o
         for mv in low.out_moves:
             env[(mv.value, mv.dst)] = apply_local(mv.plan, env[(mv.value, mv.src)])
-        return tuple(env[(v.id, t)] for v, t in zip(low.program.outputs, low.out_types)  # type: ignore[union-attr]
-                     )
+        return tuple(env[(v.id, t)] if isinstance(v, Value) else _literal(v, t)
+                     for v, t in zip(low.program.outputs, low.out_types))
 
     return body
+
+
+def _literal(c: Const, t: ShardingType) -> Any:
+    import jax.numpy as jnp
+
+    return jnp.asarray(c.array())
 
 
 def compile_lowered(low: Lowered, jmesh: Any = None) -> Callable[..., Any]:
@@ -344,4 +511,4 @@ def compile_lowered(low: Lowered, jmesh: Any = None) -> Callable[..., Any]:
     return jax.jit(fn)
 
 
-__all__ = ["Lowered", "Move", "Step", "compile_lowered", "lower", "plan_move", "PASS"]
+__all__ = ["Lowered", "Move", "OpDecision", "compile_lowered", "lower", "plan_move", "PASS"]

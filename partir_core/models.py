@@ -1,6 +1,8 @@
-"""Two models as full training steps (loss, grad, Adam) in plain JAX, with no sharding code.
+"""Models as full training steps (loss, grad, Adam) in plain JAX, with no sharding code.
 
-``train_step(params, opt_state, batch) -> (new_params, new_opt_state, loss)``. Parameter names
+``train_step(params, opt_state, batch[, key]) -> (new_params, new_opt_state, loss)``. ``gpt`` is
+written as current JAX LLMs are: a ``scan`` over stacked layer parameters, ``jax.checkpoint`` per
+layer, dropout from a PRNG key, tied input/output embeddings, an integer-label loss. Parameter names
 are what strategies refer to (``w1``, ``wq``, ``embed``...). Sizes are arguments so tests stay
 small and benchmarks can grow them.
 """
@@ -31,18 +33,21 @@ def cross_entropy(logits: jax.Array, labels: jax.Array) -> jax.Array:
 
 
 def adam_init(params: Params) -> dict[str, Any]:
-    zeros = {k: jnp.zeros_like(v) for k, v in params.items()}
-    return {"m": zeros, "v": dict(zeros), "count": jnp.zeros((), jnp.float32)}
+    tmap = jax.tree_util.tree_map
+    return {"m": tmap(jnp.zeros_like, params), "v": tmap(jnp.zeros_like, params),
+            "count": jnp.zeros((), jnp.float32)}
 
 
 def adam_update(params: Params, grads: Params, state: dict[str, Any], lr: float = 1e-2,
                 b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8) -> tuple[Params, dict[str, Any]]:
+    """Adam on any pytree of parameters (flat dicts or nested, like the GPT's stacked blocks)."""
+    tmap = jax.tree_util.tree_map
     count = state["count"] + 1.0
     c1 = 1.0 - jnp.power(b1, count)
     c2 = 1.0 - jnp.power(b2, count)
-    m = {k: b1 * state["m"][k] + (1 - b1) * g for k, g in grads.items()}
-    v = {k: b2 * state["v"][k] + (1 - b2) * g * g for k, g in grads.items()}
-    new = {k: p - lr * (m[k] / c1) / (jnp.sqrt(v[k] / c2) + eps) for k, p in params.items()}
+    m = tmap(lambda m, g: b1 * m + (1 - b1) * g, state["m"], grads)
+    v = tmap(lambda v, g: b2 * v + (1 - b2) * g * g, state["v"], grads)
+    new = tmap(lambda p, m, v: p - lr * (m / c1) / (jnp.sqrt(v / c2) + eps), params, m, v)
     return new, {"m": m, "v": v, "count": count}
 
 
@@ -63,10 +68,13 @@ class Model:
     params: Params
     opt_state: dict[str, Any]
     batch: dict[str, Any]
+    key: Any = None
 
     @property
-    def args(self) -> tuple[Any, Any, Any]:
-        return (self.params, self.opt_state, self.batch)
+    def args(self) -> tuple[Any, ...]:
+        """The step's arguments; a model with dropout takes a PRNG key last."""
+        base = (self.params, self.opt_state, self.batch)
+        return base if self.key is None else base + (self.key,)
 
 
 def _normal(rng: np.random.Generator, shape: tuple[int, ...], scale: float) -> jax.Array:
@@ -146,4 +154,71 @@ def transformer(batch: int = 8, seq: int = 8, d_model: int = 16, heads: int = 4,
     return Model("transformer", make_train_step(transformer_loss), params, adam_init(params), data)
 
 
-MODELS: dict[str, Callable[..., Model]] = {"mlp": mlp, "transformer": transformer}
+# -- GPT, written the modern way ------------------------------------------------------------------
+
+def label_cross_entropy(logits: jax.Array, labels: jax.Array) -> jax.Array:
+    """Mean cross-entropy against integer labels by ``take_along_axis`` (what optax does)."""
+    logp = jax.nn.log_softmax(logits, axis=-1)
+    return -jnp.mean(jnp.take_along_axis(logp, labels[..., None], axis=-1))
+
+
+def dropout(key: jax.Array, x: jax.Array, rate: float) -> jax.Array:
+    keep = jax.random.bernoulli(key, 1.0 - rate, x.shape)
+    return jnp.where(keep, x / (1.0 - rate), 0.0)
+
+
+def gpt_block(h: jax.Array, p: Params, key: jax.Array, rate: float) -> jax.Array:
+    """Pre-LN block: causal attention and a GELU MLP, each followed by residual dropout."""
+    k1, k2 = jax.random.split(key)
+    h = h + dropout(k1, attention(layer_norm(h, p["ln1_g"], p["ln1_b"]), p), rate)
+    u = layer_norm(h, p["ln2_g"], p["ln2_b"])
+    m = jax.nn.gelu(u @ p["w1"] + p["b1"]) @ p["w2"] + p["b2"]
+    return h + dropout(k2, m, rate)
+
+
+def gpt_loss(params: Params, batch: dict[str, Any], key: jax.Array, rate: float = 0.1) -> jax.Array:
+    """Layers as one ``scan`` over stacked parameters, each rematerialised (``jax.checkpoint``);
+    a key per layer; logits by the tied embedding; integer labels."""
+    tokens = batch["tokens"]
+    x = params["embed"][tokens] + params["pos"][None, : tokens.shape[1]]
+    n_layers = params["blocks"]["w1"].shape[0]
+    block = jax.checkpoint(lambda h, p, k: gpt_block(h, p, k, rate))
+
+    def layer(h: jax.Array, xs: tuple[Params, jax.Array]) -> tuple[jax.Array, None]:
+        return block(h, *xs), None
+
+    x, _ = lax.scan(layer, x, (params["blocks"], jax.random.split(key, n_layers)))
+    x = layer_norm(x, params["lnf_g"], params["lnf_b"])
+    logits = jnp.einsum("bsd,vd->bsv", x, params["embed"])
+    return label_cross_entropy(logits, batch["labels"])
+
+
+def gpt_step(params: Params, opt_state: dict[str, Any], batch: dict[str, Any],
+             key: jax.Array) -> tuple[Params, dict[str, Any], jax.Array]:
+    loss, grads = jax.value_and_grad(gpt_loss)(params, batch, key)
+    new_params, new_state = adam_update(params, grads, opt_state)
+    return new_params, new_state, loss
+
+
+def gpt(batch: int = 8, seq: int = 8, d_model: int = 32, heads: int = 4, head_dim: int = 8,
+        ffn: int = 64, vocab: int = 64, layers: int = 2, seed: int = 0) -> Model:
+    rng = np.random.default_rng(seed)
+    s, n = 1 / math.sqrt(d_model), layers
+    ones, zeros = jnp.ones((n, d_model), jnp.float32), jnp.zeros((n, d_model), jnp.float32)
+    blocks = {
+        "ln1_g": ones, "ln1_b": zeros, "ln2_g": ones, "ln2_b": zeros,
+        "wq": _normal(rng, (n, d_model, heads, head_dim), s), "wk": _normal(rng, (n, d_model, heads, head_dim), s),
+        "wv": _normal(rng, (n, d_model, heads, head_dim), s),
+        "wo": _normal(rng, (n, heads, head_dim, d_model), 1 / math.sqrt(heads * head_dim)),
+        "w1": _normal(rng, (n, d_model, ffn), s), "b1": jnp.zeros((n, ffn), jnp.float32),
+        "w2": _normal(rng, (n, ffn, d_model), 1 / math.sqrt(ffn)), "b2": zeros,
+    }
+    params = {"embed": _normal(rng, (vocab, d_model), 0.5), "pos": _normal(rng, (seq, d_model), 0.1),
+              "blocks": blocks, "lnf_g": jnp.ones((d_model,), jnp.float32),
+              "lnf_b": jnp.zeros((d_model,), jnp.float32)}
+    data = {"tokens": jnp.asarray(rng.integers(0, vocab, (batch, seq)).astype(np.int32)),
+            "labels": jnp.asarray(rng.integers(0, vocab, (batch, seq)).astype(np.int32))}
+    return Model("gpt", gpt_step, params, adam_init(params), data, jax.random.key(seed))
+
+
+MODELS: dict[str, Callable[..., Model]] = {"mlp": mlp, "transformer": transformer, "gpt": gpt}

@@ -19,6 +19,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from partir_core.control import sites
 from partir_core.ir import Op, Program, Value
 from partir_core.rules import NOSHARD, Dims, Rule
 from spmd_types import Mesh
@@ -110,6 +111,8 @@ class Propagator:
         self.layouts: dict[int, Layout] = {v.id: ((),) * len(v.shape) for v in program.values()}
         self.pinned: set[int] = set()
         self.conflicts: dict[tuple[int, int], Conflict] = {}
+        self.sites = sites(program, rules)
+        self._site = 0
 
     def _tensors(self, op: Op, rule: Rule, forward: bool) -> list[tuple[Value, Dims]]:
         ins = [(a, d) for a, d in zip(op.inputs, rule.operands) if isinstance(a, Value)]
@@ -138,8 +141,8 @@ class Propagator:
                 if axes[:len(p)] == p:
                     if len(axes) > len(p):
                         proposal[f], source[f] = axes, v.id
-                elif p[:len(axes)] != axes and (op.index, f) not in self.conflicts:
-                    self.conflicts[(op.index, f)] = Conflict(op.index, op.name, f, p, axes, (source[f], v.id))
+                elif p[:len(axes)] != axes and (self._site, f) not in self.conflicts:
+                    self.conflicts[(self._site, f)] = Conflict(op.index, op.name, f, p, axes, (source[f], v.id))
         changed: set[int] = set()
         if not proposal:
             return changed
@@ -160,8 +163,8 @@ class Propagator:
                 others = {a for k, axes in enumerate(cur) if k != d for a in axes}
                 if others & set(want):  # blocked: the value uses those axes on another dim
                     f = next(f for f in fs if proposal.get(f, ()) != fa.get(f, ()))
-                    if (op.index, f) not in self.conflicts and f in source:
-                        self.conflicts[(op.index, f)] = Conflict(
+                    if (self._site, f) not in self.conflicts and f in source:
+                        self.conflicts[(self._site, f)] = Conflict(
                             op.index, op.name, f, proposal[f], fa.get(f, ()), (source[f], v.id))
                     continue
                 cur[d] = want
@@ -173,13 +176,13 @@ class Propagator:
     def run(self, max_sweeps: int = 64) -> set[int]:
         """Sweep forward then backward until a fixpoint; returns the values whose layout changed."""
         changed: set[int] = set()
-        ops = self.program.ops
+        order = list(enumerate(self.sites))
         for _ in range(max_sweeps):
             step: set[int] = set()
-            for op in ops:
-                step |= self._visit(op, self.rules[op.index], True)
-            for op in reversed(ops):
-                step |= self._visit(op, self.rules[op.index], False)
+            for forward, sweep in ((True, order), (False, order[::-1])):
+                for k, (op, rule) in sweep:
+                    self._site = k
+                    step |= self._visit(op, rule, forward)
             changed |= step
             if not step:
                 break

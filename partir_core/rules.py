@@ -9,8 +9,14 @@ merges them). A factor is
 - ``contract``: summed away (dot_general contracting dims, ``reduce_sum`` axes, scatter-add
   batch dims): sharding it makes each device compute a partial sum, so the result is
   **unreduced** over the factor's axes;
-- ``noshard``: must be whole on every device (``reduce_max`` axes, concatenation, gather's
-  indexed dims...).
+- ``noshard``: must be whole on every device (concatenation, sort, top_k's dimension...);
+- ``combine``: reduced by max/min (``reduce_max``, ``argmax``...): each device reduces its block
+  and one all-reduce(max/min) over the factor's axes finishes it (``COMBINERS``).
+
+A gather's indexed operand dimension is a ``contract`` factor: each device looks up only the
+indices in its block, writes zeros elsewhere, and the pending sum finishes it (the Megatron masked
+embedding lookup); a scatter-add's indexed dimension passes to the result, each device adding only
+the updates whose index falls in its block. ``local_index`` gives such ops their block offset.
 
 Given axes for every factor, each primitive runs unchanged on local shards once its shape
 parameters are localised (``local_params``); ``iota`` also needs its block offset.
@@ -25,12 +31,35 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any
 
 from partir_core.errors import UnknownPrimitiveError
-from partir_core.ir import Op
+from partir_core.ir import STRUCTURED, Op, Program, is_key
 
-PASS, CONTRACT, NOSHARD = "pass", "contract", "noshard"
+
+class FactorKind(Enum):
+    """How a factor may be sharded (see the module docstring)."""
+
+    PASS = "pass"
+    CONTRACT = "contract"
+    NOSHARD = "noshard"
+    COMBINE = "combine"
+
+
+class Linearity(Enum):
+    """Which operands a pending sum may pass through: none, all ``linear`` ones together, or one."""
+
+    NONE = "none"
+    ALL = "all"
+    ONE = "one"
+
+
+PASS, CONTRACT, NOSHARD, COMBINE = FactorKind.PASS, FactorKind.CONTRACT, FactorKind.NOSHARD, FactorKind.COMBINE
+
+COMBINERS: dict[str, str] = {"reduce_max": "max", "reduce_min": "min", "argmax": "max", "argmin": "min"}
+"""Primitives whose ``combine`` factors finish with an all-reduce of this kind (arg*: of the value,
+then of the index among the devices holding it)."""
 
 Dims = tuple[tuple[int, ...], ...]
 """Per tensor dimension, its factor ids (major to minor)."""
@@ -39,7 +68,7 @@ Dims = tuple[tuple[int, ...], ...]
 @dataclass(frozen=True)
 class Factor:
     size: int
-    kind: str
+    kind: FactorKind
 
 
 @dataclass(frozen=True)
@@ -48,7 +77,7 @@ class Rule:
     operands: tuple[Dims, ...]
     results: tuple[Dims, ...]
     linear: tuple[int, ...] = ()
-    linearity: str = "none"
+    linearity: Linearity = Linearity.NONE
 
 
 class _RB:
@@ -60,7 +89,7 @@ class _RB:
         self.ops: list[list[list[int]]] = [[[] for _ in a.shape] for a in op.inputs]
         self.res: list[list[list[int]]] = [[[] for _ in v.shape] for v in op.outputs]
 
-    def factor(self, size: int, kind: str, operands: Sequence[tuple[int, int]] = (),
+    def factor(self, size: int, kind: FactorKind, operands: Sequence[tuple[int, int]] = (),
                results: Sequence[tuple[int, int]] = ()) -> int:
         f = len(self.factors)
         self.factors.append(Factor(int(size), kind))
@@ -70,7 +99,7 @@ class _RB:
             self.res[i][d].append(f)
         return f
 
-    def own(self, kind: str = NOSHARD) -> None:
+    def own(self, kind: FactorKind = NOSHARD) -> None:
         """Every dimension not yet covered gets its own factor (replicated unless ``kind``)."""
         for i, a in enumerate(self.op.inputs):
             for d, n in enumerate(a.shape):
@@ -81,7 +110,7 @@ class _RB:
                 if not self.res[i][d]:
                     self.factor(n, kind, results=[(i, d)])
 
-    def build(self, linear: Sequence[int] = (), linearity: str = "none") -> Rule:
+    def build(self, linear: Sequence[int] = (), linearity: Linearity = Linearity.NONE) -> Rule:
         self.own(NOSHARD)
         in_results = {f for t in self.res for d in t for f in d}
         if self.op.outputs:  # a pass factor no result carries would lose data if sharded
@@ -91,7 +120,7 @@ class _RB:
                     tuple(tuple(tuple(d) for d in t) for t in self.res), tuple(linear), linearity)
 
 
-def _elementwise(op: Op, linear: Sequence[int] = (), linearity: str = "none") -> Rule:
+def _elementwise(op: Op, linear: Sequence[int] = (), linearity: Linearity = Linearity.NONE) -> Rule:
     b = _RB(op)
     out = op.outputs[0].shape
     for d, n in enumerate(out):
@@ -112,11 +141,11 @@ _LINEAR_ONE = {"mul": (0, 1), "div": (0,)}
 def _convert(op: Op) -> Rule:
     a, r = op.inputs[0].dtype, op.outputs[0].dtype
     linear = (0,) if a.startswith(("f", "bf", "c")) and r.startswith(("f", "bf", "c")) else ()
-    return _elementwise(op, linear, "all" if linear else "none")
+    return _elementwise(op, linear, Linearity.ALL if linear else Linearity.NONE)
 
 
 def _select_n(op: Op) -> Rule:
-    return _elementwise(op, tuple(range(1, len(op.inputs))), "all")
+    return _elementwise(op, tuple(range(1, len(op.inputs))), Linearity.ALL)
 
 
 def _broadcast_in_dim(op: Op) -> Rule:
@@ -127,7 +156,7 @@ def _broadcast_in_dim(op: Op) -> Rule:
         j = src.get(d)
         shared = [(0, j)] if j is not None and op.inputs[0].shape[j] == n else []
         b.factor(n, PASS, operands=shared, results=[(0, d)])
-    return b.build((0,), "all")
+    return b.build((0,), Linearity.ALL)
 
 
 def reshape_factors(src: Sequence[int], dst: Sequence[int]) -> tuple[list[int], list[list[int]], list[list[int]]]:
@@ -177,7 +206,7 @@ def _reshape(op: Op) -> Rule:
     ids = [b.factor(s, PASS) for s in sizes]
     b.ops[0] = [[ids[f] for f in fs] for fs in a_f]
     b.res[0] = [[ids[f] for f in fs] for fs in b_f]
-    return b.build((0,), "all")
+    return b.build((0,), Linearity.ALL)
 
 
 def _covers(fs: list[int], sizes: list[int], n: int) -> bool:
@@ -188,10 +217,10 @@ def _transpose(op: Op) -> Rule:
     b = _RB(op)
     for d, p in enumerate(op.params["permutation"]):
         b.factor(op.outputs[0].shape[d], PASS, operands=[(0, int(p))], results=[(0, d)])
-    return b.build((0,), "all")
+    return b.build((0,), Linearity.ALL)
 
 
-def _reduce(kind: str, linear: bool) -> Callable[[Op], Rule]:
+def _reduce(kind: FactorKind, linear: bool) -> Callable[[Op], Rule]:
     def rule(op: Op) -> Rule:
         b = _RB(op)
         axes = set(int(a) for a in op.params["axes"])
@@ -202,7 +231,7 @@ def _reduce(kind: str, linear: bool) -> Callable[[Op], Rule]:
             else:
                 b.factor(n, PASS, operands=[(0, d)], results=[(i, r) for i in range(len(op.outputs))])
                 r += 1
-        return b.build((0,) if linear else (), "all" if linear else "none")
+        return b.build((0,) if linear else (), Linearity.ALL if linear else Linearity.NONE)
     return rule
 
 
@@ -224,7 +253,33 @@ def _dot_general(op: Op) -> Rule:
             r += 1
     for x, y in zip(lc, rc):
         b.factor(lhs[x], CONTRACT, operands=[(0, x), (1, y)])
-    return b.build((0, 1), "one")
+    return b.build((0, 1), Linearity.ONE)
+
+
+def _conv(op: Op) -> Rule:
+    """conv_general_dilated: batch passes, input features are contracted (a pending sum), output
+    features pass; spatial dims (windows, padding, strides) stay whole. Grouped convolutions
+    keep every dim whole."""
+    b = _RB(op)
+    dn = op.params["dimension_numbers"]
+    if op.params["feature_group_count"] != 1 or op.params["batch_group_count"] != 1:
+        return b.build()
+    lhs, rhs, out = dn.lhs_spec, dn.rhs_spec, dn.out_spec
+    x, w = op.inputs[0].shape, op.inputs[1].shape
+    b.factor(x[lhs[0]], PASS, operands=[(0, lhs[0])], results=[(0, out[0])])
+    b.factor(w[rhs[0]], PASS, operands=[(1, rhs[0])], results=[(0, out[1])])
+    b.factor(x[lhs[1]], CONTRACT, operands=[(0, lhs[1]), (1, rhs[1])])
+    return b.build((0, 1), Linearity.ONE)
+
+
+def _rev(op: Op) -> Rule:
+    """rev: reversed dims stay whole (a block would land on another device), the others pass."""
+    b = _RB(op)
+    rev = {int(d) for d in op.params["dimensions"]}
+    for d, n in enumerate(op.inputs[0].shape):
+        if d not in rev:
+            b.factor(n, PASS, operands=[(0, d)], results=[(0, d)])
+    return b.build((0,), Linearity.ALL)
 
 
 def _along_axis(key: str) -> Callable[[Op], Rule]:
@@ -240,7 +295,7 @@ def _along_axis(key: str) -> Callable[[Op], Rule]:
             b.factor(n, PASS, operands=[(i, d) for i, a in enumerate(op.inputs) if len(a.shape) == rank],
                      results=[(i, d) for i in range(len(op.outputs))])
         lin = tuple(range(len(op.inputs))) if op.name == "concatenate" else ()
-        return b.build(lin, "all" if lin else "none")
+        return b.build(lin, Linearity.ALL if lin else Linearity.NONE)
     return rule
 
 
@@ -252,7 +307,7 @@ def _squeeze(op: Op) -> Rule:
         if d not in gone:
             b.factor(n, PASS, operands=[(0, d)], results=[(0, r)])
             r += 1
-    return b.build((0,), "all")
+    return b.build((0,), Linearity.ALL)
 
 
 def _full_dims(op: Op, starts: Sequence[int] | None, sizes: Sequence[int], lin: tuple[int, ...]) -> Rule:
@@ -262,7 +317,7 @@ def _full_dims(op: Op, starts: Sequence[int] | None, sizes: Sequence[int], lin: 
         whole = sizes[d] == n and (starts is None or starts[d] == 0)
         if whole:
             b.factor(n, PASS, operands=[(0, d)], results=[(0, d)])
-    return b.build(lin, "all" if lin else "none")
+    return b.build(lin, Linearity.ALL if lin else Linearity.NONE)
 
 
 def _slice(op: Op) -> Rule:
@@ -301,84 +356,151 @@ def _iota(op: Op) -> Rule:
 
 
 def _gather(op: Op) -> Rule:
-    """Embedding-style gather: whole slices along offset dims pass through, indices' batch dims
-    pass through; the indexed operand dims stay whole."""
+    """Gather (embedding lookup, ``take_along_axis``): whole slices along offset dims pass
+    through; the indices' batch dims pass to the result, and to the operand's batching dims
+    (``take_along_axis``: a batch-sharded lookup needs no communication); a single indexed
+    dimension may be sharded as a masked local lookup (a ``contract`` factor)."""
     b = _RB(op)
     dn = op.params["dimension_numbers"]
     operand = op.inputs[0].shape
     out = op.outputs[0].shape
-    if dn.operand_batching_dims:
-        return b.build()
-    offset_src = [d for d in range(len(operand)) if d not in dn.collapsed_slice_dims]
+    offset_src = [d for d in range(len(operand)) if d not in dn.collapsed_slice_dims
+                  and d not in dn.operand_batching_dims]
     for od, sd in zip(dn.offset_dims, offset_src):
         if op.params["slice_sizes"][sd] == operand[sd] and sd not in dn.start_index_map:
             b.factor(operand[sd], PASS, operands=[(0, sd)], results=[(0, int(od))])
     batch_out = [d for d in range(len(out)) if d not in dn.offset_dims]
+    pair = dict(zip((int(d) for d in dn.start_indices_batching_dims), (int(d) for d in dn.operand_batching_dims)))
     for k, od in enumerate(batch_out):
-        b.factor(out[od], PASS, operands=[(1, k)], results=[(0, od)])
-    return b.build((0,), "none")
+        shared = [(1, k)] + ([(0, pair[k])] if k in pair else [])
+        b.factor(out[od], PASS, operands=shared, results=[(0, od)])
+    if len(dn.start_index_map) == 1 and op.inputs[1].shape[-1] == 1:
+        d = int(dn.start_index_map[0])
+        if op.params["slice_sizes"][d] == 1 and d in dn.collapsed_slice_dims:
+            b.factor(operand[d], CONTRACT, operands=[(0, d)])
+    return b.build((0,), Linearity.ONE)
 
 
-def _scatter_add(op: Op) -> Rule:
-    """Scatter-add (embedding gradient): window dims pass through; the update batch dims are
-    summed into the operand, so sharding them leaves the result unreduced (operand must be too)."""
+def _scatter(op: Op, add: bool) -> Rule:
+    """Scatter(-add): window dims pass through; update batch dims paired with operand batching
+    dims pass too (the transpose of ``take_along_axis``); other update batch dims are summed
+    into the operand (a ``contract`` factor: the result is unreduced, the operand must be too),
+    which only an add may do; a single indexed dimension passes to the result, each device
+    scattering only the updates that fall in its block."""
     b = _RB(op)
     dn = op.params["dimension_numbers"]
     operand, upd = op.inputs[0].shape, op.inputs[2].shape
-    if dn.operand_batching_dims:
-        return b.build()
-    window_src = [d for d in range(len(operand)) if d not in dn.inserted_window_dims]
+    window_src = [d for d in range(len(operand)) if d not in dn.inserted_window_dims
+                  and d not in dn.operand_batching_dims]
     for ud, sd in zip(dn.update_window_dims, window_src):
         if upd[ud] == operand[sd] and sd not in dn.scatter_dims_to_operand_dims:
             b.factor(operand[sd], PASS, operands=[(0, sd), (2, int(ud))], results=[(0, sd)])
+    pair = dict(zip((int(d) for d in dn.scatter_indices_batching_dims), (int(d) for d in dn.operand_batching_dims)))
     scatter_dims = [d for d in range(len(upd)) if d not in dn.update_window_dims]
     for k, ud in enumerate(scatter_dims):
-        b.factor(upd[ud], CONTRACT, operands=[(1, k), (2, ud)])
-    return b.build((0, 2), "all")
+        if k in pair:
+            b.factor(upd[ud], PASS, operands=[(0, pair[k]), (1, k), (2, ud)], results=[(0, pair[k])])
+        elif add:
+            b.factor(upd[ud], CONTRACT, operands=[(1, k), (2, ud)])
+    if len(dn.scatter_dims_to_operand_dims) == 1 and op.inputs[1].shape[-1] == 1:
+        d = int(dn.scatter_dims_to_operand_dims[0])
+        if d in dn.inserted_window_dims:
+            b.factor(operand[d], PASS, operands=[(0, d)], results=[(0, d)])
+    return b.build((0, 2), Linearity.ALL) if add else b.build()
 
 
 def _replicate(op: Op) -> Rule:
     return _RB(op).build()
 
 
+def _bitcast(op: Op) -> Rule:
+    """bitcast_convert_type: a width change adds or drops a minor dim; the leading dims pass."""
+    b = _RB(op)
+    a, r = op.inputs[0].shape, op.outputs[0].shape
+    for d in range(min(len(a), len(r))):
+        if a[d] == r[d]:
+            b.factor(a[d], PASS, operands=[(0, d)], results=[(0, d)])
+    return b.build()
+
+
+# random numbers: keys stay replicated and random bits are generated whole on every device (no
+# communication; equal to the unpartitioned program bit for bit), then sliced to what consumers need
+_RANDOM = ("random_seed", "random_bits", "random_split", "random_fold_in", "random_wrap",
+           "random_unwrap", "random_clone", "threefry2x32")
+
+
 RuleFn = Callable[[Op], Rule]
 RULES: dict[str, RuleFn] = {name: _elementwise for name in _ELEMENTWISE}
 
 
-def _linear(lin: tuple[int, ...], kind: str) -> RuleFn:
+def _linear(lin: tuple[int, ...], kind: Linearity) -> RuleFn:
     return lambda op: _elementwise(op, lin, kind)
 
 
-RULES.update({n: _linear(lin, "all") for n, lin in _LINEAR_ALL.items()})
-RULES.update({n: _linear(lin, "one") for n, lin in _LINEAR_ONE.items()})
+RULES.update({n: _linear(lin, Linearity.ALL) for n, lin in _LINEAR_ALL.items()})
+RULES.update({n: _linear(lin, Linearity.ONE) for n, lin in _LINEAR_ONE.items()})
 RULES.update({
     "convert_element_type": _convert, "select_n": _select_n, "broadcast_in_dim": _broadcast_in_dim,
     "reshape": _reshape, "transpose": _transpose, "dot_general": _dot_general,
-    "reduce_sum": _reduce(CONTRACT, True), "reduce_max": _reduce(NOSHARD, False),
-    "reduce_min": _reduce(NOSHARD, False), "reduce_prod": _reduce(NOSHARD, False),
+    "reduce_sum": _reduce(CONTRACT, True), "reduce_max": _reduce(COMBINE, False),
+    "reduce_min": _reduce(COMBINE, False), "reduce_prod": _reduce(NOSHARD, False),
     "reduce_and": _reduce(NOSHARD, False), "reduce_or": _reduce(NOSHARD, False),
-    "argmax": _reduce(NOSHARD, False), "argmin": _reduce(NOSHARD, False),
+    "argmax": _reduce(COMBINE, False), "argmin": _reduce(COMBINE, False),
     "concatenate": _along_axis("dimension"), "cumsum": _along_axis("axis"),
     "cumprod": _along_axis("axis"), "cummax": _along_axis("axis"), "cummin": _along_axis("axis"),
     "cumlogsumexp": _along_axis("axis"), "sort": _along_axis("dimension"), "split": _along_axis("axis"),
+    "top_k": _along_axis("axis"), "conv_general_dilated": _conv, "rev": _rev,
     "squeeze": _squeeze, "slice": _slice, "dynamic_slice": _dynamic_slice, "pad": _pad,
     "dynamic_update_slice": _dynamic_update_slice, "iota": _iota, "gather": _gather,
-    "scatter-add": _scatter_add, "scatter_add": _scatter_add,
+    "scatter-add": lambda op: _scatter(op, True), "scatter_add": lambda op: _scatter(op, True),
+    "scatter": lambda op: _scatter(op, False), "bitcast_convert_type": _bitcast,
 })
+RULES.update({name: _replicate for name in _RANDOM})
+RULES.update({name: _replicate for name in STRUCTURED})  # placeholders: layouts come from ties
 
 
-def rule_for(op: Op, unknown: str = "error") -> Rule:
+def _keys_whole(op: Op, rule: Rule) -> Rule:
+    """No factor of a PRNG key tensor may be sharded (a key is one indivisible value)."""
+    keyed = {f for a, dims in zip(op.inputs, rule.operands) if is_key(a.dtype) for fs in dims for f in fs}
+    keyed |= {f for v, dims in zip(op.outputs, rule.results) if is_key(v.dtype) for fs in dims for f in fs}
+    if not keyed:
+        return rule
+    factors = tuple(Factor(f.size, NOSHARD) if i in keyed else f for i, f in enumerate(rule.factors))
+    return Rule(factors, rule.operands, rule.results, rule.linear, rule.linearity)
+
+
+
+def rule_for(op: Op, unknown: str = "error", where: str = "") -> Rule:
     """The rule of ``op``; an unknown primitive raises, or (``unknown="replicate"``) is run on
     whole arrays: every operand is gathered and every result replicated."""
     fn = RULES.get(op.name)
     if fn is None:
         if unknown == "replicate":
-            return _replicate(op)
+            return _keys_whole(op, _replicate(op))
         raise UnknownPrimitiveError(
-            f"no sharding rule for primitive {op.name!r} (op #{op.index}); register one in "
+            f"no sharding rule for primitive {op.name!r} (op #{op.index}{where}); register one in "
             f"partir_core.rules.RULES or pass unknown='replicate' to run it on whole arrays"
         )
-    return fn(op)
+    return _keys_whole(op, fn(op))
+
+
+def rules_for(program: Program, unknown: str = "error") -> tuple[Rule, ...]:
+    """The rule of every op, bodies included, indexed by ``Op.index``; an unknown primitive's
+    error says where it sits (``scan #3 body > cond #7 branch 1``)."""
+    out: list[Rule] = []
+
+    def walk(p: Program, where: str) -> None:
+        for op in p.ops:
+            out.append(rule_for(op, unknown, where))
+            for k, body in enumerate(op.bodies):
+                walk(body, f"{where} in {op.name} #{op.index} {_body_name(op.name, k)}")
+
+    walk(program, "")
+    return tuple(out)
+
+
+def _body_name(prim: str, k: int) -> str:
+    return {"scan": "body", "while": ("cond", "body")[min(k, 1)]}.get(prim, f"branch {k}")
 
 
 # -- localisation: the primitive's parameters for local shapes ------------------------------------

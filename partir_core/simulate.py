@@ -3,7 +3,13 @@
 It reads the lowering's decisions, so each predicted collective is a step of a ``redist`` plan the
 emitted program executes; costs (bytes, time) are the plans' own measures, from one cost model.
 Peak memory is the largest sum of live local buffers over the program order (a buffer lives from
-the step producing it to its last reader; inputs from the start, outputs to the end).
+the step producing it to its last reader; inputs from the start, outputs to the end); a loop or
+branch adds its body's own peak while it runs.
+
+A collective inside a ``scan`` body runs ``length`` times: it appears once in the program text
+(``hlo_counts``) and ``length`` times in the executed counts, bytes and time. A ``while`` loop's
+trip count is unknown before running, so its body counts once; every ``cond`` branch counts
+(an upper bound: one of them runs).
 """
 
 from __future__ import annotations
@@ -14,7 +20,8 @@ from collections import Counter
 from dataclasses import dataclass
 
 from partir_core.ir import Value
-from partir_core.lower import Lowered, Move, Step
+from partir_core.lower import Lowered, Move, OpDecision
+from partir_core.rules import COMBINERS
 from spmd_types import ShardingType
 
 # how each redist step kind appears in StableHLO (exchange/permute: one collective_permute per round)
@@ -34,6 +41,7 @@ class Collective:
     reason: str
     src: str
     dst: str
+    repeat: int = 1
 
 
 @dataclass(frozen=True)
@@ -41,25 +49,26 @@ class Simulation:
     flops: float
     collectives: tuple[Collective, ...]
     peak_bytes: int
+    hlo: tuple[tuple[str, int], ...] = ()
 
     @property
     def recv_bytes(self) -> float:
-        return sum(c.recv_bytes for c in self.collectives)
+        return sum(c.recv_bytes * c.repeat for c in self.collectives)
 
     @property
     def comm_time_s(self) -> float:
-        return sum(c.time_s for c in self.collectives)
+        return sum(c.time_s * c.repeat for c in self.collectives)
 
     def counts(self) -> dict[str, int]:
-        """Collectives by redist step kind."""
-        return dict(Counter(c.kind for c in self.collectives))
+        """Collectives executed, by redist step kind (one in a scan body counts once per iteration)."""
+        out: Counter[str] = Counter()
+        for c in self.collectives:
+            out[c.kind] += c.repeat
+        return dict(out)
 
     def hlo_counts(self) -> dict[str, int]:
         """The collective ops the emitted StableHLO must contain, by op name."""
-        out: Counter[str] = Counter()
-        for c in self.collectives:
-            out[HLO_OP.get(c.kind, c.kind)] += c.rounds if c.kind in ("exchange", "permute") else 1
-        return dict(out)
+        return {k: n for k, n in self.hlo if n}
 
 
 def hlo_collectives(text: str) -> dict[str, int]:
@@ -72,9 +81,11 @@ def hlo_collectives(text: str) -> dict[str, int]:
     return dict(out)
 
 
-def op_flops(st: Step) -> float:
+def op_flops(st: OpDecision) -> float:
     """Per-device FLOPs of one op on local shards (a multiply-add is 2)."""
     op = st.op
+    if st.bodies:
+        return 0.0  # the bodies' own FLOPs are added by simulate, times the trip count
     if op.name == "dot_general":
         (lc, _), _ = op.params["dimension_numbers"]
         lhs = st.in_types[0]
@@ -88,16 +99,69 @@ def op_flops(st: Step) -> float:
     return float(sum(t.local_size for t in st.out_types))
 
 
-def _collectives(mv: Move) -> list[Collective]:
+def _collectives(mv: Move, repeat: int = 1) -> list[Collective]:
     out = []
     for s, m in zip(mv.plan.steps, mv.plan.measures):
         if m.rounds > 0:
-            out.append(Collective(s.kind, m.recv_bytes, m.time_s, m.rounds, mv.reason, str(mv.src), str(mv.dst)))
+            out.append(Collective(s.kind, m.recv_bytes, m.time_s, m.rounds, mv.reason, str(mv.src),
+                                  str(mv.dst), repeat))
     return out
+
+
+def _hlo_ops(mv: Move) -> Counter[str]:
+    """The move's collective ops in program text: one per typed collective, and the plan's own
+    count (``Plan.n_collectives``) for the rest, which are collective-permute rounds."""
+    typed = Counter(HLO_OP[s.kind] for s, m in zip(mv.plan.steps, mv.plan.measures)
+                    if m.rounds > 0 and HLO_OP.get(s.kind) != "collective_permute")
+    permutes = mv.plan.n_collectives - sum(typed.values())
+    if permutes:
+        typed["collective_permute"] += permutes
+    return typed
+
+
+def _combine(st: OpDecision) -> list[Collective]:
+    """The all-reduce(max/min) finishing a reduction over a sharded dimension (arg*: two)."""
+    assert st.combine_plan is not None
+    rounds = 2 if st.op.name in ("argmax", "argmin") else 1
+    m = st.combine_plan
+    reason = f"op #{st.op.index} {st.op.name} all-reduce({COMBINERS[st.op.name]}) over {','.join(st.combine)}"
+    return [Collective("all_reduce", m.recv_bytes, m.time_s, 1, reason, str(m.src), str(m.dst))] * rounds
+
+
+def _trips(st: OpDecision) -> int:
+    return int(st.op.params["length"]) if st.op.name == "scan" else 1
 
 
 def simulate(low: Lowered) -> Simulation:
     """Predict the partitioned program's per-device cost without running it."""
+    moves = [mv for st in low.steps for mv in st.moves] + list(low.out_moves)
+    hlo: Counter[str] = Counter()
+    for mv in moves:
+        hlo.update(_hlo_ops(mv))
+    colls: list[Collective] = []
+    flops = 0.0
+    extra: dict[int, int] = {}
+    for i, st in enumerate(low.steps, start=1):
+        colls += [c for mv in st.moves for c in _collectives(mv)]
+        flops += op_flops(st)
+        if st.combine_plan is not None:
+            combined = _combine(st)
+            colls += combined
+            hlo["all_reduce"] += len(combined)
+        for body in st.bodies:
+            sub = simulate(body)
+            k = _trips(st)
+            colls += [Collective(c.kind, c.recv_bytes, c.time_s, c.rounds, c.reason, c.src, c.dst,
+                                 c.repeat * k) for c in sub.collectives]
+            flops += sub.flops * k
+            hlo.update(dict(sub.hlo))
+            extra[i] = max(extra.get(i, 0), sub.peak_bytes)
+    colls += [c for mv in low.out_moves for c in _collectives(mv)]
+    return Simulation(flops, tuple(colls), _peak(low, extra), tuple(sorted(hlo.items())))
+
+
+def _peak(low: Lowered, extra: dict[int, int]) -> int:
+    """Largest sum of live local buffers (plus a running body's own peak) over program order."""
     n = len(low.steps)
     end = n + 1
     born: dict[tuple[int, ShardingType], int] = {}
@@ -106,23 +170,18 @@ def simulate(low: Lowered) -> Simulation:
         born[(v.id, t)] = 0
     for cid, t in low.const_types.items():
         born[(cid, t)] = 0
-    colls: list[Collective] = []
-    flops = 0.0
     for i, st in enumerate(low.steps, start=1):
         for mv in st.moves:
             last[(mv.value, mv.src)] = i
             born.setdefault((mv.value, mv.dst), i)
-            colls += _collectives(mv)
         for a, ta in zip(st.op.inputs, st.in_types):
             if isinstance(a, Value) and ta is not None:
                 last[(a.id, ta)] = i
         for r, tr in zip(st.op.outputs, st.out_types):
             born[(r.id, tr)] = i
-        flops += op_flops(st)
     for mv in low.out_moves:
         last[(mv.value, mv.src)] = end
         born.setdefault((mv.value, mv.dst), end)
-        colls += _collectives(mv)
     for o, t in zip(low.program.outputs, low.out_types):
         if isinstance(o, Value):
             last[(o.id, t)] = end
@@ -131,8 +190,11 @@ def simulate(low: Lowered) -> Simulation:
         size = key[1].local_bytes
         delta[b] += size
         delta[max(b, last.get(key, b)) + 1] -= size
+    for i, e in extra.items():
+        delta[i] += e
+        delta[i + 1] -= e
     peak = cur = 0
     for d in delta:
         cur += d
         peak = max(peak, cur)
-    return Simulation(flops, tuple(colls), peak)
+    return peak

@@ -3,7 +3,8 @@
 On a mesh ``{data, model}``: BP shards the batch over ``data``; MP is Megatron over ``model``
 (attention heads: wq/wk/wv by head, wo by head; MLP: w1 by column, w2 by row); Z2 shards the Adam
 state over ``data`` while pinning parameters whole; Z3 shards the parameters themselves over
-``data`` (state follows by propagation); EMB shards the embedding table's rows over ``model``.
+``data`` (state follows by propagation); EMB (VP) shards the embedding table's rows over
+``model``; SP shards the sequence over ``model`` (Megatron-SP, with MP).
 ZeRO is defined on top of data parallelism, so ``Z2`` and ``Z3`` include BP.
 """
 
@@ -15,6 +16,9 @@ MEGATRON: dict[str, dict[str, int]] = {
     "mlp": {"params/w1": 1, "params/w2": 0},
     "transformer": {"params/wq": 1, "params/wk": 1, "params/wv": 1, "params/wo": 0,
                     "params/w1": 1, "params/w2": 0},
+    # stacked layers: dimension 0 is the layer, so each Megatron dimension is one further
+    "gpt": {"params/blocks/wq": 2, "params/blocks/wk": 2, "params/blocks/wv": 2, "params/blocks/wo": 1,
+            "params/blocks/w1": 2, "params/blocks/b1": 1, "params/blocks/w2": 1},
 }
 
 
@@ -34,8 +38,17 @@ def z3(model: str) -> list[Tactic]:
     return [ShardParams(axis="data", policy="largest_dim")]
 
 
+def sp(model: str) -> list[Tactic]:
+    """Megatron sequence parallelism: the token sequence over ``model``, so LayerNorm, dropout
+    and the residual stream stay sequence-sharded, and with MP the lowering all-gathers the
+    sequence before each tensor-parallel block and reduce-scatters after it."""
+    if model != "gpt":
+        raise KeyError(f"SP needs a sequence dimension; model {model!r} has none")
+    return [Shard({"batch/tokens": 1, "batch/labels": 1}, axis="model")]
+
+
 def emb(model: str) -> list[Tactic]:
-    if model != "transformer":
+    if model not in ("transformer", "gpt"):
         raise KeyError(f"EMB needs an embedding table; model {model!r} has none")
     return [Shard("params/embed", dim=0, axis="model")]
 
@@ -43,8 +56,11 @@ def emb(model: str) -> list[Tactic]:
 STRATEGIES: dict[str, list[str]] = {
     "BP": ["BP"], "MP": ["MP"], "Z2": ["BP", "Z2"], "Z3": ["BP", "Z3"], "EMB": ["EMB"],
     "BP+MP": ["BP", "MP"], "BP+MP+Z3": ["BP", "MP", "Z3"],
+    "BP+MP+SP": ["BP", "MP", "SP"], "BP+MP+VP": ["BP", "MP", "VP"], "BP+MP+SP+VP": ["BP", "MP", "SP", "VP"],
 }
-_PARTS = {"BP": bp, "MP": mp, "Z2": z2, "Z3": z3, "EMB": emb}
+# vocabulary parallelism: the (tied) embedding table by rows over ``model``: masked lookups,
+# vocab-sharded logits, a loss by all-reduce(max), all-reduce(sum) and a masked label lookup
+_PARTS = {"BP": bp, "MP": mp, "Z2": z2, "Z3": z3, "EMB": emb, "SP": sp, "VP": emb}
 
 
 def schedule(model: str, strategy: str) -> list[Tactic]:
@@ -59,4 +75,10 @@ def schedule(model: str, strategy: str) -> list[Tactic]:
 
 
 def applicable(model: str) -> list[str]:
-    return [s for s in STRATEGIES if model == "transformer" or "EMB" not in s]
+    out = []
+    for s in STRATEGIES:
+        parts = set(STRATEGIES[s])
+        if parts & {"SP", "VP"} and model != "gpt" or "EMB" in parts and model == "mlp":
+            continue
+        out.append(s)
+    return out

@@ -13,8 +13,9 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from partir_core.control import stacked_inputs
 from partir_core.errors import AxisUsedTwiceError, IndivisibleDimError, TacticError, UnknownInputError
-from partir_core.ir import Program, Value
+from partir_core.ir import Program, Value, is_key
 from partir_core.propagate import Propagator
 from spmd_types import Mesh
 
@@ -54,6 +55,9 @@ class _Ctx:
         if not -len(v.shape) <= dim < len(v.shape):
             raise TacticError(f"{path} has rank {len(v.shape)} (shape {list(v.shape)}); dimension {dim} does not exist")
         dim %= len(v.shape)
+        if is_key(v.dtype):
+            raise TacticError(f"{path} is a PRNG key ({v.dtype}); keys stay replicated, shard the values "
+                              "drawn from it instead")
         for a in axes:
             self.mesh.axis_size(a)  # UnknownAxisError names it
         if v.id in self.prop.pinned:
@@ -120,7 +124,9 @@ class ShardParams:
     """ZeRO-style: shard every leaf under ``target`` (default: the function's first argument)
     over ``axis``, along the dimension the policy picks. ``largest_dim``: the largest local
     dimension the axis divides. Leaves that already use the axis, are pinned, or have no
-    divisible dimension are skipped (and say so in explain())."""
+    divisible dimension are skipped (and say so in explain()). A dimension a ``scan`` reads as
+    stacked (the layer dimension of stacked layer parameters) is never picked: every device runs
+    every layer, so sharding it would only make the loop gather it whole."""
 
     axis: str
     policy: str = "largest_dim"
@@ -134,13 +140,18 @@ class ShardParams:
             raise TacticError(f"unknown ShardParams policy {self.policy!r}; use 'largest_dim' or 'first_dim'")
         n = ctx.mesh.axis_size(self.axis)
         target = self.target or ctx.program.input_paths[0].split("/")[0]
+        stacked = stacked_inputs(ctx.program)
         for path, v in matching(ctx.program, target):
             lay = ctx.prop.layouts[v.id]
+            if is_key(v.dtype):
+                ctx.notes.append(f"{path}: skipped (a PRNG key)")
+                continue
             if v.id in ctx.prop.pinned or any(self.axis in ax for ax in lay):
                 ctx.notes.append(f"{path}: skipped ({'pinned' if v.id in ctx.prop.pinned else 'already uses ' + self.axis})")
                 continue
             shards = [math.prod(ctx.mesh.axis_size(a) for a in ax) for ax in lay]
-            ok = [d for d in range(len(v.shape)) if v.shape[d] % (shards[d] * n) == 0]
+            ok = [d for d in range(len(v.shape))
+                  if v.shape[d] % (shards[d] * n) == 0 and d not in stacked.get(v.id, ())]
             if not ok:
                 ctx.notes.append(f"{path}: skipped (no dimension divisible by {n})")
                 continue

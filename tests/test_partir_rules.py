@@ -54,6 +54,21 @@ CASES: dict[str, tuple[Callable[..., Any], list[Any], list[str]]] = {
     "gather": (lambda t, i: t[i] * 1.0, [(16, 8), _idx(8, 16)], ["gather"]),
     "scatter_add": (lambda t, i: jax.grad(lambda t: jnp.sum(t[i] ** 2))(t), [(16, 8), _idx(8, 16)],
                     ["scatter-add"]),
+    "take_along_axis": (lambda x, y: jnp.take_along_axis(x, y[:, :, None], axis=-1) * 2.0,
+                        [(4, 8, 16), lambda rng: rng.integers(0, 16, (4, 8)).astype(np.int32)], ["gather"]),
+    "take_along_axis_grad": (lambda x, y: jax.grad(lambda x: jnp.sum(jnp.take_along_axis(
+        x, y[:, :, None], axis=-1) ** 2))(x), [(4, 8, 16), lambda rng: rng.integers(0, 16, (4, 8)).astype(np.int32)],
+        ["scatter-add"]),
+    "scatter_set": (lambda t, i, u: t.at[i].set(u), [(16, 8), lambda rng: rng.permutation(16)[:4].astype(np.int32),
+                                                     (4, 8)], ["scatter"]),
+    "top_k": (lambda x: lax.top_k(x, 3)[0] + lax.top_k(x, 3)[1].astype(F32), [(8, 16)], ["top_k"]),
+    "conv": (lambda x, w: lax.conv_general_dilated(x, w, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC")),
+             [(8, 4, 4, 4), (3, 3, 4, 8)], ["conv_general_dilated"]),
+    "conv_grad": (lambda x, w: jax.grad(lambda x, w: jnp.sum(jnp.tanh(lax.conv_general_dilated(
+        x, w, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC")))), argnums=(0, 1))(x, w),
+        [(8, 4, 4, 4), (3, 3, 4, 8)], ["conv_general_dilated"]),
+    "argmin": (lambda x: jnp.argmin(x, axis=0) + jnp.min(x, axis=0).astype(jnp.int32), [(16, 8)],
+               ["argmin", "reduce_min"]),
 }
 
 

@@ -1,0 +1,102 @@
+"""Running one op on a device's blocks when the block's position matters.
+
+Most ops run unchanged on local shards (``rules.local_params``). A few need the offset of the
+device's block along a dimension: ``iota`` (its values), a gather or scatter whose indexed
+dimension is sharded (each device handles only the indices in its block: a masked lookup whose
+zeros the pending sum fills, or a scatter that drops the others), and ``argmax``/``argmin`` over
+a sharded dimension (local indices become global ones before the all-reduce picks the winner).
+Both executors (the ``shard_map`` emitter and the NumPy reference) call ``run_local`` with their
+own way of reading a block offset, so the index arithmetic exists once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from partir_core.ir import Op
+from partir_core.rules import COMBINERS, local_params
+from spmd_types import ShardingType
+
+Offset = Callable[[ShardingType, int], Any]
+"""(type, dim) -> the first global index of this device's block along ``dim`` (an int32 scalar)."""
+
+
+def indexed_dim(op: Op) -> int | None:
+    """The operand dimension a single-index gather or scatter looks up, if any."""
+    if op.name == "gather":
+        sim = op.params["dimension_numbers"].start_index_map
+    elif op.name in ("scatter", "scatter-add", "scatter_add"):
+        sim = op.params["dimension_numbers"].scatter_dims_to_operand_dims
+    else:
+        return None
+    return int(sim[0]) if len(sim) == 1 else None
+
+
+def _sharded(t: ShardingType | None, d: int | None) -> bool:
+    return t is not None and d is not None and bool(t.dims[d])
+
+
+def needs_offset(op: Op, in_types: Sequence[ShardingType | None], out_types: Sequence[ShardingType],
+                 combine: Sequence[str]) -> bool:
+    if op.name == "iota":
+        return bool(out_types[0].dims[int(op.params["dimension"])])
+    if op.name in ("argmax", "argmin"):
+        return bool(combine)
+    return _sharded(in_types[0] if in_types else None, indexed_dim(op))
+
+
+def _gather(op: Op, params: dict[str, Any], args: list[Any], off: Any, n: int) -> Any:
+    import jax.numpy as jnp
+    from jax import lax
+
+    operand, idx = args
+    local = idx - off.astype(idx.dtype)
+    ok = (local >= 0) & (local < n)
+    out = op.prim.bind(operand, jnp.where(ok, local, 0), **params)
+    dn = params["dimension_numbers"]
+    batch = tuple(d for d in range(out.ndim) if d not in dn.offset_dims)
+    return jnp.where(lax.broadcast_in_dim(ok[..., 0], out.shape, batch), out, jnp.zeros((), out.dtype))
+
+
+def _scatter(op: Op, params: dict[str, Any], args: list[Any], off: Any, n: int) -> Any:
+    import jax.numpy as jnp
+    from jax.lax import GatherScatterMode
+
+    operand, idx, upd = args
+    local = idx - off.astype(idx.dtype)
+    ok = (local >= 0) & (local < n)
+    params = dict(params, mode=GatherScatterMode.FILL_OR_DROP)
+    return op.prim.bind(operand, jnp.where(ok, local, n), upd, **params)  # index n: dropped
+
+
+def run_local(op: Op, in_types: Sequence[ShardingType | None], out_types: Sequence[ShardingType],
+              args: list[Any], offset: Offset, combine: Sequence[str] = ()) -> list[Any]:
+    """``op`` on one device's blocks (before any all-reduce(max/min) its combine axes need)."""
+    in_local = [t.local_shape if t is not None else () for t in in_types]
+    params = local_params(op, in_local, [t.local_shape for t in out_types])
+    d = indexed_dim(op)
+    if d is not None and _sharded(in_types[0], d):
+        t = in_types[0]
+        assert t is not None
+        run = _gather if op.name == "gather" else _scatter
+        return [run(op, params, args, offset(t, d), t.local_shape[d])]
+    out = op.prim.bind(*args, **params)
+    outs = list(out) if op.prim.multiple_results else [out]
+    if op.name == "iota":
+        t, k = out_types[0], int(op.params["dimension"])
+        if t.dims[k]:
+            outs[0] = outs[0] + offset(t, k).astype(outs[0].dtype)
+    elif op.name in ("argmax", "argmin") and combine:
+        t = in_types[0]
+        assert t is not None
+        outs[0] = outs[0] + offset(t, int(op.params["axes"][0])).astype(outs[0].dtype)
+    return outs
+
+
+def arg_value(op: Op, x: Any) -> Any:
+    """The local max (argmax) or min (argmin) that decides which device's index wins."""
+    import jax.numpy as jnp
+
+    fn = jnp.max if COMBINERS[op.name] == "max" else jnp.min
+    return fn(x, axis=int(op.params["axes"][0]))
