@@ -23,7 +23,6 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Any
 
 from partir_core.errors import PartitionError
@@ -33,6 +32,7 @@ from partir_core.propagate import Layout, factor_axes, layout_from_factors
 from partir_core.rules import COMBINE, COMBINERS, CONTRACT, NOSHARD, PASS, Linearity, Rule
 from redist import CostModel, Plan, redistribute
 from spmd_types import Mesh, ShardingType, ShardingTypeError
+from spmd_types.memo import Scope, memo
 
 
 @dataclass(frozen=True)
@@ -90,7 +90,7 @@ all-reduce over half the batch plus an all-gather over ``data`` (fewer bytes, on
 collective), which ran slower than XLA's single all-reduce (benchmarks/partitioner.py, GPT MP)."""
 
 
-@lru_cache(maxsize=65536)
+@memo(Scope.TYPE, maxsize=65536)
 def plan_move(src: ShardingType, dst: ShardingType) -> Plan:
     return redistribute(src, dst, cost_model=PARTITIONER_COST_MODEL)
 

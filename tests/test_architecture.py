@@ -97,8 +97,11 @@ def test_every_cache_is_a_registered_memo_table() -> None:
         if path == ROOT / "spmd_types" / "memo.py":
             continue
         for node in ast.walk(tree):
-            if isinstance(node, (ast.Name, ast.Attribute)) and getattr(node, "id", getattr(node, "attr", "")) in (
-                    "lru_cache", "cache"):
+            from_functools = isinstance(node, ast.ImportFrom) and node.module == "functools" and any(
+                a.name in ("lru_cache", "cache") for a in node.names)
+            attribute = (isinstance(node, ast.Attribute) and node.attr in ("lru_cache", "cache")
+                         and isinstance(node.value, ast.Name) and node.value.id == "functools")
+            if from_functools or attribute:
                 bad.append(f"{path.relative_to(ROOT)}:{node.lineno}")
     assert not bad, bad
 
@@ -174,3 +177,10 @@ def _strongly_connected(edges: dict[str, set[str]]) -> list[list[str]]:
                         break
                 out.append(sorted(comp))
     return out
+
+
+def test_the_partitioner_knows_every_communicating_step_kind() -> None:
+    from partir_core.simulate import HLO_OP
+    from redist import Comm
+
+    assert {cls.kind for cls in ALL_STEPS if cls.comm is not Comm.LOCAL} <= set(HLO_OP)
