@@ -30,14 +30,21 @@ import numpy as np
 
 from redist.atoms import Atom, unreduced_atoms
 from redist.colouring import colours
-from redist.errors import StepError
+from redist.errors import RedistError
 from redist.groups import atoms_index, group_key, replica_index
 from spmd_types import ShardingType
 from spmd_types.layout import block_bounds
 from spmd_types.memo import Scope, memo
 
-MAX_CELLS = 1 << 16
-"""Exchanges finer than this many (device, cell) pairs are not offered: too many rounds to be useful."""
+MAX_CELLS = 1 << 20
+"""Most (device, cell, reduced partial) triples an exchange schedules: 16 per device on 65,536
+devices. Past it ``schedule`` raises ``ExchangeTooFineError`` (not a ``StepError``, which the
+synthesizer reads as "candidate not offered"): planning fails loudly rather than returning a plan
+above the transfer bound that the exchange would have met (README guarantee 3)."""
+
+
+class ExchangeTooFineError(RedistError):
+    """An exchange would schedule more than ``MAX_CELLS`` (device, cell, partial) triples."""
 
 Offset = tuple[int, ...]
 """An index per dimension: a cell's start inside a local block, or a cell / block grid index."""
@@ -177,8 +184,12 @@ def _cell_grid(old: ShardingType, new: ShardingType) -> CellGrid:
 
 def _check_size(old: ShardingType, new: ShardingType, grid: CellGrid, axes: PartialAxes) -> None:
     cells = math.prod(grid.per_block)
-    if cells * old.mesh.size * axes.n_reduced > MAX_CELLS:
-        raise StepError(f"exchange {old} -> {new} needs {cells} cells per device; too fine")
+    total = cells * old.mesh.size * axes.n_reduced
+    if total > MAX_CELLS:
+        raise ExchangeTooFineError(
+            f"exchange {old} -> {new} needs {cells} cell(s) of {list(grid.cell)} elements per device "
+            f"(x {old.mesh.size} devices x {axes.n_reduced} partial(s) = {total:,} > MAX_CELLS = {MAX_CELLS:,}); "
+            f"choose shapes whose local blocks share a larger common divisor per dimension, or a smaller mesh")
 
 
 def _device_tables(old: ShardingType, new: ShardingType, axes: PartialAxes) -> DeviceTables:

@@ -123,3 +123,21 @@ def test_subaxes_off_the_prime_order(src: str, free: SubAxis | None) -> None:
         assert p.dst == d
         x = global_array(s, seed=i)
         check(simulate(p.steps, p.all_types, _scatter(x, s, free, seed=i)), d, x)
+
+
+def test_too_fine_exchange_is_a_typed_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past ``MAX_CELLS`` planning fails with ``ExchangeTooFineError`` naming the sizes, never a
+    silent plan above the transfer bound (the exchange is the only plan meeting it here)."""
+    from redist import exchange
+    from redist.caches import clear_caches
+    from redist.synth import synthesize
+
+    mesh = Mesh({"x": 2, "y": 2})
+    src, dst = parse("s32[12@x]{U:y}", mesh), parse("s32[12@y]", mesh)
+    clear_caches("plans")
+    assert synthesize(src, dst).recv_bytes == synthesize(src, dst).lower_bound_bytes
+    monkeypatch.setattr(exchange, "MAX_CELLS", 7)  # 4 devices x 1 cell x 2 partials = 8
+    clear_caches("plans")
+    with pytest.raises(exchange.ExchangeTooFineError, match="MAX_CELLS = 7"):
+        synthesize(src, dst)
+    clear_caches("plans")
