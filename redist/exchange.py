@@ -19,6 +19,7 @@ phase B forwards merged sums) and pack the transfers into rounds (``_pack_schedu
 
 from __future__ import annotations
 
+import itertools
 import math
 import operator
 from collections.abc import Sequence
@@ -30,20 +31,24 @@ import numpy as np
 
 from redist.atoms import Atom, unreduced_atoms
 from redist.colouring import colours
-from redist.errors import RedistError
+from redist.errors import StepError
 from redist.groups import atoms_index, group_key, replica_index
 from spmd_types import ShardingType
 from spmd_types.layout import block_bounds
 from spmd_types.memo import Scope, memo
 
-MAX_CELLS = 1 << 20
-"""Most (device, cell, reduced partial) triples an exchange schedules: 16 per device on 65,536
-devices. Past it ``schedule`` raises ``ExchangeTooFineError`` (not a ``StepError``, which the
-synthesizer reads as "candidate not offered"): planning fails loudly rather than returning a plan
-above the transfer bound that the exchange would have met (README guarantee 3)."""
+MAX_CELLS = 1 << 16
+"""Exchanges of more (device, cell, reduced partial) triples than this are refused unless each
+device handles at most ``MAX_DEVICE_CELLS`` of them: so 65,536 devices moving one or two cells
+each (the issue-12 pairs on 16 axes of 2) plan at the transfer bound, while candidates whose
+blocks are finer than needed (thousands of cells per device) are not scheduled at all. A refusal
+is ``ExchangeTooFineError``, a ``StepError``: the synthesizer skips that candidate."""
+
+MAX_DEVICE_CELLS = 16
+"""(cell, reduced partial) pairs per device always allowed, whatever the mesh size."""
 
 
-class ExchangeTooFineError(RedistError):
+class ExchangeTooFineError(StepError):
     """An exchange would schedule more than ``MAX_CELLS`` (device, cell, partial) triples."""
 
 Offset = tuple[int, ...]
@@ -184,12 +189,14 @@ def _cell_grid(old: ShardingType, new: ShardingType) -> CellGrid:
 
 def _check_size(old: ShardingType, new: ShardingType, grid: CellGrid, axes: PartialAxes) -> None:
     cells = math.prod(grid.per_block)
-    total = cells * old.mesh.size * axes.n_reduced
-    if total > MAX_CELLS:
+    per_device = cells * axes.n_reduced
+    total = per_device * old.mesh.size
+    if total > MAX_CELLS and per_device > MAX_DEVICE_CELLS:
         raise ExchangeTooFineError(
             f"exchange {old} -> {new} needs {cells} cell(s) of {list(grid.cell)} elements per device "
-            f"(x {old.mesh.size} devices x {axes.n_reduced} partial(s) = {total:,} > MAX_CELLS = {MAX_CELLS:,}); "
-            f"choose shapes whose local blocks share a larger common divisor per dimension, or a smaller mesh")
+            f"x {axes.n_reduced} partial(s) = {per_device} > MAX_DEVICE_CELLS = {MAX_DEVICE_CELLS}, "
+            f"x {old.mesh.size} devices = {total:,} > MAX_CELLS = {MAX_CELLS:,}; choose shapes whose "
+            f"local blocks share a larger common divisor per dimension")
 
 
 def _device_tables(old: ShardingType, new: ShardingType, axes: PartialAxes) -> DeviceTables:
@@ -380,6 +387,23 @@ def _pack_schedule(grid: CellGrid, routes: Routes, torus: Sequence[int]) -> Sche
     received = [t.dst for t in routes.merge + routes.forward]
     recv_cells = np.bincount(np.array(received, dtype=np.int64), minlength=n_dev).astype(np.int64)
     return Schedule(grid.cell, local, tuple(rounds), recv_cells)
+
+
+def crossed_axes(sch: Schedule, coords: np.ndarray) -> np.ndarray:
+    """``[rounds, axes]``: whether any message of each round joins devices whose coordinates
+    (``coords``, ``[devices, axes]``) differ along each axis, i.e. which links the round uses;
+    one vectorised pass over all messages instead of a loop per message and axis."""
+    sizes = [len(r.pairs) for r in sch.rounds]
+    out = np.zeros((len(sizes), coords.shape[1]), dtype=bool)
+    if not sum(sizes):
+        return out
+    flat = np.fromiter(itertools.chain.from_iterable(itertools.chain.from_iterable(r.pairs for r in sch.rounds)),
+                       dtype=np.int64, count=2 * sum(sizes)).reshape(-1, 2)
+    differ = coords[flat[:, 0]] != coords[flat[:, 1]]
+    nonempty = np.flatnonzero(sizes)
+    starts = np.cumsum([0, *sizes])[:-1][nonempty]
+    out[nonempty] = np.logical_or.reduceat(differ, starts, axis=0)
+    return out
 
 
 @memo(Scope.TYPE)

@@ -126,18 +126,31 @@ def test_subaxes_off_the_prime_order(src: str, free: SubAxis | None) -> None:
 
 
 def test_too_fine_exchange_is_a_typed_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Past ``MAX_CELLS`` planning fails with ``ExchangeTooFineError`` naming the sizes, never a
-    silent plan above the transfer bound (the exchange is the only plan meeting it here)."""
+    """Past ``MAX_CELLS`` the schedule is refused with ``ExchangeTooFineError`` (a ``StepError``,
+    so the synthesizer skips that candidate) naming the sizes and the limit."""
     from redist import exchange
     from redist.caches import clear_caches
-    from redist.synth import synthesize
+    from redist.errors import StepError
 
     mesh = Mesh({"x": 2, "y": 2})
     src, dst = parse("s32[12@x]{U:y}", mesh), parse("s32[12@y]", mesh)
+    monkeypatch.setattr(exchange, "MAX_CELLS", 7)  # 1 cell x 2 partials x 4 devices = 8
+    monkeypatch.setattr(exchange, "MAX_DEVICE_CELLS", 1)
     clear_caches("plans")
-    assert synthesize(src, dst).recv_bytes == synthesize(src, dst).lower_bound_bytes
-    monkeypatch.setattr(exchange, "MAX_CELLS", 7)  # 4 devices x 1 cell x 2 partials = 8
+    with pytest.raises(exchange.ExchangeTooFineError, match=r"= 2 > MAX_DEVICE_CELLS = 1, x 4 devices = 8 > MAX_CELLS = 7"):
+        schedule(src, dst)
+    assert issubclass(exchange.ExchangeTooFineError, StepError)
+    monkeypatch.setattr(exchange, "MAX_DEVICE_CELLS", 2)  # either limit met: scheduled
     clear_caches("plans")
-    with pytest.raises(exchange.ExchangeTooFineError, match="MAX_CELLS = 7"):
-        synthesize(src, dst)
+    assert schedule(src, dst).n_transfers == 4
     clear_caches("plans")
+
+
+def test_issue12_pair_on_4096_devices_meets_the_bound() -> None:
+    """``f32[4096@a0]{U:a1} -> f32[4096@a1]`` on 12 axes of 2: an exchange at the transfer bound
+    (the mesh-offset colouring keeps its schedule cheap enough to plan)."""
+    from redist.synth import synthesize
+
+    mesh = Mesh({f"a{i}": 2 for i in range(12)})
+    plan = synthesize(parse("f32[4096@a0]{U:a1}", mesh), parse("f32[4096@a1]", mesh))
+    assert plan.recv_bytes == plan.lower_bound_bytes == 8192
