@@ -347,7 +347,8 @@ class _Items(NamedTuple):
             return _Items(z, z, np.zeros((0, rank), np.int64), np.zeros((0, rank), np.int64))
         src, dst, so, do = zip(*items)
         return _Items(np.array(src, dtype=np.int64), np.array(dst, dtype=np.int64),
-                      np.array(so, dtype=np.int64).reshape(-1, rank), np.array(do, dtype=np.int64).reshape(-1, rank))
+                      np.array(so, dtype=np.int64).reshape(len(items), rank),
+                      np.array(do, dtype=np.int64).reshape(len(items), rank))
 
 
 def _pack(n_dev: int, it: _Items, idx: np.ndarray, from_output: bool = False) -> Round:
