@@ -19,6 +19,7 @@ phase B forwards merged sums) and pack the transfers into rounds (``_pack_schedu
 
 from __future__ import annotations
 
+import itertools
 import math
 import operator
 from collections.abc import Sequence
@@ -29,7 +30,7 @@ from typing import NamedTuple
 import numpy as np
 
 from redist.atoms import Atom, unreduced_atoms
-from redist.colouring import colour_classes
+from redist.colouring import colours
 from redist.errors import StepError
 from redist.groups import atoms_index, group_key, replica_index
 from spmd_types import ShardingType
@@ -37,7 +38,18 @@ from spmd_types.layout import block_bounds
 from spmd_types.memo import Scope, memo
 
 MAX_CELLS = 1 << 16
-"""Exchanges finer than this many (device, cell) pairs are not offered: too many rounds to be useful."""
+"""Exchanges of more (device, cell, reduced partial) triples than this are refused unless each
+device handles at most ``MAX_DEVICE_CELLS`` of them: so 65,536 devices moving one or two cells
+each (the issue-12 pairs on 16 axes of 2) plan at the transfer bound, while candidates whose
+blocks are finer than needed (thousands of cells per device) are not scheduled at all. A refusal
+is ``ExchangeTooFineError``, a ``StepError``: the synthesizer skips that candidate."""
+
+MAX_DEVICE_CELLS = 16
+"""(cell, reduced partial) pairs per device always allowed, whatever the mesh size."""
+
+
+class ExchangeTooFineError(StepError):
+    """An exchange would schedule more than ``MAX_CELLS`` (device, cell, partial) triples."""
 
 Offset = tuple[int, ...]
 """An index per dimension: a cell's start inside a local block, or a cell / block grid index."""
@@ -177,8 +189,14 @@ def _cell_grid(old: ShardingType, new: ShardingType) -> CellGrid:
 
 def _check_size(old: ShardingType, new: ShardingType, grid: CellGrid, axes: PartialAxes) -> None:
     cells = math.prod(grid.per_block)
-    if cells * old.mesh.size * axes.n_reduced > MAX_CELLS:
-        raise StepError(f"exchange {old} -> {new} needs {cells} cells per device; too fine")
+    per_device = cells * axes.n_reduced
+    total = per_device * old.mesh.size
+    if total > MAX_CELLS and per_device > MAX_DEVICE_CELLS:
+        raise ExchangeTooFineError(
+            f"exchange {old} -> {new} needs {cells} cell(s) of {list(grid.cell)} elements per device "
+            f"x {axes.n_reduced} partial(s) = {per_device} > MAX_DEVICE_CELLS = {MAX_DEVICE_CELLS}, "
+            f"x {old.mesh.size} devices = {total:,} > MAX_CELLS = {MAX_CELLS:,}; choose shapes whose "
+            f"local blocks share a larger common divisor per dimension")
 
 
 def _device_tables(old: ShardingType, new: ShardingType, axes: PartialAxes) -> DeviceTables:
@@ -314,35 +332,79 @@ def _route_cell(routes: Routes, need: CellNeed, tgts: list[Target], sources: lis
     routes.forward.extend(Transfer(root.device, t.device, root.offset, t.offset) for t in tgts if t != root)
 
 
-def _pack(n_dev: int, rank: int, items: Sequence[Transfer], from_output: bool = False) -> Round:
-    """One round; each device sends at most one and receives at most one of ``items``."""
+class _Items(NamedTuple):
+    """Transfers as arrays: ``[n]`` senders and receivers, ``[n, rank]`` offsets."""
+
+    src: np.ndarray
+    dst: np.ndarray
+    src_offset: np.ndarray
+    dst_offset: np.ndarray
+
+    @staticmethod
+    def of(items: Sequence[Transfer], rank: int) -> _Items:
+        if not items:
+            z = np.zeros(0, dtype=np.int64)
+            return _Items(z, z, np.zeros((0, rank), np.int64), np.zeros((0, rank), np.int64))
+        src, dst, so, do = zip(*items)
+        return _Items(np.array(src, dtype=np.int64), np.array(dst, dtype=np.int64),
+                      np.array(so, dtype=np.int64).reshape(len(items), rank),
+                      np.array(do, dtype=np.int64).reshape(len(items), rank))
+
+
+def _pack(n_dev: int, it: _Items, idx: np.ndarray, from_output: bool = False) -> Round:
+    """One round of the transfers ``idx`` of ``it``: each device sends and receives at most one."""
+    rank = it.src_offset.shape[1]
     send = np.zeros((n_dev, rank), dtype=np.int64)
     recv = np.zeros((n_dev, rank), dtype=np.int64)
     valid = np.zeros(n_dev, dtype=bool)
-    for s, d, so, do in items:  # rounds are small: a loop beats building index arrays
-        send[s] = so
-        recv[d] = do
-        valid[d] = True
-    pairs = tuple((t.src, t.dst) for t in items if t.src != t.dst)
+    s, d = it.src[idx], it.dst[idx]
+    send[s] = it.src_offset[idx]
+    recv[d] = it.dst_offset[idx]
+    valid[d] = True
+    moved = s != d
+    pairs = tuple(zip(s[moved].tolist(), d[moved].tolist()))
     return Round(pairs, send, recv, valid, from_output)
 
 
-def _coloured_rounds(n_dev: int, rank: int, items: list[Transfer], from_output: bool) -> list[Round]:
-    """The fewest rounds in which no device sends or receives two cells."""
-    classes = colour_classes([(t.src, t.dst) for t in items])
-    return [_pack(n_dev, rank, [items[e] for e in c], from_output) for c in classes]
+def _coloured_rounds(n_dev: int, rank: int, items: list[Transfer], from_output: bool,
+                     torus: Sequence[int]) -> list[Round]:
+    """The fewest rounds in which no device sends or receives two cells (``redist.colouring``,
+    seeded with the mesh offsets of ``torus``)."""
+    it = _Items.of(items, rank)
+    col = colours(it.src, it.dst, torus)
+    order = np.argsort(col, kind="stable")
+    classes = np.split(order, np.flatnonzero(np.diff(col[order])) + 1) if len(order) else []
+    return [_pack(n_dev, it, c, from_output) for c in classes]
 
 
-def _pack_schedule(grid: CellGrid, routes: Routes) -> Schedule:
+def _pack_schedule(grid: CellGrid, routes: Routes, torus: Sequence[int]) -> Schedule:
     """Local copies (the i-th copy of every device in round i), then phase A, then phase B."""
     n_dev, rank = len(routes.load), len(grid.cell)
     n_local = max((len(c) for c in routes.copies), default=0)
-    local = tuple(_pack(n_dev, rank, [c[i] for c in routes.copies if i < len(c)]) for i in range(n_local))
-    rounds = _coloured_rounds(n_dev, rank, routes.merge, False)
-    rounds += _coloured_rounds(n_dev, rank, routes.forward, True)
+    local = tuple(_pack(n_dev, it, np.arange(len(it.src)))
+                  for it in (_Items.of([c[i] for c in routes.copies if i < len(c)], rank) for i in range(n_local)))
+    rounds = _coloured_rounds(n_dev, rank, routes.merge, False, torus)
+    rounds += _coloured_rounds(n_dev, rank, routes.forward, True, torus)
     received = [t.dst for t in routes.merge + routes.forward]
     recv_cells = np.bincount(np.array(received, dtype=np.int64), minlength=n_dev).astype(np.int64)
     return Schedule(grid.cell, local, tuple(rounds), recv_cells)
+
+
+def crossed_axes(sch: Schedule, coords: np.ndarray) -> np.ndarray:
+    """``[rounds, axes]``: whether any message of each round joins devices whose coordinates
+    (``coords``, ``[devices, axes]``) differ along each axis, i.e. which links the round uses;
+    one vectorised pass over all messages instead of a loop per message and axis."""
+    sizes = [len(r.pairs) for r in sch.rounds]
+    out = np.zeros((len(sizes), coords.shape[1]), dtype=bool)
+    if not sum(sizes):
+        return out
+    flat = np.fromiter(itertools.chain.from_iterable(itertools.chain.from_iterable(r.pairs for r in sch.rounds)),
+                       dtype=np.int64, count=2 * sum(sizes)).reshape(-1, 2)
+    differ = coords[flat[:, 0]] != coords[flat[:, 1]]
+    nonempty = np.flatnonzero(sizes)
+    starts = np.cumsum([0, *sizes])[:-1][nonempty]
+    out[nonempty] = np.logical_or.reduceat(differ, starts, axis=0)
+    return out
 
 
 @memo(Scope.TYPE)
@@ -371,4 +433,4 @@ def schedule(old: ShardingType, new: ShardingType) -> Schedule:
         if axes.fresh:
             tgts = _providers(tgts, {h for hs in sources for h in hs}, group, group_index)
         _route_cell(routes, need, tgts, sources, dev)
-    return _pack_schedule(grid, routes)
+    return _pack_schedule(grid, routes, tuple(n for _, n in old.mesh.axes))

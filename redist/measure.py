@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from redist.cost import CostModel
-from redist.exchange import schedule
+from redist.exchange import crossed_axes, schedule
 from redist.facets import FacetTable
 from redist.groups import coords as mesh_coords
 from redist.steps import (
@@ -127,10 +127,8 @@ def schedule_measure(before: ShardingType, after: ShardingType, cm: CostModel) -
     cell_bytes = math.prod(sch.cell) * before.itemsize
     coords = mesh_coords(mesh)
     time = 0.0
-    for r in sch.rounds:
-        names: set[str] = set()
-        for s, d in r.pairs:
-            names.update(n for i, n in enumerate(mesh.names) if coords[s, i] != coords[d, i])
+    for row in crossed_axes(sch, coords):
+        names = {n for n, c in zip(mesh.names, row.tolist()) if c}
         time += cm.latency(names) + cell_bytes * cm.inv_bandwidth(names)
     rounds = len(sch.rounds)
     return StepMeasure(sch.n_transfers * cell_bytes / mesh.size, time, rounds, rounds)

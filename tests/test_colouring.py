@@ -82,3 +82,32 @@ def test_hand_cases() -> None:
     edges = [(0, 0), (0, 1), (1, 1), (2, 0)]
     assert edge_colours(edges) == [1, 0, 1, 0]
     _assert_proper(edges, colour_classes(edges))
+
+
+@given(st.lists(st.integers(1, 4), min_size=1, max_size=3), st.data())
+def test_mesh_offset_seeding(torus: list[int], data: st.DataObject) -> None:
+    """Seeded with mesh offsets (``torus``: a mesh shape over row-major ids), still a proper
+    colouring in exactly max degree rounds, whatever mix of symmetric and stray messages."""
+    n = 1
+    for s in torus:
+        n *= s
+    edges = data.draw(multigraphs(max_devices=n))
+    edges = [(s % n, d % n) for s, d in edges]
+    classes = colour_classes(edges, torus)
+    _assert_proper(edges, classes)
+    assert len(classes) == _degree(edges)
+
+
+def test_symmetric_schedule_needs_no_flips() -> None:
+    """Every device of a 4x4 torus sends to every other: the 15 offsets are the 15 rounds, each
+    the translation ``v -> v + offset`` (no alternating path is needed)."""
+    import numpy as np
+
+    from redist.colouring import colours, offset_classes
+    coords = [(a, b) for a in range(4) for b in range(4)]
+    edges = [(4 * a + b, 4 * c + d) for a, b in coords for c, d in coords if (a, b) != (c, d)]
+    src, dst = np.array(edges).T
+    col = colours(src, dst, (4, 4))
+    assert np.array_equal(np.unique(offset_classes(src, dst, (4, 4)), return_inverse=True)[1].reshape(-1),
+                          np.unique(col, return_inverse=True)[1].reshape(-1))
+    _assert_proper(edges, colour_classes(edges, (4, 4)))

@@ -51,9 +51,10 @@ CASES = [
     pytest.param({"x": 2, "y": 2, "z": 2}, "s32[4@x,6]{U:(y,z)}", "s32[4,6@x]{U:y}", [
         "cell (2, 3)",
         "local 0: 0:(0, 0)->(0, 0) 2:(0, 0)->(0, 0) 4:(0, 3)->(2, 0) 6:(0, 3)->(2, 0)",
-        "round 5>0:(0, 0)->(2, 0) 7>2:(0, 0)->(2, 0) 1>4:(0, 3)->(0, 0) 3>6:(0, 3)->(0, 0)",
+        # rounds are the mesh-offset classes of redist.colouring (largest first, earliest on ties)
         "round 1>0:(0, 0)->(0, 0) 3>2:(0, 0)->(0, 0) 5>4:(0, 3)->(2, 0) 7>6:(0, 3)->(2, 0)",
         "round 4>0:(0, 0)->(2, 0) 6>2:(0, 0)->(2, 0) 0>4:(0, 3)->(0, 0) 2>6:(0, 3)->(0, 0)",
+        "round 5>0:(0, 0)->(2, 0) 7>2:(0, 0)->(2, 0) 1>4:(0, 3)->(0, 0) 3>6:(0, 3)->(0, 0)",
         "forward 0>1:(0, 0)->(0, 0) 2>3:(0, 0)->(0, 0) 4>5:(0, 0)->(0, 0) 6>7:(0, 0)->(0, 0)",
         "forward 0>1:(2, 0)->(2, 0) 2>3:(2, 0)->(2, 0) 4>5:(2, 0)->(2, 0) 6>7:(2, 0)->(2, 0)",
         "recv [3, 2, 3, 2, 3, 2, 3, 2]",
@@ -122,3 +123,34 @@ def test_subaxes_off_the_prime_order(src: str, free: SubAxis | None) -> None:
         assert p.dst == d
         x = global_array(s, seed=i)
         check(simulate(p.steps, p.all_types, _scatter(x, s, free, seed=i)), d, x)
+
+
+def test_too_fine_exchange_is_a_typed_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past ``MAX_CELLS`` the schedule is refused with ``ExchangeTooFineError`` (a ``StepError``,
+    so the synthesizer skips that candidate) naming the sizes and the limit."""
+    from redist import exchange
+    from redist.caches import clear_caches
+    from redist.errors import StepError
+
+    mesh = Mesh({"x": 2, "y": 2})
+    src, dst = parse("s32[12@x]{U:y}", mesh), parse("s32[12@y]", mesh)
+    monkeypatch.setattr(exchange, "MAX_CELLS", 7)  # 1 cell x 2 partials x 4 devices = 8
+    monkeypatch.setattr(exchange, "MAX_DEVICE_CELLS", 1)
+    clear_caches("plans")
+    with pytest.raises(exchange.ExchangeTooFineError, match=r"= 2 > MAX_DEVICE_CELLS = 1, x 4 devices = 8 > MAX_CELLS = 7"):
+        schedule(src, dst)
+    assert issubclass(exchange.ExchangeTooFineError, StepError)
+    monkeypatch.setattr(exchange, "MAX_DEVICE_CELLS", 2)  # either limit met: scheduled
+    clear_caches("plans")
+    assert schedule(src, dst).n_transfers == 4
+    clear_caches("plans")
+
+
+def test_issue12_pair_on_4096_devices_meets_the_bound() -> None:
+    """``f32[4096@a0]{U:a1} -> f32[4096@a1]`` on 12 axes of 2: an exchange at the transfer bound
+    (the mesh-offset colouring keeps its schedule cheap enough to plan)."""
+    from redist.synth import synthesize
+
+    mesh = Mesh({f"a{i}": 2 for i in range(12)})
+    plan = synthesize(parse("f32[4096@a0]{U:a1}", mesh), parse("f32[4096@a1]", mesh))
+    assert plan.recv_bytes == plan.lower_bound_bytes == 8192
