@@ -53,7 +53,7 @@ def test_budget_respected_and_partitioned_step_equals_reference() -> None:
         assert lay[path].dims[d] == ("model",), (path, lay[path])
     want = jax.tree_util.tree_leaves(jax.jit(m.step)(*m.args))
     for g, w in zip(got, want):
-        np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=2e-5, atol=2e-6)
+        np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-4, atol=1e-5)  # reordered f32 sums (Adam update)
 
 
 def test_deterministic_for_a_seed() -> None:
