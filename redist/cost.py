@@ -11,9 +11,19 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import NamedTuple
 
 from spmd_types import Axis, axis_name
+
+
+class KindCost(NamedTuple):
+    """A collective kind's measured cost: ``overhead + phases*ceil(log2 p)*latency + recv/bandwidth``."""
+
+    overhead_s: float
+    latency_s: float
+    bandwidth_Bps: float
 
 
 @dataclass(frozen=True)
@@ -29,10 +39,18 @@ class CostModel:
     kind_time_factor: tuple[tuple[str, float], ...] = field(default=())
     """Per step kind (``"reduce_scatter"``, ...), a factor on the estimated time of its collective:
     where a backend runs one kind worse than the alpha-beta model says (a calibrated profile)."""
+    kind_costs: tuple[tuple[str, KindCost], ...] = field(default=())
+    """Per step kind, measured (overhead, latency, bandwidth) from ``redist calibrate``; they replace
+    the defaults above for that kind (slow axes still scale them by their ratio to the default)."""
+    copy_Bps: float = 0.0
+    """Local copy bandwidth (bytes/s): local passes (slices) cost ``bytes / copy_Bps``; 0: free."""
 
     def __post_init__(self) -> None:
         if self.objective not in ("bytes", "time"):
             raise ValueError(f"objective must be 'bytes' or 'time', got {self.objective!r}")
+        for kind, kc in self.kind_costs:
+            if not (kc.bandwidth_Bps > 0 and kc.overhead_s >= 0 and kc.latency_s >= 0):
+                raise ValueError(f"kind_costs for {kind!r} need bandwidth > 0 and times >= 0, got {kc}")
         for kind, factor in self.kind_time_factor:
             if not factor > 0:
                 raise ValueError(f"kind_time_factor for {kind!r} must be > 0, got {factor}")
@@ -86,8 +104,48 @@ class CostModel:
         if group <= 1:
             return 0.0
         names = {axis_name(a) for a in axes}
-        t = phases * math.ceil(math.log2(group)) * self.latency(names) + recv_bytes * self.inv_bandwidth(names)
-        return t * dict(self.kind_time_factor).get(kind, 1.0)
+        return self.kind_time(kind, names, phases * math.ceil(math.log2(group)), recv_bytes)
+
+    def kind_time(self, kind: str, names: Iterable[str], latency_terms: float, recv_bytes: float,
+                  overhead: bool = True) -> float:
+        """``latency_terms`` latencies plus ``recv_bytes`` of a ``kind`` step over axes ``names``
+        (plus the kind's measured fixed overhead unless ``overhead=False``: later rounds of a step).
+        ``kind`` may name an item size, ``"all_to_all:2"``: a backend may run 16-bit data at another
+        speed (XLA:CPU widens it to f32 around collectives); without a measurement for it the
+        plain kind is used."""
+        names = set(names)
+        lat, inv_bw = self.latency(names), self.inv_bandwidth(names)
+        costs = dict(self.kind_costs)
+        measured = costs.get(kind, costs.get(kind.split(":")[0]))
+        if measured is None:
+            t = latency_terms * lat + recv_bytes * inv_bw
+            return t * dict(self.kind_time_factor).get(kind.split(":")[0], 1.0)
+        slow_lat, slow_bw = lat / self.latency_s, inv_bw * self.bandwidth_Bps
+        return (measured.overhead_s + latency_terms * measured.latency_s) * slow_lat + \
+            recv_bytes / measured.bandwidth_Bps * slow_bw
+
+    def copy_time(self, nbytes: float) -> float:
+        """A local pass writing ``nbytes`` (0 without a measured copy bandwidth)."""
+        return nbytes / self.copy_Bps if self.copy_Bps > 0 else 0.0
+
+    @property
+    def measured(self) -> bool:
+        return bool(self.kind_costs)
+
+    def with_objective(self, objective: str) -> CostModel:
+        return replace(self, objective=objective)
+
+    @staticmethod
+    def from_profile(path: str | Path, objective: str = "time") -> CostModel:
+        """The cost model of a profile written by ``redist calibrate`` (``redist.calibrate``)."""
+        from redist.profile import load_profile
+
+        return load_profile(path).cost_model(objective)
 
 
 DEFAULT_COST_MODEL = CostModel()
+
+
+def sized_kind(kind: str, itemsize: int) -> str:
+    """The profile key of ``kind`` on data of ``itemsize`` bytes (4-byte data is the plain kind)."""
+    return kind if itemsize == 4 else f"{kind}:{itemsize}"
