@@ -101,7 +101,7 @@ def round_robin(fns: dict[str, Callable[[], Any]], seconds: float, min_reps: int
     return {n: statistics.median(v) for n, v in times.items()}
 
 
-def _thunk(prog: Any, x: Any) -> Callable[[], Any]:
+def thunk(prog: Any, x: Any) -> Callable[[], Any]:
     return lambda: prog(x)
 
 
@@ -116,8 +116,8 @@ def run_case(case: Case, seconds: float) -> tuple[Row, float]:
              "ours": compile_plan(plan, jmesh).lower(x).compile(),
              "ours_bytes": compile_plan(plan_b, jmesh).lower(x).compile()}
     ok = {k: check_output(p(x), expected, dst) is None for k, p in progs.items()}
-    thunks: dict[str, Callable[[], Any]] = {k: _thunk(p, x) for k, p in progs.items()}
-    thunks["shardy_again"] = _thunk(progs["shardy"], x)
+    thunks: dict[str, Callable[[], Any]] = {k: thunk(p, x) for k, p in progs.items()}
+    thunks["shardy_again"] = thunk(progs["shardy"], x)
     med = round_robin(thunks, seconds)
     control = med.pop("shardy_again") / med["shardy"]
     return Row(
