@@ -284,7 +284,29 @@ def _typed_candidates(src: ShardingType, dst: ShardingType, cm: CostModel) -> li
             continue
         rest = _Greedy(cur, dst).run()
         out.append(_merge(src, prefix + [perm] + rest, cm))
+    out.extend(_reorder_candidates(src, dst, cm))
     return out
+
+
+def _reorder_candidates(src: ShardingType, dst: ShardingType, cm: CostModel) -> list[tuple[Step, ...]]:
+    """A ``Permute`` that reorders each dimension's atoms so those the destination wants there come
+    first (in its order) and the rest stay minor, then the greedy pass: one permute and plain
+    collectives where the wanted atoms sit minor, as XLA's partitioner does for
+    ``f32[768@(data,model)] -> f32[768@model]`` on ``{data=2, model=3}``. ``relabel`` cannot
+    express it when the atoms' sizes differ; the same local shape is kept, so it is a permute."""
+    g = _Greedy(src, dst)
+    new = []
+    for d, want in zip(g.dims, g.D):
+        front = [a for a in want if a in d]
+        new.append(front + [a for a in d if a not in front])
+    if new == g.dims:
+        return []
+    try:
+        perm = Permute(_axes_dims(src.mesh, new))
+        cur = Plan.build(src, (perm,), cm).dst
+        return [_merge(src, [perm, *_Greedy(cur, dst).run()], cm)]
+    except (StepError, RedistError):
+        return []
 
 
 def _split_reduction_candidates(src: ShardingType, dst: ShardingType, cm: CostModel) -> list[tuple[Step, ...]]:
