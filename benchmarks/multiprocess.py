@@ -2,10 +2,11 @@
 
 Every byte a collective moves between processes crosses a TCP socket, unlike the in-process
 simulated devices of the other benchmarks. ``python -m benchmarks.multiprocess --processes 2
-[--cases NAME...] [--seconds S]`` starts the processes (each with ``8 / processes`` CPU devices),
+[--cases NAME...] [--reps N]`` starts the processes (each with ``8 / processes`` CPU devices),
 plans every case in each of them (plans are deterministic, so all processes build the same
-program), checks every addressable block against the NumPy reference, and, with ``--seconds``,
-times ours against XLA's (Shardy) interleaved; process 0 prints one line per case.
+program), checks every addressable block against the NumPy reference, and, with ``--reps``,
+times ours against XLA's (Shardy) interleaved, a fixed number of runs (every process must issue
+the same collectives, so no time budget); process 0 prints one line per case.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ def launch(processes: int, args: Sequence[str], timeout_s: float) -> list[subpro
     return out
 
 
-def worker(index: int, processes: int, port: int, cases: Sequence[str], seconds: float) -> int:
+def worker(index: int, processes: int, port: int, cases: Sequence[str], reps: int) -> int:
     import jax
 
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
@@ -75,9 +76,10 @@ def worker(index: int, processes: int, port: int, cases: Sequence[str], seconds:
         y = plan(x)
         ok = all(np.array_equal(np.asarray(s.data), total[s.index]) for s in y.addressable_shards)
         line = f"{case.name:28s} {'OK' if ok else 'WRONG'} {len(plan.steps)} steps"
-        if seconds > 0:
+        if reps > 0:
             xla = jax.jit(lambda v: v, out_shardings=NamedSharding(jm, to_partition_spec(dst))).lower(x).compile()
-            med = round_robin({"xla": thunk(xla, x), "ours": thunk(plan, x)}, seconds)
+            # a fixed count, never a time budget: every process must issue the same collectives
+            med = round_robin({"xla": thunk(xla, x), "ours": thunk(plan, x)}, 0.0, min_reps=reps)
             line += f"  xla {med['xla'] * 1e3:8.3f} ms  ours {med['ours'] * 1e3:8.3f} ms  {med['xla'] / med['ours']:.2f}x"
         if index == 0:
             print(line, flush=True)
@@ -91,14 +93,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.multiprocess", description=__doc__.split("\n")[0])
     ap.add_argument("--processes", type=int, default=2)
     ap.add_argument("--cases", nargs="*", default=[])
-    ap.add_argument("--seconds", type=float, default=0.0)
+    ap.add_argument("--reps", type=int, default=0, help="timed runs per side (0: check only)")
     ap.add_argument("--timeout", type=float, default=600.0)
     ap.add_argument("--worker", type=int, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.worker is not None:
-        return worker(a.worker, a.processes, a.port, a.cases, a.seconds)
-    rest = ["--seconds", str(a.seconds), "--cases", *a.cases]
+        return worker(a.worker, a.processes, a.port, a.cases, a.reps)
+    rest = ["--reps", str(a.reps), "--cases", *a.cases]
     results = launch(a.processes, rest, a.timeout)
     print("".join(line for line in results[0].stdout.splitlines(True) if not line.startswith("[Gloo]")), end="")
     for i, r in enumerate(results):

@@ -129,6 +129,19 @@ def run_case(case: Case, seconds: float) -> tuple[Row, float]:
     ), control
 
 
+def lookup_overhead(plan: Plan, x: Any, reps: int = 3000) -> float:
+    """Median seconds of the Python ``plan(x)`` adds before dispatch: the cached checks and
+    executable lookup (``redist.executor._executable``), without running anything."""
+    from redist.executor import _executable
+
+    ts = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        _executable(plan, x.sharding, tuple(x.shape), str(x.dtype))
+        ts.append(time.perf_counter() - t)
+    return statistics.median(ts)
+
+
 def call_overhead(plan: Plan, x: Any, reps: int = 300) -> tuple[float, float]:
     """Median seconds of ``plan(x)`` and of calling its compiled executable directly (the
     difference is the per-call Python overhead of the fast path)."""
@@ -153,7 +166,7 @@ def geomean(v: Sequence[float]) -> float:
     return math.exp(sum(math.log(x) for x in v) / len(v)) if v else math.nan
 
 
-def report(rows: Sequence[Row], controls: Sequence[float], overhead: tuple[float, float], command: str,
+def report(rows: Sequence[Row], controls: Sequence[float], overhead: tuple[float, float, float], command: str,
            load: tuple[float, float], wall_s: float) -> str:
     sp = [r.speedup for r in rows]
     rho = spearman([r.predicted_s for r in rows], [r.median_s["ours"] for r in rows])
@@ -179,7 +192,8 @@ def report(rows: Sequence[Row], controls: Sequence[float], overhead: tuple[float
         f"{sum(r.temp_bytes['ours'] > min(r.temp_bytes['shardy'], r.temp_bytes['gspmd']) + 64 for r in rows)} |",
         f"| plans moving more bytes than the bound (time objective) | "
         f"{sum(r.recv_bytes > r.bound_bytes * (1 + 1e-9) + 1e-6 for r in rows)} |",
-        f"| `plan(x)` per call / compiled executable per call (us) | {overhead[0] * 1e6:.0f} / {overhead[1] * 1e6:.0f} |",
+        f"| `plan(x)` per call / compiled executable per call / Python lookup before dispatch (us) | "
+        f"{overhead[0] * 1e6:.0f} / {overhead[1] * 1e6:.0f} / {overhead[2] * 1e6:.1f} |",
         *(f"| {k}: results equal to the reference | {sum(r.ok[k] for r in rows)} / {len(rows)} |" for k in SIDES),
         "", "| case | Shardy ms | GSPMD ms | ours ms | bytes-obj ms | speedup | predicted us | "
         "temp KiB S/G/ours | ours recv / bound B | plan |", "|" + "---|" * 10,
@@ -212,7 +226,8 @@ def main(argv: Sequence[str] | None = None) -> int:
               f"predicted {row.predicted_s * 1e6:7.0f} us", file=sys.stderr, flush=True)
     small = select_cases(NAMED_CASES, ["rank1_gather_minor"])[0]
     x, _ = make_input(small.src_type, small.mesh.to_jax())
-    overhead = call_overhead(redistribute(small.src_type, small.dst_type, small.mesh), x)
+    small_plan = redistribute(small.src_type, small.dst_type, small.mesh)
+    overhead = (*call_overhead(small_plan, x), lookup_overhead(small_plan, x))
     text = report(rows, controls, overhead, command, (load0, os.getloadavg()[0]), time.perf_counter() - start)
     print(text)
     if args.out:

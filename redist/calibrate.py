@@ -176,7 +176,7 @@ def calibrate(reps: int = 30, kinds: Sequence[str] | None = None,
     samples = []
     for plan in (*_typed(n), *_p2p(n)):
         step: Step = plan.steps[0]
-        if kinds and step.kind not in kinds:
+        if kinds and sized_kind(step.kind, plan.src.itemsize) not in kinds:
             continue
         s = sample(plan, reps)
         samples.append(s)

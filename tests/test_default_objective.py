@@ -85,3 +85,16 @@ def test_default_plans_are_correct(data) -> None:  # type: ignore[no-untyped-def
     x = global_array(s)
     check(simulate(p.steps, p.all_types, scatter(x, s, np.random.default_rng(0))), d, x)
     assert p.peak_bytes <= max(s.local_bytes, d.local_bytes)
+
+
+def test_calibrate_times_a_kind_and_fits_it(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """``redist calibrate`` end to end on one kind (CI-sized: 2 repetitions per sample)."""
+    from redist.calibrate import SIZES_KIB, calibrate
+
+    prof = calibrate(reps=2, kinds=["all_gather"])
+    assert [k for k, _ in prof.kinds] == ["all_gather"]
+    assert len(prof.samples) == 3 * len(SIZES_KIB)  # groups of 2, 4 and 8 devices
+    assert prof.kinds[0][1].bandwidth_Bps > 0 and prof.copy_Bps > 0
+    path = tmp_path / "p.json"
+    path.write_text(prof.to_json())
+    assert CostModel.from_profile(path).measured
