@@ -57,6 +57,7 @@ def worker(index: int, processes: int, port: int, cases: Sequence[str], reps: in
     jax.distributed.initialize(coordinator_address=f"127.0.0.1:{port}", num_processes=processes,
                                process_id=index, initialization_timeout=60)
     import numpy as np
+    from jax.experimental import multihost_utils
     from jax.sharding import NamedSharding
 
     from benchmarks.arrays import reference_values
@@ -85,6 +86,8 @@ def worker(index: int, processes: int, port: int, cases: Sequence[str], reps: in
             print(line, flush=True)
         if not ok:
             return 1
+        # a mesh over fewer devices than all (size-3 meshes) leaves some processes idle: wait here
+        multihost_utils.sync_global_devices(case.name)
     jax.distributed.shutdown()
     return 0
 
