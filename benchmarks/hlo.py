@@ -474,3 +474,62 @@ def _result_bytes(ins: Instruction, kind: str, operand_bytes: int) -> int:
     if kind == "all-reduce":
         return operand_bytes
     return elems[1] if len(elems) > 1 else elems[0]
+
+
+# -- local data movement ------------------------------------------------------------------------------
+LAYOUT_OPCODES = ("copy", "transpose", "concatenate")
+"""Opcodes that only rearrange bytes: what a lowering should not add next to its collectives."""
+
+_FREE_OPCODES = frozenset({
+    "parameter", "constant", "bitcast", "get-tuple-element", "tuple", "partition-id", "replica-id",
+    "after-all", "iota",
+})
+
+
+@dataclass(frozen=True)
+class LocalWrites:
+    """The non-collective work of a compiled module's entry computation, per device.
+
+    ``bytes_written`` sums the results of every entry instruction that is neither a collective
+    nor free (parameters, bitcasts, tuples): each is one pass over memory that the collectives do
+    not account for (layout copies, slices into send buffers, concatenations, zero fills).
+    ``layout_ops`` counts copy/transpose/concatenate instructions anywhere in the module (inside
+    fusions too) whose result holds at least ``min_bytes``.
+    """
+
+    bytes_written: int
+    layout_ops: tuple[tuple[str, int], ...]  # (opcode, result bytes), in program order
+
+    def passes(self, block_bytes: int) -> float:
+        """``bytes_written`` in units of one local block (the larger of source and destination)."""
+        return self.bytes_written / block_bytes if block_bytes else 0.0
+
+    def layout_count(self, opcode: str | None = None) -> int:
+        return sum(1 for op, _ in self.layout_ops if opcode is None or op == opcode)
+
+
+def _entry_lines(hlo_text: str) -> list[str]:
+    lines = hlo_text.splitlines()
+    for i, line in enumerate(lines):
+        if line.startswith("ENTRY"):
+            end = next((j for j in range(i + 1, len(lines)) if lines[j].startswith("}")), len(lines))
+            return lines[i + 1: end]
+    return []
+
+
+def local_writes(hlo_text: str, min_bytes: int = 1) -> LocalWrites:
+    """What a compiled module writes locally besides its collectives (see ``LocalWrites``)."""
+    written = 0
+    for line in _entry_lines(hlo_text):
+        ins = parse_instruction(line)
+        if ins is None or ins.opcode in _FREE_OPCODES:
+            continue
+        if ins.opcode.removesuffix("-start").removesuffix("-done") in COLLECTIVE_KINDS:
+            continue
+        written += shape_bytes(ins.shape)
+    layout: list[tuple[str, int]] = []
+    for line in hlo_text.splitlines():
+        ins = parse_instruction(line)
+        if ins is not None and ins.opcode in LAYOUT_OPCODES and shape_bytes(ins.shape) >= min_bytes:
+            layout.append((ins.opcode, shape_bytes(ins.shape)))
+    return LocalWrites(written, tuple(layout))

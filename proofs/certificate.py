@@ -291,13 +291,17 @@ def _shapes_text(plan: Plan, L: Sequence[int]) -> str:
     return text
 
 
-def verify_plan(plan: Plan, timeout_ms: int = DEFAULT_TIMEOUT_MS, check_recv: bool = True,
+def verify_plan(plan: Plan, timeout_ms: int = DEFAULT_TIMEOUT_MS, check_recv: bool | None = None,
                 check_memory: bool = True, strict_recv: bool = False, replicas_agree: bool = False) -> Certificate:
     """Certify ``plan`` (see the module docstring): ``prove_chain``, ``prove_memory`` and
     ``prove_transfer``; raises ``VerificationError`` on a refutation.
 
     ``replicas_agree=True`` proves the chain under a narrower assumption on unreduced inputs
-    (replicas hold equal partials, see ``proofs.model.Space.generic``); the certificate says so."""
+    (replicas hold equal partials, see ``proofs.model.Space.generic``); the certificate says so.
+    ``check_recv`` defaults to the plan's objective: the transfer bound is the guarantee of the
+    bytes objective; a plan chosen for time may move more on purpose (then it is not claimed)."""
+    if check_recv is None:
+        check_recv = plan.cost_model.objective == "bytes"
     src, rank, itemsize = plan.src, plan.src.rank, plan.src.itemsize
     links, chain = prove_chain(plan, timeout_ms, replicas_agree)
     props = [chain]

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from redist.cost import DEFAULT_COST_MODEL, CostModel
+from redist.cost import CostModel
 from redist.errors import IncompatibleTypesError, UnsummableDtypeError
 from redist.plan import Plan
+from redist.profile import default_cost_model
 from redist.synth import cached_synthesize
 from spmd_types import Mesh, ShardingType, parse
 
@@ -67,8 +68,11 @@ def redistribute(
     *,
     cost_model: CostModel | None = None,
 ) -> Plan:
-    """Plan the move of an array typed ``src`` to ``dst``: correct, within ``max(src, dst)`` local
-    bytes, with the least traffic and then the least estimated time. Deterministic and cached.
+    """Plan the move of an array typed ``src`` to ``dst``: correct and within ``max(src, dst)``
+    local bytes. By default the fastest such plan under the running backend's measured profile
+    (``redist.profile.default_cost_model``), fewest bytes among equally fast ones;
+    ``cost_model=CostModel(objective="bytes")`` gives the least traffic (the transfer bound) first.
+    Deterministic and cached.
 
     ``mesh`` (needed for type text) may be ours, a ``jax.sharding.Mesh`` or an ``AbstractMesh``."""
     mesh = None if mesh is None else Mesh.coerce(mesh)
@@ -84,4 +88,4 @@ def redistribute(
     if s.dtype != d.dtype:
         raise IncompatibleTypesError(f"dtypes differ: source {s.dtype}, destination {d.dtype}")
     check_summable(s, d)
-    return cached_synthesize(s, d, cost_model or DEFAULT_COST_MODEL)
+    return cached_synthesize(s, d, cost_model or default_cost_model())

@@ -11,9 +11,18 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import NamedTuple
 
 from spmd_types import Axis, axis_name
+
+
+class KindCost(NamedTuple):
+    """A collective kind's measured cost: ``overhead + phases*ceil(log2 p)*latency + recv/bandwidth``."""
+
+    overhead_s: float
+    latency_s: float
+    bandwidth_Bps: float
 
 
 @dataclass(frozen=True)
@@ -32,10 +41,18 @@ class CostModel:
     kind_time_factor: tuple[tuple[str, float], ...] = field(default=())
     """Per step kind (``"reduce_scatter"``, ...), a factor on the estimated time of its collective:
     where a backend runs one kind worse than the alpha-beta model says (a calibrated profile)."""
+    kind_costs: tuple[tuple[str, KindCost], ...] = field(default=())
+    """Per step kind, measured (overhead, latency, bandwidth) from ``redist calibrate``; they replace
+    the defaults above for that kind (slow axes still scale them by their ratio to the default)."""
+    copy_Bps: float = 0.0
+    """Local copy bandwidth (bytes/s): local passes (slices) cost ``bytes / copy_Bps``; 0: free."""
 
     def __post_init__(self) -> None:
         if self.objective not in ("bytes", "time"):
             raise ValueError(f"objective must be 'bytes' or 'time', got {self.objective!r}")
+        for kind, kc in self.kind_costs:
+            if not (kc.bandwidth_Bps > 0 and kc.overhead_s >= 0 and kc.latency_s >= 0):
+                raise ValueError(f"kind_costs for {kind!r} need bandwidth > 0 and times >= 0, got {kc}")
         for kind, factor in self.kind_time_factor:
             if not factor > 0:
                 raise ValueError(f"kind_time_factor for {kind!r} must be > 0, got {factor}")
@@ -68,13 +85,15 @@ class CostModel:
 
     @staticmethod
     def with_slow_axes(axes: Iterable[str], factor: float = 10.0, base: CostModel | None = None) -> CostModel:
-        """Axes that cross hosts: ``factor`` times less bandwidth and more latency."""
+        """Axes that cross hosts: ``factor`` times less bandwidth and more latency; everything else
+        (objective, measured per-kind costs) is kept from ``base`` (default ``CostModel()``)."""
         b = base or CostModel()
         axes = list(axes)
-        return CostModel.make(
+        slow = CostModel.make(
             b.latency_s, b.bandwidth_Bps,
             {a: b.latency_s * factor for a in axes}, {a: b.bandwidth_Bps / factor for a in axes},
         )
+        return replace(b, axis_latency_s=slow.axis_latency_s, axis_bandwidth_Bps=slow.axis_bandwidth_Bps)
 
     def latency(self, names: Iterable[str]) -> float:
         lat = dict(self.axis_latency_s)
@@ -90,12 +109,42 @@ class CostModel:
         if group <= 1:
             return 0.0
         names = {axis_name(a) for a in axes}
-        t = phases * math.ceil(math.log2(group)) * self.latency(names) + recv_bytes * self.inv_bandwidth(names)
-        return t * self.kind_factor(kind)
+        return self.kind_time(kind, names, phases * math.ceil(math.log2(group)), recv_bytes)
 
-    def kind_factor(self, kind: str) -> float:
-        """The calibrated factor on the estimated time of steps of ``kind`` (1 by default)."""
-        return dict(self.kind_time_factor).get(kind, 1.0)
+    def kind_time(self, kind: str, names: Iterable[str], latency_terms: float, recv_bytes: float,
+                  overhead: bool = True) -> float:
+        """``latency_terms`` latencies plus ``recv_bytes`` of a ``kind`` step over axes ``names``
+        (plus the kind's measured fixed overhead unless ``overhead=False``: later rounds of a step).
+        ``kind`` may name an item size, ``"all_to_all:2"``: a backend may run 16-bit data at another
+        speed (XLA:CPU widens it to f32 around collectives); without a measurement for it the
+        plain kind is used."""
+        names = set(names)
+        lat, inv_bw = self.latency(names), self.inv_bandwidth(names)
+        costs = dict(self.kind_costs)
+        measured = costs.get(kind, costs.get(kind.split(":")[0]))
+        if measured is None:
+            t = latency_terms * lat + recv_bytes * inv_bw
+            return t * dict(self.kind_time_factor).get(kind.split(":")[0], 1.0)
+        slow_lat, slow_bw = lat / self.latency_s, inv_bw * self.bandwidth_Bps
+        return (measured.overhead_s + latency_terms * measured.latency_s) * slow_lat + \
+            recv_bytes / measured.bandwidth_Bps * slow_bw
+
+    def copy_time(self, nbytes: float) -> float:
+        """A local pass writing ``nbytes`` (0 without a measured copy bandwidth)."""
+        return nbytes / self.copy_Bps if self.copy_Bps > 0 else 0.0
+
+    @property
+    def measured(self) -> bool:
+        return bool(self.kind_costs)
+
+    def with_objective(self, objective: str) -> CostModel:
+        return replace(self, objective=objective)
+
 
 
 DEFAULT_COST_MODEL = CostModel()
+
+
+def sized_kind(kind: str, itemsize: int) -> str:
+    """The profile key of ``kind`` on data of ``itemsize`` bytes (4-byte data is the plain kind)."""
+    return kind if itemsize == 4 else f"{kind}:{itemsize}"

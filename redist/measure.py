@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from redist.cost import CostModel
+from redist.cost import CostModel, sized_kind
 from redist.exchange import crossed_axes, schedule
 from redist.facets import FacetTable
 from redist.groups import coords as mesh_coords
@@ -62,7 +62,8 @@ def group_size(step: Step, t: ShardingType) -> int:
 
 @MEASURE.register(DynSlice, Discard, PadUnreduced)
 def _local(step: Step, before: ShardingType, after: ShardingType, cm: CostModel) -> StepMeasure:
-    return FREE
+    """No traffic; one local pass writing the new block (free unless the model measured copies)."""
+    return StepMeasure(0.0, cm.copy_time(after.local_bytes), 0, 0)
 
 
 def _ring(fraction_of: Callable[[ShardingType, ShardingType], int], phases: int) -> Measure:
@@ -73,15 +74,26 @@ def _ring(fraction_of: Callable[[ShardingType, ShardingType], int], phases: int)
         if p <= 1:
             return FREE
         recv = phases * (p - 1) / p * fraction_of(before, after)
-        time = cm.collective_time(step.group_axes(), p, recv, phases, kind=step.kind)
+        time = cm.collective_time(step.group_axes(), p, recv, phases, kind=sized_kind(step.kind, before.itemsize))
         return StepMeasure(recv, time, phases * math.ceil(math.log2(p)), 1)
 
     return ring
 
 
 MEASURE.register(AllGather)(_ring(lambda before, after: after.local_bytes, 1))
-MEASURE.register(ReduceScatter, AllToAll)(_ring(lambda before, after: before.local_bytes, 1))
+MEASURE.register(AllToAll)(_ring(lambda before, after: before.local_bytes, 1))
 MEASURE.register(AllReduce, AllReduceSlice)(_ring(lambda before, after: before.local_bytes, 2))
+_reduce_scatter_ring = _ring(lambda before, after: before.local_bytes, 1)
+
+
+@MEASURE.register(ReduceScatter)
+def _reduce_scatter(step: ReduceScatter, before: ShardingType, after: ShardingType, cm: CostModel) -> StepMeasure:
+    """A ring, plus the transpose that brings ``dim``'s chunks to the front (``redist.executor``)
+    unless every dimension before ``dim`` has local extent 1."""
+    m = _reduce_scatter_ring(step, before, after, cm)
+    if m.rounds and math.prod(before.local_shape[: step.dim]) > 1:
+        return m._replace(time_s=m.time_s + cm.copy_time(before.local_bytes))
+    return m
 
 
 class ClosedForm(NamedTuple):
@@ -110,17 +122,15 @@ def _p2p(step: Step, before: ShardingType, after: ShardingType, cm: CostModel) -
     """Without unreduced axes the closed form above, over the axes either layout uses; with
     unreduced axes, read off the schedule (tests check the two agree where both apply)."""
     if before.unreduced or after.unreduced:
-        m = schedule_measure(before, after, cm)
-        return m._replace(time_s=m.time_s * cm.kind_factor(step.kind))
+        return schedule_measure(before, after, cm, sized_kind(step.kind, before.itemsize))
     cf = closed_form(before, after)
     names = {axis_name(a) for t in (before, after) for axes in t.dims for a in axes}
-    per_round = cm.latency(names) + cf.cell * before.itemsize * cm.inv_bandwidth(names)
     rounds = cf.rounds
-    time = rounds * per_round * cm.kind_factor(step.kind)
+    time = cm.kind_time(sized_kind(step.kind, before.itemsize), names, rounds, rounds * cf.cell * before.itemsize) if rounds else 0.0
     return StepMeasure(float(cf.missing.mean()) * before.itemsize, time, rounds, rounds)
 
 
-def schedule_measure(before: ShardingType, after: ShardingType, cm: CostModel) -> StepMeasure:
+def schedule_measure(before: ShardingType, after: ShardingType, cm: CostModel, kind: str = "exchange") -> StepMeasure:
     """Measures read off the concrete point-to-point schedule (pairs actually used per round)."""
     sch = schedule(before, after)
     mesh = before.mesh
@@ -129,7 +139,7 @@ def schedule_measure(before: ShardingType, after: ShardingType, cm: CostModel) -
     time = 0.0
     for row in crossed_axes(sch, coords):
         names = {n for n, c in zip(mesh.names, row.tolist()) if c}
-        time += cm.latency(names) + cell_bytes * cm.inv_bandwidth(names)
+        time += cm.kind_time(kind, names, 1, cell_bytes, overhead=time == 0.0)
     rounds = len(sch.rounds)
     return StepMeasure(sch.n_transfers * cell_bytes / mesh.size, time, rounds, rounds)
 

@@ -274,7 +274,9 @@ def _typed_candidates(src: ShardingType, dst: ShardingType, cm: CostModel) -> li
     reuse part of an axis, which its typing rule rejects: such a candidate is dropped (an
     ``Exchange`` always remains)."""
     out: list[tuple[Step, ...]] = []
-    for build in (_greedy_candidates, _split_reduction_candidates, _reduce_early_candidates, _relabel_candidates):
+    builders = (_greedy_candidates, _split_reduction_candidates, _reduce_early_candidates, _relabel_candidates,
+                _reorder_candidates)
+    for build in builders:
         try:
             out.extend(build(src, dst, cm))
         except (StepError, RedistError):
@@ -304,6 +306,27 @@ def _relabel_candidates(src: ShardingType, dst: ShardingType, cm: CostModel) -> 
         except StepError:
             continue
     return out
+
+
+def _reorder_candidates(src: ShardingType, dst: ShardingType, cm: CostModel) -> list[tuple[Step, ...]]:
+    """A ``Permute`` that reorders each dimension's atoms so those the destination wants there come
+    first (in its order) and the rest stay minor, then the greedy pass: one permute and plain
+    collectives where the wanted atoms sit minor, as XLA's partitioner does for
+    ``f32[768@(data,model)] -> f32[768@model]`` on ``{data=2, model=3}``. ``relabel`` cannot
+    express it when the atoms' sizes differ; the same local shape is kept, so it is a permute."""
+    g = _Greedy(src, dst)
+    new = []
+    for d, want in zip(g.dims, g.D):
+        front = [a for a in want if a in d]
+        new.append(front + [a for a in d if a not in front])
+    if new == g.dims:
+        return []
+    try:
+        perm = Permute(_axes_dims(src.mesh, new))
+        cur = Plan.build(src, (perm,), cm).dst
+        return [_merge(src, [perm, *_Greedy(cur, dst).run()], cm)]
+    except (StepError, RedistError):
+        return []
 
 
 def _split_reduction_candidates(src: ShardingType, dst: ShardingType, cm: CostModel) -> list[tuple[Step, ...]]:

@@ -40,6 +40,9 @@ def register(sub: Any, handlers: dict[str, Any]) -> None:
     p.add_argument("src", help="source type, e.g. 'f32[512@(x,y),128]'")
     p.add_argument("dst", help="destination type, e.g. 'f32[512,128@(y,x)]'")
     p.add_argument("--mesh", required=True, help="the mesh, e.g. x=2,y=4")
+    p.add_argument("--objective", choices=("time", "bytes"), default="time",
+                   help="time: fastest under the measured cost model (default); bytes: least traffic "
+                        "first, at the transfer lower bound")
     p.add_argument("--slow-axes", default="",
                    help="comma-separated mesh axes that cross hosts (10x less bandwidth, more latency)")
     p.add_argument("--picture", metavar="FILE.png", default=None,
@@ -56,7 +59,9 @@ def register(sub: Any, handlers: dict[str, Any]) -> None:
 # -- redist plan ----------------------------------------------------------------------------------------
 
 
-def _cost_model(mesh: Any, slow_axes: str) -> Any:
+def _cost_model(mesh: Any, slow_axes: str, objective: str = "time") -> Any:
+    """``--objective time``: the library's default (fastest under the backend's measured profile);
+    ``bytes``: least traffic first (the transfer bound). ``--slow-axes`` keeps the objective."""
     from redist import CostModel
     from spmd_types import UnknownAxisError
 
@@ -64,7 +69,10 @@ def _cost_model(mesh: Any, slow_axes: str) -> Any:
     for a in names:
         if a not in mesh:
             raise UnknownAxisError(f"--slow-axes names unknown mesh axis {a!r}; the mesh has axes {list(mesh.names)}")
-    return CostModel.with_slow_axes(names) if names else None
+    from redist.profile import default_cost_model
+
+    base = default_cost_model() if objective == "time" else CostModel(objective="bytes")
+    return CostModel.with_slow_axes(names, base=base) if names else base
 
 
 def steps_table(plan: Any) -> Any:
@@ -105,7 +113,8 @@ def measures_table(plan: Any, slow_axes: str = "") -> Any:
     table.add_row("peak memory per device", fmt_bytes(plan.peak_bytes),
                   f"max(source, destination) {fmt_bytes(plan.memory_bound_bytes)}: "
                   f"{met(plan.peak_bytes, plan.memory_bound_bytes)}")
-    model = "alpha-beta estimate" + (f", slow axes {slow_axes}" if slow_axes else "")
+    model = ("measured cost profile" if plan.cost_model.measured else "alpha-beta estimate") + (
+        f", slow axes {slow_axes}" if slow_axes else "")
     table.add_row("estimated time", fmt_time(plan.time_s), model)
     return table
 
@@ -117,7 +126,7 @@ def run_plan_command(args: argparse.Namespace) -> int:
     from spmd_types import Mesh
 
     mesh = Mesh.parse(args.mesh)
-    plan = redistribute(args.src, args.dst, mesh, cost_model=_cost_model(mesh, args.slow_axes))
+    plan = redistribute(args.src, args.dst, mesh, cost_model=_cost_model(mesh, args.slow_axes, args.objective))
     con = console()
     con.print(f"[bold]{plan.src}[/bold] -> [bold]{plan.dst}[/bold] on mesh {mesh}: "
               f"{plural(len(plan.steps), 'step')}, {plural(plan.n_collectives, 'collective')}")

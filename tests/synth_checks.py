@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from redist import Exchange, Permute, Plan
+from redist import CostModel, Exchange, Permute, Plan
 from redist.atoms import unreduced_atoms
 from redist.measure import measure, schedule_measure
 from redist.simulate import check, scatter, simulate
 from spmd_types import ShardingType
+
+BYTES = CostModel(objective="bytes")
+"""The objective whose guarantee is the transfer bound (``redistribute``'s default ranks by measured time)."""
 
 
 def global_array(t: ShardingType, seed: int = 0) -> np.ndarray:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from redist import redistribute
+from redist import CostModel, redistribute
 from redist_cli.main import main
 from spmd_types import Mesh
 
@@ -17,10 +17,11 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_plan_prints_each_step_in_words_and_the_measures(capsys: pytest.CaptureFixture[str]) -> None:
-    rc = main(["plan", "f32[512@(x,y),128]", "f32[512,128@(y,x)]", "--mesh", "x=2,y=4"])
+    rc = main(["plan", "f32[512@(x,y),128]", "f32[512,128@(y,x)]", "--mesh", "x=2,y=4", "--objective", "bytes"])
     out = capsys.readouterr().out
     assert rc == 0
-    plan = redistribute("f32[512@(x,y),128]", "f32[512,128@(y,x)]", Mesh({"x": 2, "y": 4}))
+    plan = redistribute("f32[512@(x,y),128]", "f32[512,128@(y,x)]", Mesh({"x": 2, "y": 4}),
+                        cost_model=CostModel(objective="bytes"))
     assert out.splitlines()[0] == f"{plan.src} -> {plan.dst} on mesh {{x=2,y=4}}: 1 step, 7 collectives"
     assert "exchange to f32[512,128@(y,x)]" in out and "7 collective-permutes, one per round" in out
     assert "28,672 B (28 KiB)" in out and ".0 B" not in out  # whole bytes with units
@@ -145,3 +146,16 @@ def test_output_into_a_closed_pipe_is_not_an_error() -> None:
     cmd = f"{sys.executable} -m redist_cli types 'f32[256@data,512]{{U:model}}' --mesh data=2,model=4 --blocks | head -1"
     r = subprocess.run(["bash", "-o", "pipefail", "-c", cmd], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and r.stderr == "", r.stderr
+
+
+def test_plan_objective_flag_and_slow_axes_keep_the_objective(capsys: pytest.CaptureFixture[str]) -> None:
+    """The default is the library's (fastest under the measured profile); --objective bytes gives
+    the transfer bound; --slow-axes changes the axes' costs, not the objective."""
+    args = ["plan", "f32[512@(x,y),128]", "f32[512,128@(y,x)]", "--mesh", "x=2,y=4"]
+    assert main(args) == 0
+    default = capsys.readouterr().out.splitlines()[0]
+    assert main(args + ["--objective", "bytes"]) == 0
+    by_bytes = capsys.readouterr().out.splitlines()[0]
+    assert by_bytes.endswith("1 step, 7 collectives") and default != by_bytes
+    assert main(args + ["--slow-axes", "x"]) == 0
+    assert "measured cost profile, slow axes x" in capsys.readouterr().out

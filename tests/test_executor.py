@@ -199,7 +199,7 @@ PLAN_CASES = [
 def _expected_kinds(plan: Plan) -> Counter[str]:
     kinds: Counter[str] = Counter()
     names = {AllGather: "all-gather", AllToAll: "all-to-all", ReduceScatter: "reduce-scatter",
-             AllReduce: "all-reduce"}
+             AllReduce: "all-reduce", AllReduceSlice: "all-reduce"}
     for step, before, after in zip(plan.steps, plan.all_types, plan.types):
         if isinstance(step, (Permute, Exchange)):
             kinds["collective-permute"] += sum(1 for r in schedule(before, after).rounds if r.pairs)

@@ -11,7 +11,7 @@ from conftest import THOROUGH
 import proofs
 from benchmarks.proofs_bench import MESHES, RANKS, exhaustive_pairs
 from proofs import Certificate, verify_plan
-from redist import redistribute
+from redist import CostModel, redistribute
 from spmd_types import Mesh
 
 M24 = Mesh({"x": 2, "y": 4})
@@ -26,7 +26,7 @@ M24 = Mesh({"x": 2, "y": 4})
     ("f32[16@x,8]", "f32[16,8]{U:y}"),
 ])
 def test_examples_certified(src: str, dst: str) -> None:
-    plan = redistribute(src, dst, M24)
+    plan = redistribute(src, dst, M24, cost_model=CostModel(objective="bytes"))  # the recv guarantee
     cert = plan.verify()
     assert isinstance(cert, Certificate) and cert.ok and cert.recv_at_bound
     assert {p.name for p in cert.properties} == {"chain", "memory", "recv"}
@@ -61,7 +61,7 @@ def test_exhaustive_pairs_certified() -> None:
     """Every plan of the small-mesh sweep is certified for all shapes its types allow."""
     n = 0
     for a, b in _pairs():
-        cert = verify_plan(redistribute(a, b))
+        cert = verify_plan(redistribute(a, b, cost_model=CostModel(objective="bytes")))
         assert cert.ok, f"{a} -> {b}: {cert}"
         n += 1
     assert n > 0
@@ -71,3 +71,11 @@ def test_registered_with_redist() -> None:
     import redist.plan
 
     assert redist.plan._HOOKS["verify"] is proofs.verify_plan
+
+
+def test_default_objective_certifies_chain_and_memory_not_transfer() -> None:
+    """The default (time) objective's guarantees are correctness and the memory bound; the transfer
+    bound is claimed, and proved, only for ``objective="bytes"`` plans."""
+    plan = redistribute("f32[2048@x,1024]{U:y}", "f32[2048@(x,y),1024]", M24)
+    cert = plan.verify()
+    assert cert.ok and {p.name for p in cert.properties} == {"chain", "memory"}

@@ -8,7 +8,7 @@ import proofs
 import redist.exchange
 from proofs import VerificationError, check_budget, verify_plan
 from proofs.link import prove_link
-from redist import AllGather, AllReduce, DynSlice, Exchange, Plan, redistribute
+from redist import AllGather, AllReduce, CostModel, DynSlice, Exchange, Plan, redistribute
 from spmd_types import Mesh, parse
 
 M22 = Mesh({"x": 2, "y": 2})
@@ -52,7 +52,7 @@ def test_replicate_then_slice_fallback_breaks_memory_and_transfer() -> None:
 
 def test_a_skipped_step_is_refuted() -> None:
     src, dst = parse("f32[8@x,8]{U:y}", M24), parse("f32[8,8@y]", M24)
-    plan = redistribute(src, dst)
+    plan = redistribute(src, dst, cost_model=CostModel(objective="bytes"))
     assert len(plan.steps) == 2
     short = Plan(src, dst, plan.steps[:1], plan.types[:1])
     with pytest.raises(VerificationError) as e:

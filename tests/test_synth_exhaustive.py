@@ -10,7 +10,7 @@ import random
 
 import pytest
 from conftest import THOROUGH
-from synth_checks import assert_plan_ok
+from synth_checks import BYTES, assert_plan_ok
 
 from redist import redistribute
 from redist.enumerate import all_types
@@ -37,7 +37,7 @@ def test_every_pair(mesh_name: str, rank: int, chunk: int) -> None:
     pairs = _pairs(mesh_name, rank, chunk)
     assert pairs
     for i, (s, d) in enumerate(pairs):
-        assert_plan_ok(redistribute(s, d), seed=i)
+        assert_plan_ok(redistribute(s, d, cost_model=BYTES), seed=i)
 
 
 def test_type_counts() -> None:

@@ -13,6 +13,7 @@ import random
 
 import pytest
 from conftest import THOROUGH
+from synth_checks import BYTES
 
 from redist import redistribute
 from redist.enumerate import all_types
@@ -35,7 +36,7 @@ def test_constructive_equals_search(case: int) -> None:
     pairs = list(itertools.product(ts, ts))
     random.Random(case).shuffle(pairs)
     for s, d in pairs[:N]:
-        ours, best = redistribute(s, d), search(s, d)
+        ours, best = redistribute(s, d, cost_model=BYTES), search(s, d)
         if s.unreduced or d.unreduced:
             assert round(ours.recv_bytes, 6) == round(best.recv_bytes, 6), f"{ours}\n{best}"
         else:
@@ -45,6 +46,6 @@ def test_constructive_equals_search(case: int) -> None:
 def test_search_beats_the_unreduced_bound_only_where_documented() -> None:
     """The bound's documented slack: an axis unreduced on both sides (redist.bounds docstring)."""
     mesh = Mesh({"x": 2, "y": 3})
-    p = redistribute("s32[12@y,6]{U:x}", "s32[12,6]{U:x}", mesh)
+    p = redistribute("s32[12@y,6]{U:x}", "s32[12,6]{U:x}", mesh, cost_model=BYTES)
     assert p.lower_bound_bytes == 96.0
     assert p.recv_bytes == search(p.src, p.dst).recv_bytes == 144.0

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 from strategies import meshes, type_pairs
-from synth_checks import assert_plan_ok
+from synth_checks import BYTES, assert_plan_ok
 
 from redist import redistribute
 
@@ -18,12 +18,12 @@ def problems(draw: st.DrawFn, unreduced: bool):  # type: ignore[no-untyped-def]
 
 @given(problems(unreduced=False))
 def test_random_pairs_meet_both_bounds(pair) -> None:  # type: ignore[no-untyped-def]
-    assert_plan_ok(redistribute(*pair))
+    assert_plan_ok(redistribute(*pair, cost_model=BYTES))
 
 
 @given(problems(unreduced=True))
 def test_random_unreduced_sources(pair) -> None:  # type: ignore[no-untyped-def]
-    assert_plan_ok(redistribute(*pair))
+    assert_plan_ok(redistribute(*pair, cost_model=BYTES))
 
 
 @given(problems(unreduced=False))
@@ -31,5 +31,5 @@ def test_deterministic_and_reversible(pair) -> None:  # type: ignore[no-untyped-
     s, d = pair
     from redist.synth import synthesize
 
-    assert synthesize(s, d) == redistribute(s, d)
-    assert_plan_ok(redistribute(d, s))
+    assert synthesize(s, d) == redistribute(s, d, cost_model=BYTES)
+    assert_plan_ok(redistribute(d, s, cost_model=BYTES))

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from synth_checks import BYTES
 
 from redist import redistribute
 from redist.render import device_list, fmt_bytes, format_plan, plural
@@ -99,10 +100,10 @@ def test_text_helpers() -> None:
 
 
 def test_format_plan_in_words() -> None:
-    text = format_plan(redistribute("f32[512@(x,y),128]", "f32[512,128@(y,x)]", MESH))
+    text = format_plan(redistribute("f32[512@(x,y),128]", "f32[512,128@(y,x)]", MESH, cost_model=BYTES))
     assert "1 step, 7 collectives" in text and "28,672 B (28 KiB)" in text and ".0 B" not in text
     assert "exchange to f32[512,128@(y,x)]" in text and "7 cells of 64x16 elements" in text
     assert "7 collective-permutes, one per round" in text and "(the lower bound)" in text
-    text = format_plan(redistribute("f32[2048@x,1024]{U:y}", "f32[2048@(x,y),1024]", MESH))
+    text = format_plan(redistribute("f32[2048@x,1024]{U:y}", "f32[2048@(x,y),1024]", MESH, cost_model=BYTES))
     assert "1 step, 1 collective" in text and "groups of 4 devices {0-3} {4-7}" in text
     assert "local, no communication" in format_plan(redistribute("f32[64,32]", "f32[64@x,32]", MESH))

@@ -1,0 +1,122 @@
+"""Plans across real processes: ``jax.distributed`` on localhost, CPU collectives over Gloo.
+
+Every byte a collective moves between processes crosses a TCP socket, unlike the in-process
+simulated devices of the other benchmarks. Cases with unreduced sources, and meshes that leave a
+process without a device (6-device meshes over 4 processes), are skipped. ``python -m benchmarks.multiprocess --processes 2
+[--cases NAME...] [--reps N]`` starts the processes (each with ``8 / processes`` CPU devices),
+plans every case in each of them (plans are deterministic, so all processes build the same
+program), checks every addressable block against the NumPy reference, and, with ``--reps``,
+times ours against XLA's (Shardy) interleaved, a fixed number of runs (every process must issue
+the same collectives, so no time budget); process 0 prints one line per case.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+
+DEVICES = 8
+CASE_LINE = re.compile(r"\b[a-z0-9_]+ +(?:OK|WRONG) \d+ steps[^\n\[]*")
+"""A case's line in process 0's output (Gloo logs there too, sometimes in the middle of a line)."""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def launch(processes: int, args: Sequence[str], timeout_s: float) -> list[subprocess.CompletedProcess[str]]:
+    """Run ``processes`` workers on 127.0.0.1; their results, in process order."""
+    port = free_port()
+    env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={DEVICES // processes}",
+               JAX_PLATFORMS="cpu")
+    procs = [subprocess.Popen(
+        [sys.executable, "-m", "benchmarks.multiprocess", "--worker", str(i), "--processes", str(processes),
+         "--port", str(port), *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for i in range(processes)]
+    out = []
+    deadline = time.monotonic() + timeout_s
+    for p in procs:
+        try:
+            so, se = p.communicate(timeout=max(1.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            raise
+        out.append(subprocess.CompletedProcess(p.args, p.returncode, so, se))
+    return out
+
+
+def worker(index: int, processes: int, port: int, cases: Sequence[str], reps: int) -> int:
+    import jax
+
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    jax.distributed.initialize(coordinator_address=f"127.0.0.1:{port}", num_processes=processes,
+                               process_id=index, initialization_timeout=60)
+    import numpy as np
+    from jax.experimental import multihost_utils
+    from jax.sharding import NamedSharding
+
+    from benchmarks.arrays import reference_values
+    from benchmarks.cases import NAMED_CASES, select_cases
+    from benchmarks.speed import round_robin, thunk
+    from redist import redistribute
+    from spmd_types.jax_interop import to_partition_spec
+
+    for case in select_cases(NAMED_CASES, list(cases)):
+        src, dst = case.src_type, case.dst_type
+        if src.unreduced:  # a global value cannot express per-device partials across processes
+            continue
+        jm = case.mesh.to_jax()
+        if len({d.process_index for d in jm.devices.flat}) < processes:
+            continue  # a process without a device in the mesh runs ahead and desynchronises the rest
+        _, total = reference_values(src)
+        x = jax.make_array_from_callback(src.shape, NamedSharding(jm, to_partition_spec(src)), total.__getitem__)
+        plan = redistribute(src, dst, case.mesh)
+        y = plan(x)
+        ok = all(np.array_equal(np.asarray(s.data), total[s.index]) for s in y.addressable_shards)
+        line = f"{case.name:28s} {'OK' if ok else 'WRONG'} {len(plan.steps)} steps"
+        if reps > 0:
+            xla = jax.jit(lambda v: v, out_shardings=NamedSharding(jm, to_partition_spec(dst))).lower(x).compile()
+            # a fixed count, never a time budget: every process must issue the same collectives
+            med = round_robin({"xla": thunk(xla, x), "ours": thunk(plan, x)}, 0.0, min_reps=reps)
+            line += f"  xla {med['xla'] * 1e3:8.3f} ms  ours {med['ours'] * 1e3:8.3f} ms  {med['xla'] / med['ours']:.2f}x"
+        if index == 0:
+            print(line, flush=True)
+        if not ok:
+            return 1
+        multihost_utils.sync_global_devices(case.name)
+    jax.distributed.shutdown()
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.multiprocess", description=__doc__.split("\n")[0])
+    ap.add_argument("--processes", type=int, default=2)
+    ap.add_argument("--cases", nargs="*", default=[])
+    ap.add_argument("--reps", type=int, default=0, help="timed runs per side (0: check only)")
+    ap.add_argument("--timeout", type=float, default=600.0)
+    ap.add_argument("--worker", type=int, default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
+    a = ap.parse_args(argv)
+    if a.worker is not None:
+        return worker(a.worker, a.processes, a.port, a.cases, a.reps)
+    rest = ["--reps", str(a.reps), "--cases", *a.cases]
+    results = launch(a.processes, rest, a.timeout)
+    # Gloo logs its connections to stdout, sometimes mid-line: keep only the case lines
+    print("\n".join(m.group(0) for m in CASE_LINE.finditer(results[0].stdout)))
+    for i, r in enumerate(results):
+        if r.returncode:
+            print(f"process {i} failed ({r.returncode}):\n{r.stderr[-3000:]}", file=sys.stderr)
+    return max(r.returncode for r in results)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,245 @@
+"""Clock comparison against both XLA partitioners, with the measured cost model's predictions.
+
+``python -m benchmarks.speed [--cases NAME...] [--seconds S] [--out DIR]``. For every named case
+(``benchmarks.cases``) four compiled programs run on the same input, round-robin in one process
+(so a slow phase of the shared machine hits all of them): XLA's ``jit(identity,
+out_shardings=dst)`` under Shardy (JAX's default) and under GSPMD
+(``jax_use_shardy_partitioner=False``), our plan under the default objective (fastest under the
+measured profile) and our plan under ``objective="bytes"``. Reported per case: the median times,
+the speedup against the *faster* XLA partitioner, the plan's predicted time, compiled temp memory
+of each side, bytes against the transfer bound; overall the geometric mean, the worst case, the
+Spearman rank correlation of predicted vs measured, an A/A control (Shardy's program against
+itself) and the per-call Python overhead of ``plan(x)``.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+
+import argparse  # noqa: E402
+import datetime  # noqa: E402
+import json  # noqa: E402
+import math  # noqa: E402
+import statistics  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+from collections.abc import Callable, Sequence  # noqa: E402
+from dataclasses import asdict, dataclass  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
+
+import jax  # noqa: E402
+from jax.sharding import NamedSharding  # noqa: E402
+
+from benchmarks.arrays import check_output, make_input  # noqa: E402
+from benchmarks.cases import NAMED_CASES, Case, select_cases  # noqa: E402
+from benchmarks.hlo import parse_collectives  # noqa: E402
+from benchmarks.xla_side import capture_fd2  # noqa: E402
+from redist import CostModel, Plan, redistribute  # noqa: E402
+from redist.executor import compile_plan  # noqa: E402
+from redist.profile import spearman  # noqa: E402
+from spmd_types.jax_interop import mesh_to_jax, to_partition_spec  # noqa: E402
+
+SIDES = ("shardy", "gspmd", "ours", "ours_bytes")
+
+
+@dataclass(frozen=True)
+class Row:
+    case: str
+    median_s: dict[str, float]
+    temp_bytes: dict[str, int]
+    collectives: dict[str, str]
+    predicted_s: float
+    recv_bytes: float
+    bytes_recv_bytes: float
+    bound_bytes: float
+    steps: str
+    ok: dict[str, bool]  # the side's result equals the NumPy reference, laid out as the destination
+
+    @property
+    def xla_best_s(self) -> float:
+        """The faster of the XLA partitioners whose result is correct."""
+        return min((self.median_s[k] for k in ("shardy", "gspmd") if self.ok[k]), default=math.nan)
+
+    @property
+    def speedup(self) -> float:
+        return self.xla_best_s / self.median_s["ours"]
+
+
+def _xla(case: Case, shardy: bool, x: Any, jmesh: jax.sharding.Mesh) -> Any:
+    """XLA's compiled reshard of ``x`` to the destination under one partitioner."""
+    spec = to_partition_spec(case.dst_type)
+    old = getattr(jax.config, "jax_use_shardy_partitioner")  # noqa: B009 (not in the type stubs)
+    jax.config.update("jax_use_shardy_partitioner", shardy)
+    try:
+        with capture_fd2():
+            if case.src_type.unreduced:
+                fn = jax.jit(lambda v: jax.sharding.reshard(v, NamedSharding(jmesh, spec)))
+            else:
+                fn = jax.jit(lambda v: v, out_shardings=NamedSharding(jmesh, spec))
+            return fn.lower(x).compile()
+    finally:
+        jax.config.update("jax_use_shardy_partitioner", old)
+
+
+def round_robin(fns: dict[str, Callable[[], Any]], seconds: float, min_reps: int = 15) -> dict[str, float]:
+    """Median seconds of each thunk, run in rotating order until ``seconds`` pass (>= ``min_reps``)."""
+    names = list(fns)
+    times: dict[str, list[float]] = {n: [] for n in names}
+    for n in names:
+        fns[n]().block_until_ready()
+    start, i = time.perf_counter(), 0
+    while i < min_reps or time.perf_counter() - start < seconds:
+        order = names[i % len(names):] + names[: i % len(names)]
+        for n in order:
+            t = time.perf_counter()
+            fns[n]().block_until_ready()
+            times[n].append(time.perf_counter() - t)
+        i += 1
+    return {n: statistics.median(v) for n, v in times.items()}
+
+
+def thunk(prog: Any, x: Any) -> Callable[[], Any]:
+    return lambda: prog(x)
+
+
+def run_case(case: Case, seconds: float) -> tuple[Row, float]:
+    """One case's row, and the A/A control ratio (Shardy vs itself) measured alongside."""
+    src, dst = case.src_type, case.dst_type
+    jmesh = mesh_to_jax(case.mesh, explicit=True)
+    x, expected = make_input(src, jmesh)
+    plan = redistribute(src, dst, case.mesh)
+    plan_b = redistribute(src, dst, case.mesh, cost_model=CostModel(objective="bytes"))
+    progs = {"shardy": _xla(case, True, x, jmesh), "gspmd": _xla(case, False, x, jmesh),
+             "ours": compile_plan(plan, jmesh).lower(x).compile(),
+             "ours_bytes": compile_plan(plan_b, jmesh).lower(x).compile()}
+    ok = {k: check_output(p(x), expected, dst) is None for k, p in progs.items()}
+    thunks: dict[str, Callable[[], Any]] = {k: thunk(p, x) for k, p in progs.items()}
+    thunks["shardy_again"] = thunk(progs["shardy"], x)
+    med = round_robin(thunks, seconds)
+    control = med.pop("shardy_again") / med["shardy"]
+    return Row(
+        case.name, med,
+        {k: int(p.memory_analysis().temp_size_in_bytes) for k, p in progs.items()},
+        {k: parse_collectives(p.as_text()).summary() for k, p in progs.items()},
+        plan.time_s, plan.recv_bytes, plan_b.recv_bytes, plan.lower_bound_bytes,
+        " + ".join(str(s) for s in plan.steps) or "(none)", ok,
+    ), control
+
+
+def lookup_overhead(plan: Plan, x: Any, reps: int = 3000) -> float:
+    """Median seconds of the Python ``plan(x)`` adds before dispatch: the cached checks and
+    executable lookup (``redist.executor._executable``), without running anything."""
+    from redist.executor import _executable
+
+    ts = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        _executable(plan, x.sharding, tuple(x.shape), str(x.dtype))
+        ts.append(time.perf_counter() - t)
+    return statistics.median(ts)
+
+
+def call_overhead(plan: Plan, x: Any, reps: int = 300) -> tuple[float, float]:
+    """Median seconds of ``plan(x)`` and of calling its compiled executable directly (the
+    difference is the per-call Python overhead of the fast path)."""
+    exe = compile_plan(plan).lower(x).compile()
+    a: list[float] = []
+    b: list[float] = []
+    plan(x).block_until_ready()
+    exe(x).block_until_ready()
+    for _ in range(reps):
+        t = time.perf_counter()
+        y = plan(x)
+        a.append(time.perf_counter() - t)
+        y.block_until_ready()
+        t = time.perf_counter()
+        y = exe(x)
+        b.append(time.perf_counter() - t)
+        y.block_until_ready()
+    return statistics.median(a), statistics.median(b)
+
+
+def geomean(v: Sequence[float]) -> float:
+    return math.exp(sum(math.log(x) for x in v) / len(v)) if v else math.nan
+
+
+def report(rows: Sequence[Row], controls: Sequence[float], overhead: tuple[float, float, float], command: str,
+           load: tuple[float, float], wall_s: float) -> str:
+    sp = [r.speedup for r in rows]
+    rho = spearman([r.predicted_s for r in rows], [r.median_s["ours"] for r in rows])
+    worst = min(rows, key=lambda r: r.speedup)
+    lines = [
+        f"# Clock comparison against Shardy and GSPMD ({datetime.date.today()})", "",
+        f"Command: `{command}`  ", f"JAX {jax.__version__}, {jax.device_count()} x {jax.devices()[0].platform}, "
+        f"{os.cpu_count()} cores; load average {load[0]:.1f} before, {load[1]:.1f} after; {wall_s:.0f} s.", "",
+        "| | value |", "|---|---|",
+        f"| named cases | {len(rows)} |",
+        f"| geometric-mean speedup vs the faster XLA partitioner | {geomean(sp):.2f}x |",
+        f"| worst case | {worst.speedup:.2f}x ({worst.case}) |",
+        f"| cases below 0.95x | {sum(s < 0.95 for s in sp)} |",
+        f"| geometric mean vs Shardy / vs GSPMD (cases where it is correct) | "
+        f"{geomean([r.median_s['shardy'] / r.median_s['ours'] for r in rows if r.ok['shardy']]):.2f}x / "
+        f"{geomean([r.median_s['gspmd'] / r.median_s['ours'] for r in rows if r.ok['gspmd']]):.2f}x |",
+        f"| bytes objective: geometric-mean speedup | "
+        f"{geomean([r.xla_best_s / r.median_s['ours_bytes'] for r in rows]):.2f}x |",
+        f"| A/A control (Shardy vs itself): geomean, min, max | {geomean(controls):.3f}, {min(controls):.3f}, "
+        f"{max(controls):.3f} |",
+        f"| Spearman rank correlation, predicted vs measured (ours) | {rho:.3f} |",
+        f"| temp memory above the faster XLA's | "
+        f"{sum(r.temp_bytes['ours'] > min(r.temp_bytes['shardy'], r.temp_bytes['gspmd']) + 64 for r in rows)} |",
+        f"| plans moving more bytes than the bound (time objective) | "
+        f"{sum(r.recv_bytes > r.bound_bytes * (1 + 1e-9) + 1e-6 for r in rows)} |",
+        f"| `plan(x)` per call / compiled executable per call / Python lookup before dispatch (us) | "
+        f"{overhead[0] * 1e6:.0f} / {overhead[1] * 1e6:.0f} / {overhead[2] * 1e6:.1f} |",
+        *(f"| {k}: results equal to the reference | {sum(r.ok[k] for r in rows)} / {len(rows)} |" for k in SIDES),
+        "", "| case | Shardy ms | GSPMD ms | ours ms | bytes-obj ms | speedup | predicted us | "
+        "temp KiB S/G/ours | ours recv / bound B | plan |", "|" + "---|" * 10,
+    ]
+    for r in rows:
+        m, t = r.median_s, r.temp_bytes
+        lines.append(
+            f"| {r.case} | {m['shardy'] * 1e3:.3f} | {m['gspmd'] * 1e3:.3f} | {m['ours'] * 1e3:.3f} | "
+            f"{m['ours_bytes'] * 1e3:.3f} | {r.speedup:.2f}x{'' if all(r.ok.values()) else ' (' + ','.join(k for k in SIDES if not r.ok[k]) + ' wrong)'} | {r.predicted_s * 1e6:.0f} | "
+            f"{t['shardy'] // 1024}/{t['gspmd'] // 1024}/{t['ours'] // 1024} | "
+            f"{r.recv_bytes:,.0f} / {r.bound_bytes:,.0f} | {r.steps} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.speed", description=__doc__.split("\n")[0])
+    ap.add_argument("--cases", nargs="*", default=None, help="case names or families (default: all named)")
+    ap.add_argument("--seconds", type=float, default=1.5, help="timing budget per case")
+    ap.add_argument("--out", default=None, help="directory for <date>-speed.md/.json")
+    args = ap.parse_args(argv)
+    command = "python -m benchmarks.speed " + " ".join(argv if argv is not None else sys.argv[1:])
+    load0, start = os.getloadavg()[0], time.perf_counter()
+    rows, controls = [], []
+    for case in select_cases(NAMED_CASES, args.cases):
+        row, control = run_case(case, args.seconds)
+        rows.append(row)
+        controls.append(control)
+        print(f"{row.case:28s} {row.speedup:5.2f}x  ours {row.median_s['ours'] * 1e3:7.3f} ms  "
+              f"shardy {row.median_s['shardy'] * 1e3:7.3f}  gspmd {row.median_s['gspmd'] * 1e3:7.3f}  "
+              f"predicted {row.predicted_s * 1e6:7.0f} us", file=sys.stderr, flush=True)
+    small = select_cases(NAMED_CASES, ["rank1_gather_minor"])[0]
+    x, _ = make_input(small.src_type, small.mesh.to_jax())
+    small_plan = redistribute(small.src_type, small.dst_type, small.mesh)
+    overhead = (*call_overhead(small_plan, x), lookup_overhead(small_plan, x))
+    text = report(rows, controls, overhead, command, (load0, os.getloadavg()[0]), time.perf_counter() - start)
+    print(text)
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        stem = f"{datetime.date.today()}-speed"
+        (out / f"{stem}.md").write_text(text)
+        (out / f"{stem}.json").write_text(json.dumps(
+            {"command": command, "rows": [asdict(r) for r in rows], "controls": controls,
+             "overhead_s": overhead}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

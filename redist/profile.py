@@ -1,0 +1,144 @@
+"""Measured cost profiles: what ``redist calibrate`` writes and ``load_cost_model`` loads.
+
+A profile is JSON: the backend it was measured on, per step kind a fitted ``KindCost``
+(``overhead + latency_terms * latency + recv_bytes / bandwidth``), the local copy bandwidth, and
+the raw samples the fit came from (so a fit can be re-checked or redone). Why fitted per kind:
+on one backend the kinds differ by far more than the alpha-beta model's shared constants say
+(XLA:CPU runs a reduce-scatter as an all-reduce plus a slice; a ``collective-permute`` round costs
+a rendezvous of every device), and the planner must rank plans by what they cost *there*.
+
+A profile for the CPU backend ships with the package (``redist/profiles/cpu.json``) and is the
+default cost model of ``redistribute`` when JAX runs on CPU (``default_cost_model``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import NamedTuple
+
+import numpy as np
+
+from redist.cost import CostModel, KindCost
+from spmd_types.memo import Scope, memo
+
+PROFILE_DIR = Path(__file__).parent / "profiles"
+FORMAT = 1
+
+
+class Sample(NamedTuple):
+    """One timed step: its kind, latency terms (``phases * ceil(log2 p)`` or rounds), bytes each
+    device receives, and the median seconds it added to an empty program."""
+
+    kind: str
+    latency_terms: float
+    recv_bytes: float
+    seconds: float
+
+
+@dataclass(frozen=True)
+class Profile:
+    backend: str
+    device_kind: str
+    kinds: tuple[tuple[str, KindCost], ...]
+    copy_Bps: float
+    samples: tuple[Sample, ...] = ()
+
+    def cost_model(self, objective: str = "time") -> CostModel:
+        return CostModel(objective=objective, kind_costs=self.kinds, copy_Bps=self.copy_Bps)
+
+    def to_json(self) -> str:
+        d = asdict(self)
+        d["format"] = FORMAT
+        d["kinds"] = {k: KindCost(*v)._asdict() for k, v in self.kinds}
+        d["samples"] = [Sample(*s)._asdict() for s in self.samples]
+        return json.dumps(d, indent=1)
+
+    @staticmethod
+    def from_json(text: str) -> Profile:
+        d = json.loads(text)
+        if d.get("format") != FORMAT:
+            raise ValueError(f"profile format {d.get('format')!r} is not {FORMAT}: rerun `redist calibrate`")
+        kinds = tuple(sorted((k, KindCost(**v)) for k, v in d["kinds"].items()))
+        samples = tuple(Sample(**s) for s in d.get("samples", ()))
+        return Profile(d["backend"], d.get("device_kind", ""), kinds, float(d["copy_Bps"]), samples)
+
+
+def load_profile(path: str | Path) -> Profile:
+    return Profile.from_json(Path(path).read_text())
+
+
+def load_cost_model(path: str | Path, objective: str = "time") -> CostModel:
+    """The cost model of a profile written by ``redist calibrate``: pass it to ``redistribute``."""
+    return load_profile(path).cost_model(objective)
+
+
+@memo(Scope.MESH, maxsize=8)
+def packaged_profile(backend: str) -> Profile | None:
+    """The profile shipped for ``backend`` (``"cpu"``), if any."""
+    path = PROFILE_DIR / f"{backend}.json"
+    return load_profile(path) if path.exists() else None
+
+
+def default_cost_model() -> CostModel:
+    """``redistribute``'s default: fastest under the measured model of the running backend (the
+    shipped profile), memory bound hard, bytes the tie-break; the unmeasured alpha-beta model with
+    the same objective where no profile ships for the backend."""
+    import jax
+
+    prof = packaged_profile(jax.default_backend())
+    return prof.cost_model("time") if prof is not None else CostModel(objective="time")
+
+
+def fit_kind(samples: Sequence[Sample]) -> KindCost:
+    """Least squares of ``seconds ~ overhead + terms * latency + bytes / bandwidth`` in relative
+    error, coefficients kept non-negative (a negative one is dropped and the rest refitted)."""
+    cols = [np.ones(len(samples)), np.array([s.latency_terms for s in samples]),
+            np.array([s.recv_bytes for s in samples])]
+    y = np.array([s.seconds for s in samples])
+    w = 1.0 / np.maximum(y, 1e-6)  # relative errors: small moves rank as well as large ones
+    active = [0, 1, 2]
+    coef = np.zeros(3)
+    while active:
+        a = np.stack([cols[i] for i in active], axis=1)
+        sol, *_ = np.linalg.lstsq(a * w[:, None], y * w, rcond=None)
+        if (sol >= 0).all():
+            coef[active] = sol
+            break
+        active.pop(int(np.argmin(sol)))
+    inv_bw = coef[2] if coef[2] > 0 else 1e-15
+    return KindCost(float(coef[0]), float(coef[1]), float(1.0 / inv_bw))
+
+
+def fit_profile(backend: str, device_kind: str, samples: Sequence[Sample], copy_Bps: float) -> Profile:
+    kinds = sorted({s.kind for s in samples})
+    fitted = tuple((k, fit_kind([s for s in samples if s.kind == k])) for k in kinds)
+    return Profile(backend, device_kind, fitted, copy_Bps, tuple(samples))
+
+
+def spearman(a: Sequence[float], b: Sequence[float]) -> float:
+    """Spearman rank correlation (average ranks for ties)."""
+    if len(a) != len(b) or len(a) < 2:
+        return math.nan
+
+    def ranks(v: Sequence[float]) -> np.ndarray:
+        x = np.asarray(v, dtype=float)
+        order = np.argsort(x, kind="mergesort")
+        r = np.empty(len(x))
+        r[order] = np.arange(len(x), dtype=float)
+        for val in np.unique(x):
+            idx = x == val
+            r[idx] = r[idx].mean()
+        return r
+
+    ra, rb = ranks(a), ranks(b)
+    if ra.std() == 0 or rb.std() == 0:
+        return math.nan
+    return float(np.corrcoef(ra, rb)[0, 1])
+
+
+__all__ = ["Profile", "Sample", "default_cost_model", "fit_kind", "fit_profile", "load_cost_model", "load_profile",
+           "packaged_profile", "spearman"]

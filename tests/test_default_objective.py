@@ -1,0 +1,108 @@
+"""The default objective: fastest under the measured (shipped CPU) profile, the memory bound hard,
+bytes the tie-break; its plans are correct and within the bound, not necessarily at the transfer
+bound (that is the bytes objective's guarantee, tested everywhere else with ``cost_model=BYTES``)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from strategies import meshes, type_pairs
+from synth_checks import BYTES, global_array
+
+from benchmarks.cases import NAMED_CASES
+from redist import CostModel, redistribute
+from redist.cost import KindCost
+from redist.plan import Plan
+from redist.profile import (
+    Profile,
+    Sample,
+    default_cost_model,
+    fit_kind,
+    load_cost_model,
+    packaged_profile,
+    spearman,
+)
+from redist.simulate import check, scatter, simulate
+
+
+def test_cpu_profile_ships_and_is_the_default() -> None:
+    prof = packaged_profile("cpu")
+    assert prof is not None and prof.backend == "cpu"
+    kinds = {k for k, _ in prof.kinds}
+    assert {"all_gather", "all_to_all", "reduce_scatter", "all_reduce", "all_reduce_slice", "exchange",
+            "permute"} <= kinds
+    cm = default_cost_model()
+    assert cm.objective == "time" and cm.measured and cm == prof.cost_model("time")
+
+
+def test_profile_round_trips_through_json(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    prof = Profile("cpu", "cpu", (("all_gather", KindCost(1e-5, 2e-6, 1e9)),), 3e9,
+                   (Sample("all_gather", 1.0, 1024.0, 1e-5),))
+    path = tmp_path / "p.json"
+    path.write_text(prof.to_json())
+    assert Profile.from_json(path.read_text()) == prof
+    assert load_cost_model(path) == prof.cost_model("time")
+    bad = json.loads(prof.to_json())
+    bad["format"] = 99
+    with pytest.raises(ValueError, match="format"):
+        Profile.from_json(json.dumps(bad))
+
+
+def test_fit_recovers_a_known_model() -> None:
+    truth = KindCost(30e-6, 10e-6, 2e9)
+    samples = [Sample("k", t, b, truth.overhead_s + t * truth.latency_s + b / truth.bandwidth_Bps)
+               for t in (1.0, 2.0, 3.0) for b in (1e4, 1e5, 1e6)]
+    got = fit_kind(samples)
+    assert got.overhead_s == pytest.approx(truth.overhead_s, rel=1e-6)
+    assert got.latency_s == pytest.approx(truth.latency_s, rel=1e-6)
+    assert got.bandwidth_Bps == pytest.approx(truth.bandwidth_Bps, rel=1e-6)
+
+
+def test_spearman() -> None:
+    assert spearman([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
+    assert spearman([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
+    assert spearman([1, 2, 2, 3], [1, 2, 2, 3]) == pytest.approx(1.0)
+
+
+def test_measured_kind_costs_replace_the_defaults() -> None:
+    cm = CostModel(objective="time", kind_costs=(("all_gather", KindCost(1e-4, 0.0, 1e9)),))
+    assert cm.collective_time(("x",), 4, 1e6, kind="all_gather") == pytest.approx(1e-4 + 1e-3)
+    assert cm.collective_time(("x",), 4, 1e6, kind="all_gather:2") == pytest.approx(1e-4 + 1e-3)  # falls back
+    assert cm.collective_time(("x",), 4, 1e6, kind="all_to_all") == pytest.approx(2 * 5e-6 + 1e6 / 50e9)
+
+
+@pytest.mark.parametrize("case", NAMED_CASES, ids=lambda c: c.name)
+def test_default_plans_are_fastest_under_the_model_and_within_memory(case) -> None:  # type: ignore[no-untyped-def]
+    fast = redistribute(case.src_type, case.dst_type, case.mesh)
+    by_bytes = redistribute(case.src_type, case.dst_type, case.mesh, cost_model=BYTES)
+    assert fast.peak_bytes <= fast.memory_bound_bytes
+    assert fast.recv_bytes >= fast.lower_bound_bytes - 1e-6
+    same = Plan.build(by_bytes.src, by_bytes.steps, fast.cost_model)
+    assert fast.time_s <= same.time_s + 1e-12  # the bytes plan is a candidate under the same model
+
+
+@given(st.data())
+def test_default_plans_are_correct(data) -> None:  # type: ignore[no-untyped-def]
+    mesh = data.draw(meshes(min_axes=1, max_axes=3, max_size=4, max_devices=16))
+    s, d = data.draw(type_pairs(mesh, min_rank=1, max_rank=3, dtypes=["s32"], unreduced=True))
+    p = redistribute(s, d)
+    x = global_array(s)
+    check(simulate(p.steps, p.all_types, scatter(x, s, np.random.default_rng(0))), d, x)
+    assert p.peak_bytes <= max(s.local_bytes, d.local_bytes)
+
+
+def test_calibrate_times_a_kind_and_fits_it(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """``redist calibrate`` end to end on one kind (CI-sized: 2 repetitions per sample)."""
+    from redist.calibrate import SIZES_KIB, calibrate
+
+    prof = calibrate(reps=2, kinds=["all_gather"])
+    assert [k for k, _ in prof.kinds] == ["all_gather"]
+    assert len(prof.samples) == 3 * len(SIZES_KIB)  # groups of 2, 4 and 8 devices
+    assert prof.kinds[0][1].bandwidth_Bps > 0 and prof.copy_Bps > 0
+    path = tmp_path / "p.json"
+    path.write_text(prof.to_json())
+    assert load_cost_model(path).measured
