@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+import numpy as np
 import z3
 
 from proofs.errors import VerificationError
@@ -182,14 +183,27 @@ def p2p_rounds(step: Step, before: ShardingType, after: ShardingType, sp: Space)
     cell = tuple(to_q(c, d) for d, c in enumerate(sch.cell))
     rounds: Rounds = []
     for r in sch.local_copies + sch.rounds:
-        pairs = r.pairs if r.pairs else [(d, d) for d in range(mesh.size) if r.recv_valid[d]]
-        items = []
-        for s, d in pairs:
-            so = tuple(to_q(r.send_offset[s][k], k) for k in range(sp.rank))
-            do = tuple(to_q(r.recv_offset[d][k], k) for k in range(sp.rank))
-            items.append((int(s), int(d), so, do))
+        if r.pairs:
+            src, dst = (np.asarray(x, dtype=np.int64) for x in zip(*r.pairs))
+        else:
+            src = dst = np.flatnonzero(np.asarray(r.recv_valid)[:mesh.size])
+        so = _cells_of(step, np.asarray(r.send_offset).reshape(-1, sp.rank)[src], unit)
+        do = _cells_of(step, np.asarray(r.recv_offset).reshape(-1, sp.rank)[dst], unit)
+        items = list(zip(src.tolist(), dst.tolist(), map(tuple, so.tolist()), map(tuple, do.tolist())))
         rounds.append((bool(getattr(r, "from_output", False)), items))
     return cell, rounds
+
+
+def _cells_of(step: Step, offsets: np.ndarray, unit: list[int]) -> np.ndarray:
+    """Element offsets (rows) in whole cells of the plan's shape; a typed error names a fraction."""
+    u = np.asarray(unit, dtype=offsets.dtype if offsets.dtype != object else np.int64).reshape(1, -1)
+    bad = np.argwhere(offsets % u != 0) if offsets.size else np.empty((0, 2), dtype=np.int64)
+    if len(bad):
+        i, d = (int(x) for x in bad[0])
+        v = int(offsets[i, d])
+        raise VerificationError("chain", f"{step}: schedule offset {v} is not a whole cell of dimension {d}",
+                                {"dimension": d, "offset": v})
+    return offsets // u
 
 
 def device_coords(sp: Space, v: int) -> Dev:
