@@ -21,6 +21,11 @@ Conventions (docs/design.md section 2, restated independently of ``redist``):
   size ``k``) every device with ``u != 0`` holds an arbitrary ``F(c, l)`` (uninterpreted) and the
   device with ``u == 0`` holds ``G(...) - sum_{j != 0} F(c[u:=j], l)``. Every state meeting the
   meaning is an instance (choose ``F``), so a property proved of the generic state holds for all.
+* At a *concrete* device the generic state is also given as *atoms* (``Arr.atoms``): a linear
+  combination of applications of ``G`` and the ``F``s at constant cell offsets plus the symbolic
+  offset ``o`` inside a cell (the ``If`` decided, the device's digits folded). ``Space.realize``
+  turns atoms into the z3 term. Point-to-point proofs (``proofs.link.prove_p2p``) compare these
+  combinations in Python to group devices and cells into classes, so z3 sees one case per class.
 """
 
 from __future__ import annotations
@@ -39,6 +44,11 @@ Term = Any  # a z3 arithmetic expression (or a Python int that z3 coerces)
 Dev = tuple[Term, ...]
 Index = tuple[tuple[Term, Term], ...]
 Span = tuple[str, int, int]
+Atom = tuple[Any, ...]
+"""``(-1, q)``: ``G`` at cells ``q``; ``(i, key, q)``: partials ``F_i`` of device ``key`` at local cells
+``q`` - each applied at ``q + o`` (and the symbolic in-cell remainders ``r``)."""
+Lin = dict[Atom, int]
+"""A linear combination of atoms (coefficients never zero)."""
 
 
 def span(mesh: Mesh, a: Axis) -> Span:
@@ -81,14 +91,39 @@ def set_digit(mesh: Mesh, dev: Dev, sp: Span, value: Term) -> Dev:
 def mixed(mesh: Mesh, dev: Dev, spans: Sequence[Span]) -> Term:
     """Mixed-radix number of ``dev``'s digits along ``spans`` (first most significant)."""
     if all(isinstance(c, int) for c in dev):  # a concrete device: fold the digits, build one constant
-        num = 0
-        for name, pre, size in spans:
-            num = num * size + (dev[mesh.position(name)] // (mesh.axis_size(name) // (pre * size))) % size
-        return z3.IntVal(num)
+        return z3.IntVal(mixed_int(mesh, dev, spans))
     out: Term = z3.IntVal(0)
     for sp in spans:
         out = out * sp[2] + digit(mesh, dev, sp)
     return out
+
+
+def mixed_int(mesh: Mesh, dev: Sequence[int], spans: Sequence[Span]) -> int:
+    """``mixed`` of a concrete device, as a Python int."""
+    num = 0
+    for name, pre, size in spans:
+        num = num * size + (dev[mesh.position(name)] // (mesh.axis_size(name) // (pre * size))) % size
+    return num
+
+
+def set_mixed_int(mesh: Mesh, dev: Sequence[int], spans: Sequence[Span], value: int) -> tuple[int, ...]:
+    """``set_mixed`` of a concrete device and value, as Python ints."""
+    out = list(dev)
+    for name, pre, size in reversed(spans):
+        pos, stride = mesh.position(name), mesh.axis_size(name) // (pre * size)
+        out[pos] += (value % size - (out[pos] // stride) % size) * stride
+        value //= size
+    return tuple(out)
+
+
+def lin_add(acc: Lin, other: Lin, sign: int = 1) -> None:
+    """``acc += sign * other``, dropping atoms whose coefficient becomes zero."""
+    for atom, c in other.items():
+        v = acc.get(atom, 0) + sign * c
+        if v:
+            acc[atom] = v
+        else:
+            acc.pop(atom, None)
 
 
 def set_mixed(mesh: Mesh, dev: Dev, spans: Sequence[Span], value: Term) -> Dev:
@@ -133,6 +168,9 @@ class Arr:
 
     ext: tuple[int, ...]
     val: Callable[[Dev, Index], Term]
+    atoms: Callable[[tuple[int, ...], tuple[int, ...]], Lin] | None = None
+    """At a concrete device and local cell offsets ``q``: the value at ``q + o`` as atoms (``None``:
+    only ``val`` is known)."""
 
 
 class Space:
@@ -151,7 +189,7 @@ class Space:
             self.G = z3.Function(f"G_{self.tag}", *([z3.IntSort()] * (2 * self.rank)), z3.IntSort())
         else:
             self._g0 = z3.Int(f"G_{self.tag}")
-        self._partials = 0
+        self._partials: list[Any] = []
 
     def g(self, idx: Sequence[tuple[Term, Term]]) -> Term:
         if not self.rank:
@@ -159,11 +197,26 @@ class Space:
         return self.G(*[x for qr in idx for x in qr])
 
     def fresh_partials(self) -> Callable[[Dev, Index], Term]:
-        """A fresh uninterpreted function ``F(c..., q0, r0, ...)`` for a generic unreduced state."""
-        self._partials += 1
+        """A fresh uninterpreted function ``F(c..., q0, r0, ...)`` for a generic unreduced state
+        (the ``len(self._partials) - 1``-th, the index its atoms name)."""
         n_args = len(self.mesh.axes) + 2 * self.rank
-        f = z3.Function(f"F_{self.tag}_{self._partials}", *([z3.IntSort()] * n_args), z3.IntSort())
+        f = z3.Function(f"F_{self.tag}_{len(self._partials) + 1}", *([z3.IntSort()] * n_args), z3.IntSort())
+        self._partials.append(f)
         return lambda dev, idx: f(*dev, *[x for qr in idx for x in qr])
+
+    def realize(self, lin: Lin, o: Index) -> Term:
+        """The z3 term of atoms at in-cell offset ``o``."""
+        terms = []
+        for atom, c in lin.items():
+            idx = tuple((atom[-1][d] + o[d][0], o[d][1]) for d in range(self.rank))
+            t = self.g(idx) if atom[0] == -1 else self._partials[atom[0]](*atom[1], *[x for qr in idx for x in qr])
+            terms.append(t if c == 1 else c * t)
+        return z3.Sum(terms) if terms else z3.IntVal(0)
+
+    def block_cells(self, t: ShardingType, dev: Sequence[int]) -> tuple[int, ...]:
+        """First global cell of a concrete device's block of ``t``, per dimension."""
+        ext = self.ext(t)
+        return tuple(mixed_int(self.mesh, dev, spans_of(self.mesh, t.dims[d])) * ext[d] for d in range(self.rank))
 
     def ext(self, t: ShardingType) -> tuple[int, ...]:
         """Local extents of ``t`` in cells."""
@@ -198,9 +251,11 @@ class Space:
         k = size_of(uspans)
         mesh = self.mesh
         if k == 1:
-            return Arr(self.ext(t), lambda dev, idx: self.g(self.global_index(t, dev, idx)))
+            return Arr(self.ext(t), lambda dev, idx: self.g(self.global_index(t, dev, idx)),
+                       self._generic_atoms(t, uspans, None, replicas_agree))
         f0 = self.fresh_partials()
         f = f0
+        atoms = self._generic_atoms(t, uspans, len(self._partials) - 1, replicas_agree)
         if replicas_agree:
             used: dict[str, list[Span]] = {}
             for a in t.used_axes():
@@ -222,7 +277,44 @@ class Space:
             others = [f(set_mixed(mesh, dev, uspans, j), idx) for j in range(1, k)]
             return z3.If(mixed(mesh, dev, uspans) == 0, own - z3.Sum(others), f(dev, idx))
 
-        return Arr(self.ext(t), val)
+        return Arr(self.ext(t), val, atoms)
+
+    def _kept(self, t: ShardingType) -> Callable[[tuple[int, ...]], tuple[int, ...]]:
+        """A concrete device's argument of ``replicas_agree`` partials: its digits along the axes
+        ``t`` uses, in place (as ``generic``'s ``f`` builds them)."""
+        used: dict[str, list[Span]] = {}
+        for a in t.used_axes():
+            sp_ = span(self.mesh, a)
+            used.setdefault(sp_[0], []).append(sp_)
+        parts = [(self.mesh.position(name), n, used.get(name, [])) for name, n in self.mesh.axes]
+
+        def kept(dev: tuple[int, ...]) -> tuple[int, ...]:
+            return tuple(sum(((dev[pos] // (n // (p * z))) % z) * (n // (p * z)) for _, p, z in sps)
+                         for pos, n, sps in parts)
+
+        return kept
+
+    def _generic_atoms(self, t: ShardingType, uspans: tuple[Span, ...], fi: int | None, replicas_agree: bool
+                       ) -> Callable[[tuple[int, ...], tuple[int, ...]], Lin]:
+        """``generic``'s value at a concrete device as atoms: its ``If`` decided in Python."""
+        k, mesh = size_of(uspans), self.mesh
+        key = self._kept(t) if replicas_agree else (lambda dev: dev)
+        blocks: dict[tuple[int, ...], tuple[int, ...]] = {}
+
+        def atoms(dev: tuple[int, ...], q: tuple[int, ...]) -> Lin:
+            b = blocks.get(dev)
+            if b is None:
+                b = blocks[dev] = self.block_cells(t, dev)
+            if fi is None:
+                return {(-1, tuple(x + y for x, y in zip(b, q))): 1}
+            if mixed_int(mesh, dev, uspans):
+                return {(fi, key(dev), q): 1}
+            out: Lin = {(-1, tuple(x + y for x, y in zip(b, q))): 1}
+            for j in range(1, k):
+                out[(fi, key(set_mixed_int(mesh, dev, uspans, j)), q)] = -1
+            return out
+
+        return atoms
 
     def device_vars(self, tag: str = "") -> Dev:
         return tuple(z3.Int(f"c_{name}{tag}") for name in self.mesh.names)
@@ -250,6 +342,6 @@ class Space:
 
 
 __all__ = [
-    "Arr", "Dev", "Index", "Space", "Span", "Term", "cells", "digit", "mixed", "set_digit",
-    "set_mixed", "shards", "size_of", "span", "spans_of",
+    "Arr", "Atom", "Dev", "Index", "Lin", "Space", "Span", "Term", "cells", "digit", "lin_add", "mixed",
+    "mixed_int", "set_digit", "set_mixed", "set_mixed_int", "shards", "size_of", "span", "spans_of",
 ]

@@ -18,10 +18,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+import numpy as np
 import z3
 
 from proofs.errors import VerificationError
-from proofs.model import Arr, Dev, Index, Space, Span, Term, mixed, set_mixed, size_of, spans_of
+from proofs.model import Arr, Dev, Index, Lin, Space, Span, Term, lin_add, mixed, set_mixed, size_of, spans_of
 from redist import exchange
 from redist.facets import FacetTable
 from redist.steps import (
@@ -182,14 +183,27 @@ def p2p_rounds(step: Step, before: ShardingType, after: ShardingType, sp: Space)
     cell = tuple(to_q(c, d) for d, c in enumerate(sch.cell))
     rounds: Rounds = []
     for r in sch.local_copies + sch.rounds:
-        pairs = r.pairs if r.pairs else [(d, d) for d in range(mesh.size) if r.recv_valid[d]]
-        items = []
-        for s, d in pairs:
-            so = tuple(to_q(r.send_offset[s][k], k) for k in range(sp.rank))
-            do = tuple(to_q(r.recv_offset[d][k], k) for k in range(sp.rank))
-            items.append((int(s), int(d), so, do))
+        if r.pairs:
+            src, dst = (np.asarray(x, dtype=np.int64) for x in zip(*r.pairs))
+        else:
+            src = dst = np.flatnonzero(np.asarray(r.recv_valid)[:mesh.size])
+        so = _cells_of(step, np.asarray(r.send_offset).reshape(-1, sp.rank)[src], unit)
+        do = _cells_of(step, np.asarray(r.recv_offset).reshape(-1, sp.rank)[dst], unit)
+        items = list(zip(src.tolist(), dst.tolist(), map(tuple, so.tolist()), map(tuple, do.tolist())))
         rounds.append((bool(getattr(r, "from_output", False)), items))
     return cell, rounds
+
+
+def _cells_of(step: Step, offsets: np.ndarray, unit: list[int]) -> np.ndarray:
+    """Element offsets (rows) in whole cells of the plan's shape; a typed error names a fraction."""
+    u = np.asarray(unit, dtype=offsets.dtype if offsets.dtype != object else np.int64).reshape(1, -1)
+    bad = np.argwhere(offsets % u != 0) if offsets.size else np.empty((0, 2), dtype=np.int64)
+    if len(bad):
+        i, d = (int(x) for x in bad[0])
+        v = int(offsets[i, d])
+        raise VerificationError("chain", f"{step}: schedule offset {v} is not a whole cell of dimension {d}",
+                                {"dimension": d, "offset": v})
+    return offsets // u
 
 
 def device_coords(sp: Space, v: int) -> Dev:
@@ -199,33 +213,71 @@ def device_coords(sp: Space, v: int) -> Dev:
     return tuple(coords[n] for n in sp.mesh.names)
 
 
-def p2p_cells(step: Step, arr: Arr, before: ShardingType, after: ShardingType, sp: Space, o: Index
-              ) -> tuple[tuple[int, ...], dict[tuple[int, tuple[int, ...]], Term]]:
-    """Run the schedule on the model, cell by cell: the value at offset ``o`` (symbolic, inside the
-    cell) of every destination cell ``(device, cell start)``, accumulated into zeros round by
-    round. A round is one ``ppermute``: every sender reads the state *before* the round (its old
-    block, or its new block for ``from_output`` rounds that forward completed sums)."""
-    cell, rounds = p2p_rounds(step, before, after, sp)
-    ext = sp.ext(after)
+def _on_grid(step: Step, cell: tuple[int, ...], rounds: Rounds, ext: tuple[int, ...]) -> None:
     for _, items in rounds:
         for _s, d, _so, do in items:
-            if any(do[k] % cell[k] or do[k] + cell[k] > ext[k] for k in range(sp.rank)):
+            if any(do[k] % cell[k] or do[k] + cell[k] > ext[k] for k in range(len(cell))):
                 raise VerificationError("chain", f"{step}: a scheduled cell at {list(do)} of device {d} is off the "
                                         f"destination's cell grid", {"device": d, "local_cell": list(do)})
-    coords = {v: device_coords(sp, v) for v in range(sp.mesh.size)}
-    state: dict[tuple[int, tuple[int, ...]], Term] = {}
+
+
+Cell = tuple[int, tuple[int, ...]]
+"""A destination cell: ``(device, cell start in its new block)``."""
+
+
+def _run(step: Step, cell: tuple[int, ...], rounds: Rounds, read: Callable[[int, tuple[int, ...]], Any],
+         add: Callable[[Any, Any], Any], zero: Callable[[], Any]) -> dict[Cell, Any]:
+    """Walk the rounds: ``read(source, cell start)`` is a cell of a source's old block, ``add``
+    accumulates into a destination cell. A round is one ``ppermute``: every sender reads the state
+    *before* the round (its old block, or its new block for ``from_output`` rounds that forward
+    completed sums)."""
+    state: dict[Cell, Any] = {}
     for from_output, items in rounds:
-        prev = dict(state)
+        prev = dict(state) if from_output else state
         for s, d, so, do in items:
             if from_output:
-                if any(so[k] % cell[k] for k in range(sp.rank)):
+                if any(so[k] % cell[k] for k in range(len(cell))):
                     raise VerificationError("chain", f"{step}: a forwarded cell at {list(so)} of device {s} is off "
                                             f"the cell grid", {"device": s, "local_cell": list(so)})
-                piece = prev.get((s, so), z3.IntVal(0))
+                piece = prev.get((s, so))
+                piece = zero() if piece is None else piece
             else:
-                piece = arr.val(coords[s], tuple((so[k] + o[k][0], o[k][1]) for k in range(sp.rank)))
-            state[(d, do)] = state[(d, do)] + piece if (d, do) in state else piece
-    return cell, state
+                piece = read(s, so)
+            state[(d, do)] = add(state[(d, do)], piece) if (d, do) in state else piece
+    return state
+
+
+def p2p_cells(step: Step, arr: Arr, before: ShardingType, after: ShardingType, sp: Space, o: Index
+              ) -> tuple[tuple[int, ...], dict[Cell, Term]]:
+    """Run the schedule on the model, cell by cell: the value at offset ``o`` (symbolic, inside the
+    cell) of every destination cell ``(device, cell start)``, accumulated into zeros round by round."""
+    cell, rounds = p2p_rounds(step, before, after, sp)
+    _on_grid(step, cell, rounds, sp.ext(after))
+    coords = {v: device_coords(sp, v) for v in range(sp.mesh.size)}
+
+    def read(s: int, so: tuple[int, ...]) -> Term:
+        return arr.val(coords[s], tuple((so[k] + o[k][0], o[k][1]) for k in range(sp.rank)))
+
+    return cell, _run(step, cell, rounds, read, lambda a, b: a + b, lambda: z3.IntVal(0))
+
+
+def _lin_sum(a: Lin, b: Lin) -> Lin:
+    out = dict(a)
+    lin_add(out, b)
+    return out
+
+
+def p2p_atoms(step: Step, arr: Arr, before: ShardingType, after: ShardingType, sp: Space
+              ) -> tuple[tuple[int, ...], dict[Cell, Lin]]:
+    """``p2p_cells`` on atoms (``Arr.atoms``, a concrete device's state as a linear combination of
+    uninterpreted applications): no z3 term is built, so it costs Python work per cell only."""
+    if arr.atoms is None:
+        raise ValueError("p2p_atoms needs an array with atoms (a generic state)")
+    atoms = arr.atoms
+    cell, rounds = p2p_rounds(step, before, after, sp)
+    _on_grid(step, cell, rounds, sp.ext(after))
+    coords = {v: device_coords(sp, v) for v in range(sp.mesh.size)}
+    return cell, _run(step, cell, rounds, lambda s, so: atoms(coords[s], so), _lin_sum, dict)
 
 
 def _p2p(step: Step, arr: Arr, before: ShardingType, after: ShardingType, sp: Space) -> Arr:
@@ -253,4 +305,4 @@ def _p2p(step: Step, arr: Arr, before: ShardingType, after: ShardingType, sp: Sp
     return Arr(sp.ext(after), val)
 
 
-__all__ = ["SEMANTICS", "apply_step", "device_coords", "p2p_cells", "p2p_rounds"]
+__all__ = ["SEMANTICS", "Cell", "apply_step", "device_coords", "p2p_atoms", "p2p_cells", "p2p_rounds"]
