@@ -27,7 +27,14 @@ from test_executor import _expected_kinds, _make_input
 
 import redist
 from benchmarks.hlo import parse_collectives
-from redist import IncompatibleTypesError, UnsummableDtypeError, redistribute, reshard, reshard_local
+from redist import (
+    CostModel,
+    IncompatibleTypesError,
+    UnsummableDtypeError,
+    redistribute,
+    reshard,
+    reshard_local,
+)
 from redist.caches import clear_caches
 from redist.reshard import plan_for
 from spmd_types import Mesh, ShardingType, UnknownLayoutError
@@ -327,7 +334,7 @@ def test_mistakes_name_what_to_call_instead() -> None:
     with pytest.raises(IncompatibleTypesError, match="device_put"):
         reshard(x, NamedSharding(jmesh(Mesh({"x": 2, "y": 2})), P("y")))
     # plan(x) works on tracers now (it runs through reshard's primitive)
-    plan = redistribute("f32[8@x,8@y]", "f32[8@y,8@x]", XY)
+    plan = redistribute("f32[8@x,8@y]", "f32[8@y,8@x]", XY, cost_model=CostModel(objective="bytes"))
     same(jax.jit(plan)(x), plan(x))
     assert math.isclose(plan.recv_bytes, plan.lower_bound_bytes)
     assert redist.reshard is reshard
