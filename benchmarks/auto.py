@@ -60,6 +60,7 @@ class AutoRow:
     hand_sim_s: float
     hand_peak: int
     hand_side: Side
+    megatron: str
 
 
 def _hand(model: M.Model, mesh: Mesh, budget: int | None, runs: int) -> tuple[str, float, int, Side]:
@@ -96,22 +97,35 @@ def bench(name: str, mesh: Mesh, runs: int, time_budget_s: float, every: bool = 
             r = auto(model.step, mesh, *model.args, memory_budget=budget, fixed=fixed, seed=0,
                      time_budget_s=time_budget_s)
             ours, xla, _ = bench_schedule(model, list(r.schedule), mesh, runs)
-            rows.append(AutoRow(name, budget, label, r, ours, xla, *hand))
+            rows.append(AutoRow(name, budget, label, r, ours, xla, *hand,
+                                megatron_axis(model, mesh, list(r.schedule))))
             print(r.explain().split("\n== search space")[0], flush=True)
     return rows
 
 
+def megatron_axis(model: M.Model, mesh: Mesh, schedule: list[Tactic]) -> str:
+    """The mesh axis the schedule shards every Megatron dimension over (``strategies.MEGATRON``:
+    QKV columns, output-projection rows, MLP first-layer columns, second-layer rows), or '-'."""
+    step = partition(model.step, mesh, schedule)
+    a = step.trace(*model.args)
+    lay = dict(zip(a.program.input_paths, a.lowered.in_types))
+    axes = {lay[p].dims[d] for p, d in S.MEGATRON[model.name].items()}
+    return str(axes.pop()[0]) if len(axes) == 1 and len(next(iter(axes))) == 1 else "-"
+
+
 def table(rows: list[AutoRow]) -> str:
-    out = ["| model | budget B | fixed | found schedule | sim us | peak B | measured ms | XLA ms | "
-           "best hand | hand sim us | hand peak B | hand ms | found/hand | search s |",
-           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    out = ["| model | budget B | fixed | found schedule | Megatron over | sim us | peak B | measured ms | "
+           "XLA ms | best hand | hand sim us | hand peak B | hand ms | found/hand | evals | search s |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         ev = r.result.evaluation
         found = "; ".join(str(t) for t in r.result.found) or "(replicated)"
-        out.append(f"| {r.model} | {r.budget or '-'} | {r.fixed or '-'} | {found} | {ev.time_s * 1e6:,.0f} | "
+        out.append(f"| {r.model} | {r.budget or '-'} | {r.fixed or '-'} | {found} | {r.megatron} | "
+                   f"{ev.time_s * 1e6:,.0f} | "
                    f"{ev.peak_bytes:,} | {r.ours.time_s * 1e3:.2f} | {r.xla.time_s * 1e3:.2f} | {r.hand} | "
                    f"{r.hand_sim_s * 1e6:,.0f} | {r.hand_peak:,} | {r.hand_side.time_s * 1e3:.2f} | "
-                   f"{r.ours.time_s / r.hand_side.time_s:.3f} | {r.result.stats.seconds:.1f} |")
+                   f"{r.ours.time_s / r.hand_side.time_s:.3f} | {r.result.stats.evaluations} | "
+                   f"{r.result.stats.seconds:.1f} |")
     return "\n".join(out)
 
 
