@@ -104,13 +104,13 @@ def bench(name: str, mesh: Mesh, runs: int, time_budget_s: float, every: bool = 
 
 
 def megatron_axis(model: M.Model, mesh: Mesh, schedule: list[Tactic]) -> str:
-    """The mesh axis the schedule shards every Megatron dimension over (``strategies.MEGATRON``:
+    """The mesh axes the schedule shards every Megatron dimension over (``strategies.MEGATRON``:
     QKV columns, output-projection rows, MLP first-layer columns, second-layer rows), or '-'."""
     step = partition(model.step, mesh, schedule)
     a = step.trace(*model.args)
     lay = dict(zip(a.program.input_paths, a.lowered.in_types))
     axes = {lay[p].dims[d] for p, d in S.MEGATRON[model.name].items()}
-    return str(axes.pop()[0]) if len(axes) == 1 and len(next(iter(axes))) == 1 else "-"
+    return "x".join(str(x) for x in axes.pop()) or "-" if len(axes) == 1 else "-"
 
 
 def table(rows: list[AutoRow]) -> str:
