@@ -3,10 +3,12 @@
 The search follows automap (arXiv 2112.02958) and PartIR's MCTS partitioner (arXiv 2210.06352):
 a state is a partial schedule with propagation run after every action, an action shards one
 group of tied input dimensions over one mesh axis (``search_space``), and a state is scored by
-what the partitioner's own simulator predicts for its lowering:
+what the partitioner's own simulator predicts for its lowering, priced by a cost profile fitted
+to clocks (``auto_profile``: matmul and elementwise FLOP rates, a latency per collective kind, a
+bandwidth):
 
-    score = flops / flops_per_s + communication time (redist's plans under the partitioner's
-            CostModel) + memory_weight * root_time * max(0, peak / memory_budget - 1)
+    score = profile time of the simulated step
+            + memory_weight * root_time * max(0, peak / memory_budget - 1)
 
 The penalty is soft so the search can pass through states that overflow on the way to ones that
 fit (Megatron alone and batch parallelism alone may each overflow where together they fit); the
@@ -17,12 +19,17 @@ the root is expanded fully first, and deeper nodes try actions in the order of t
 the root (an all-moves-as-first prior) under progressive widening; values back up as the maximum
 (single-player MCTS: the best schedule in a subtree is what the subtree is worth).
 
+``method="beam"`` (or ``"greedy"``, width 1) searches depth by depth instead, trying actions
+largest first (``SearchSpace.ordered``); ``benchmarks.auto --compare`` sets the methods against
+each other on the same evaluation budget.
+
 The result is a list of ordinary ``Shard`` tactics after the user's ``fixed`` ones: readable,
 editable, and ``partition(fn, mesh, result.schedule)`` reproduces exactly the scored program.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 import time
@@ -31,6 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from partir_core import rules as _rules_mod
+from partir_core.auto_profile import CPU8, CostProfile, features
 from partir_core.ir import Program, trace
 from partir_core.lower import lower
 from partir_core.propagate import Propagator
@@ -40,22 +48,21 @@ from partir_core.simulate import Simulation, simulate
 from partir_core.tactics import Tactic, apply_schedule
 from spmd_types import Mesh
 
-DEFAULT_FLOPS_PER_S = 4e9
-"""Per-device FLOP rate of the time model: what one of 8 simulated CPU devices sustains on this
-project's 2-core CI machine (measured on the bundled models' matmuls). Pass your accelerator's."""
+METHODS = ("mcts", "beam", "greedy")
+"""Search methods ``auto`` offers (``benchmarks.auto --compare`` sets them against each other)."""
 
 
 @dataclass(frozen=True)
 class Objective:
-    """How a schedule is scored (lower is better); see the module docstring."""
+    """How a schedule is scored (lower is better); see the module docstring. ``profile`` prices
+    the simulator's counts (``auto_profile``): the default is fitted to this project's CI machine;
+    pass one fitted to yours."""
 
-    flops_per_s: float = DEFAULT_FLOPS_PER_S
+    profile: CostProfile = CPU8
     memory_budget: int | None = None
     memory_weight: float = 1.0
 
     def __post_init__(self) -> None:
-        if not self.flops_per_s > 0:
-            raise ValueError(f"flops_per_s must be > 0, got {self.flops_per_s}")
         if self.memory_budget is not None and self.memory_budget <= 0:
             raise ValueError(f"memory_budget must be a positive number of bytes, got {self.memory_budget}")
 
@@ -92,22 +99,33 @@ class Evaluator:
         self.program, self.mesh, self.rules, self.objective = program, mesh, tuple(rules), objective
         self.cache: dict[Any, tuple[Evaluation, Simulation]] = {}
         self.root_time_s: float | None = None
+        self.history: list[Evaluation] = []
+        """After each costed schedule, the best so far (fits the budget first, then score)."""
 
     def __call__(self, st: State) -> Evaluation:
         key = st.full_key()
         if key not in self.cache:
-            sim = simulate(lower(self.program, self.mesh, self.rules, st.prop.layouts))
-            self.cache[key] = (self._score(sim), sim)
+            low = lower(self.program, self.mesh, self.rules, st.prop.layouts)
+            sim = simulate(low)
+            ev = self._score(low, sim)
+            self.cache[key] = (ev, sim)
+            budget = self.objective.memory_budget
+            if not self.history or (not ev.fits(budget), ev.score) < (not self.history[-1].fits(budget),
+                                                                      self.history[-1].score):
+                self.history.append(ev)
+            else:
+                self.history.append(self.history[-1])
         return self.cache[key][0]
 
-    def _score(self, sim: Simulation) -> Evaluation:
+    def _score(self, low: Any, sim: Simulation) -> Evaluation:
         o = self.objective
-        compute = sim.flops / o.flops_per_s
-        t = compute + sim.comm_time_s
+        f = features(low, sim)
+        compute, comm = o.profile.compute_s(f), o.profile.comm_s(f)
+        t = compute + comm
         if self.root_time_s is None:
             self.root_time_s = t
         over = 0.0 if o.memory_budget is None else max(0.0, sim.peak_bytes / o.memory_budget - 1.0)
-        return Evaluation(t, compute, sim.comm_time_s, sim.peak_bytes, t + o.memory_weight * self.root_time_s * over)
+        return Evaluation(t, compute, comm, sim.peak_bytes, t + o.memory_weight * self.root_time_s * over)
 
 
 @dataclass(eq=False)
@@ -128,6 +146,9 @@ class SearchStats:
     seconds: float
     stopped_by: str
     """``"time budget"``, ``"evaluation budget"`` or ``"exhausted"`` (every reachable state seen)."""
+    method: str = "mcts"
+    history: tuple[Evaluation, ...] = ()
+    """The best schedule's evaluation after each costed schedule (index n: n + 1 costed)."""
 
 
 class MCTS:
@@ -139,22 +160,19 @@ class MCTS:
         self.c, self.widening = exploration, widening
         self.root_score = evaluate(root).score
         self.prior: dict[Action, float] = {}
+        self.order = {a: i for i, a in enumerate(space.ordered(root.prop.mesh))}
         self.best = root
         self.root = self._node(root)
 
     def reward(self, st: State) -> float:
         """The shaped value the tree backs up; also keeps the best schedule that fits."""
-        ev = self.evaluate(st)
-        budget = self.evaluate.objective.memory_budget
-        cur = self.evaluate(self.best)
-        if (not ev.fits(budget), ev.score) < (not cur.fits(budget), cur.score):
-            self.best = st
-        return self.root_score / ev.score
+        self.best = _better(self.evaluate, st, self.best)
+        return self.root_score / self.evaluate(st).score
 
     def _node(self, st: State) -> _Node:
         acts = list(self.space.actions)
         self.rng.shuffle(acts)  # the seed breaks ties between equally valued actions
-        acts.sort(key=lambda a: -self.prior.get(a, 0.0))
+        acts.sort(key=lambda a: (-self.prior.get(a, 0.0), self.order[a]))
         r = self.reward(st)
         return _Node(st, r, acts, best=r)
 
@@ -207,17 +225,70 @@ class MCTS:
         it = 0
         stop = "exhausted"
         while not self.root.exhausted:
-            if time.perf_counter() - started >= time_budget_s:
-                stop = "time budget"
-                break
-            if max_evaluations is not None and len(self.evaluate.cache) >= max_evaluations:
-                stop = "evaluation budget"
+            out = _out_of_budget(self.evaluate, time_budget_s, max_evaluations, started)
+            if out is not None:
+                stop = out
                 break
             self.iterate()
             it += 1
             if progress is not None:
                 progress(it, len(self.evaluate.cache))
         return SearchStats(len(self.evaluate.cache), it, time.perf_counter() - started, stop)
+
+
+def _rank(evaluate: Evaluator, st: State) -> tuple[bool, float]:
+    ev = evaluate(st)
+    return (not ev.fits(evaluate.objective.memory_budget), ev.score)
+
+
+def _better(evaluate: Evaluator, st: State, best: State) -> State:
+    """The better of two states: one that fits the budget first, then the lower score."""
+    return st if _rank(evaluate, st) < _rank(evaluate, best) else best
+
+
+class Beam:
+    """Beam search: from each of the ``width`` best states of a depth, cost every action (largest
+    ``saved_bytes`` first) and keep the ``width`` best children; width 1 is greedy. Depth by
+    depth until no new state is reachable. The alternative ``auto`` compares MCTS with."""
+
+    def __init__(self, space: SearchSpace, evaluate: Evaluator, root: State, width: int = 4) -> None:
+        if width < 1:
+            raise ValueError(f"beam width must be >= 1, got {width}")
+        self.space, self.evaluate, self.width = space, evaluate, width
+        self.order = space.ordered(root.prop.mesh)
+        evaluate(root)
+        self.best, self.frontier = root, [root]
+
+    def run(self, time_budget_s: float, max_evaluations: int | None, started: float,
+            progress: Callable[[int, int], None] | None = None) -> SearchStats:
+        seen = {st.key for st in self.frontier}
+        it, stop = 0, "exhausted"
+        while self.frontier and stop == "exhausted":
+            children: list[State] = []
+            for st, a in ((st, a) for st in self.frontier for a in self.order):
+                stop = _out_of_budget(self.evaluate, time_budget_s, max_evaluations, started) or stop
+                if stop != "exhausted":
+                    break
+                nxt = st.apply(self.space, a)
+                if nxt is None or nxt.key in seen:
+                    continue
+                seen.add(nxt.key)
+                children.append(nxt)
+                self.best = _better(self.evaluate, nxt, self.best)
+                it += 1
+                if progress is not None:
+                    progress(it, len(self.evaluate.cache))
+            self.frontier = sorted(children, key=lambda c: _rank(self.evaluate, c))[:self.width]
+        return SearchStats(len(self.evaluate.cache), it, time.perf_counter() - started, stop)
+
+
+def _out_of_budget(evaluate: Evaluator, time_budget_s: float, max_evaluations: int | None,
+                   started: float) -> str | None:
+    if time.perf_counter() - started >= time_budget_s:
+        return "time budget"
+    if max_evaluations is not None and len(evaluate.cache) >= max_evaluations:
+        return "evaluation budget"
+    return None
 
 
 @dataclass(frozen=True, eq=False)
@@ -251,8 +322,8 @@ class AutoResult:
     def explain(self) -> str:
         o, s = self.objective, self.stats
         budget = f"{o.memory_budget:,} B" if o.memory_budget is not None else "none"
-        lines = [f"== auto: MCTS over {len(self.space.actions)} actions on mesh {self.mesh} ==",
-                 f"objective: flops / {o.flops_per_s:.3g} FLOP/s + communication (redist plans), "
+        lines = [f"== auto: {s.method} over {len(self.space.actions)} actions on mesh {self.mesh} ==",
+                 f"objective: the simulator's counts priced by {o.profile}, "
                  f"memory budget {budget} (penalty weight {o.memory_weight:g})",
                  f"search: {s.evaluations} schedules costed in {s.iterations} iterations, "
                  f"{s.seconds:.1f} s, stopped: {s.stopped_by}", "", "== schedule =="]
@@ -289,8 +360,9 @@ def _progress(enabled: bool, budget_s: float) -> tuple[Any, Callable[[int, int],
 
 def auto(step_fn: Callable[..., Any], mesh: Mesh, *args: Any, memory_budget: int | None = None,
          time_budget_s: float = 60.0, fixed: Sequence[Tactic] = (), seed: int = 0,
-         max_evaluations: int | None = None, flops_per_s: float = DEFAULT_FLOPS_PER_S,
-         memory_weight: float = 1.0, unknown: str = "error", progress: bool = True) -> AutoResult:
+         max_evaluations: int | None = None, profile: CostProfile = CPU8, memory_weight: float = 1.0,
+         method: str = "mcts", beam_width: int = 4, unknown: str = "error",
+         progress: bool = True) -> AutoResult:
     """Search a schedule for ``step_fn(*args)`` on ``mesh`` (see the module docstring).
 
     ``fixed`` tactics are applied first and kept; the search adds ``Shard`` tactics after them.
@@ -300,7 +372,9 @@ def auto(step_fn: Callable[..., Any], mesh: Mesh, *args: Any, memory_budget: int
     evaluation budget or exhausts the space, the result is deterministic.
     """
     started = time.perf_counter()
-    objective = Objective(flops_per_s, memory_budget, memory_weight)
+    if method not in METHODS:
+        raise ValueError(f"unknown search method {method!r}; known: {', '.join(METHODS)}")
+    objective = Objective(profile, memory_budget, memory_weight)
     program = trace(step_fn, *args)
     rules = rules_of(program, unknown)
     space = build_space(program, mesh, rules)
@@ -308,13 +382,18 @@ def auto(step_fn: Callable[..., Any], mesh: Mesh, *args: Any, memory_budget: int
     apply_schedule(program, mesh, prop, list(fixed))
     evaluate = Evaluator(program, mesh, rules, objective)
     root = State(prop, ())
-    search = MCTS(space, evaluate, root, seed)
+    search: MCTS | Beam
+    if method == "mcts":
+        search = MCTS(space, evaluate, root, seed)
+    else:
+        search = Beam(space, evaluate, root, 1 if method == "greedy" else beam_width)
     bar, update = _progress(progress, time_budget_s)
     if bar is not None:
         with bar:
             stats = search.run(time_budget_s, max_evaluations, started, update)
     else:
         stats = search.run(time_budget_s, max_evaluations, started)
+    stats = dataclasses.replace(stats, method=method, history=tuple(evaluate.history))
     best = search.best
     steps = []
     for k in range(1, len(best.actions) + 1):

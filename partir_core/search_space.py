@@ -10,6 +10,9 @@ Static analysis cuts the space before any candidate is costed:
   propagator itself, so whatever the rules tie (scan bodies included) is tied here too.
 - **Representatives.** A group is named by its first member in input order, which puts
   parameters (the function's first argument) first: the schedule reads ``Shard(params/w1, ...)``.
+- **Order.** Actions are tried largest first: ``SearchSpace.ordered`` sorts them by the bytes of
+  input the sharding removes from each device (a static estimate of the memory, compute and
+  gradient traffic it saves), so a budget-limited search meets the big decisions first.
 - **Feasibility.** A group is offered over an axis only if the axis divides its representative
   dimension; at search time an action that raises, changes nothing, or only records conflicts
   without sharding any computed value is pruned (``State.apply``).
@@ -27,7 +30,7 @@ from partir_core.ir import Program
 from partir_core.propagate import Layout, Propagator
 from partir_core.rules import Rule
 from partir_core.tactics import Shard, Tactic, apply_schedule
-from spmd_types import Mesh, ShardingTypeError
+from spmd_types import Mesh, ShardingTypeError, itemsize
 
 
 @dataclass(frozen=True)
@@ -40,6 +43,8 @@ class Group:
     members: tuple[tuple[str, int], ...]
     axes: tuple[str, ...]
     """Mesh axes that divide the representative dimension (those offered to the search)."""
+    nbytes: int = 0
+    """Bytes of the input tensors the group's dimensions belong to (each tensor once)."""
 
     def __str__(self) -> str:
         more = len(self.members) - 1
@@ -68,6 +73,14 @@ class SearchSpace:
         if len(set(paths)) < len(paths):  # a tensor tied to itself: its representative dim only
             return Shard(g.path, dim=g.dim, axis=a.axis)
         return Shard({p: d for p, d in g.members if p.split("/")[0] == arg}, axis=a.axis)
+
+    def saved_bytes(self, a: Action, mesh: Mesh) -> float:
+        """Static estimate of what ``a`` is worth: the input bytes it removes from each device."""
+        return self.groups[a.group].nbytes * (1.0 - 1.0 / mesh.axis_size(a.axis))
+
+    def ordered(self, mesh: Mesh) -> tuple[Action, ...]:
+        """The actions, largest ``saved_bytes`` first (stable: ties keep group order)."""
+        return tuple(sorted(self.actions, key=lambda a: -self.saved_bytes(a, mesh)))
 
     def describe(self) -> str:
         lines = [f"{len(self.groups)} groups of input dimensions, {len(self.actions)} actions"]
@@ -105,9 +118,15 @@ def build_space(program: Program, mesh: Mesh, rules: Sequence[Rule]) -> SearchSp
                 continue
             members = _probe(program, mesh, rules, path, d, ok[0])
             covered.update(members)
-            groups.append(Group(path, d, n, members, ok))
+            groups.append(Group(path, d, n, members, ok, _nbytes(program, members)))
     actions = tuple(Action(i, a) for i, g in enumerate(groups) for a in g.axes)
     return SearchSpace(tuple(groups), actions)
+
+
+def _nbytes(program: Program, members: Sequence[tuple[str, int]]) -> int:
+    by_path = dict(zip(program.input_paths, program.inputs))
+    return sum(math.prod(by_path[p].shape) * itemsize(by_path[p].dtype)
+               for p in dict.fromkeys(p for p, _ in members))
 
 
 def _probe(program: Program, mesh: Mesh, rules: Sequence[Rule], path: str, dim: int,
