@@ -23,6 +23,7 @@ from typing import NamedTuple
 import numpy as np
 
 from redist.cost import CostModel, KindCost
+from redist.errors import RedistError
 from spmd_types.memo import Scope, memo
 
 PROFILE_DIR = Path(__file__).parent / "profiles"
@@ -67,8 +68,18 @@ class Profile:
         return Profile(d["backend"], d.get("device_kind", ""), kinds, float(d["copy_Bps"]), samples)
 
 
+class ProfileError(RedistError):
+    """A cost profile file that cannot be read as one."""
+
+
 def load_profile(path: str | Path) -> Profile:
-    return Profile.from_json(Path(path).read_text())
+    """Read a profile; a file that is not one raises ``ProfileError`` naming it and what to do."""
+    try:
+        return Profile.from_json(Path(path).read_text())
+    except (ValueError, KeyError, TypeError) as e:  # JSONDecodeError is a ValueError
+        raise ProfileError(f"{path} is not a redist cost profile ({type(e).__name__}: {e}); write one with "
+                           f"`redist calibrate --out {path}`") from None
+
 
 
 def load_cost_model(path: str | Path, objective: str = "time") -> CostModel:
@@ -140,5 +151,5 @@ def spearman(a: Sequence[float], b: Sequence[float]) -> float:
     return float(np.corrcoef(ra, rb)[0, 1])
 
 
-__all__ = ["Profile", "Sample", "default_cost_model", "fit_kind", "fit_profile", "load_cost_model", "load_profile",
+__all__ = ["Profile", "Sample", "default_cost_model", "fit_kind", "fit_profile", "ProfileError", "load_cost_model", "load_profile",
            "packaged_profile", "spearman"]

@@ -106,3 +106,15 @@ def test_calibrate_times_a_kind_and_fits_it(tmp_path) -> None:  # type: ignore[n
     path = tmp_path / "p.json"
     path.write_text(prof.to_json())
     assert load_cost_model(path).measured
+
+
+def test_a_file_that_is_not_a_profile_is_a_typed_error(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from redist.profile import ProfileError
+
+    bad = tmp_path / "p.json"
+    bad.write_text("{not json")
+    with pytest.raises(ProfileError, match="redist calibrate --out"):
+        load_cost_model(bad)
+    bad.write_text('{"format": 1}')
+    with pytest.raises(ProfileError, match="not a redist cost profile"):
+        load_cost_model(bad)
