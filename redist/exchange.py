@@ -9,21 +9,23 @@ Rounds come from bipartite edge colouring (``redist.colouring``: each device sen
 most one cell per round). Received traffic is therefore exactly the cells a device lacks: the
 lower bound of docs/design.md section 4.
 
-``schedule`` runs in phases, each a function below: split the unreduced axes
+``schedule`` runs in phases, each a function below, every one a NumPy pass over arrays of
+devices or (device, cell) rows, with no Python loop per device or cell: split the unreduced axes
 (``_partial_axes``), lay the cell grid (``_cell_grid``), tabulate every device's coordinates
-(``_device_tables``), index who holds what (``_holders``) and who needs what (``_targets``),
-choose one replica per cell (``_choose_replicas``) and one provider per fresh group
-(``_providers``), route each cell (``_route_cell``: phase A moves or merges partials at a root,
-phase B forwards merged sums) and pack the transfers into rounds (``_pack_schedule``).
+(``_device_tables``), list who needs which cell (``_need_rows``), choose one replica per cell
+(``_choose_replicas``, in ``_needs``), group the holders by what they hold (``_Holders``), keep one
+provider per fresh group (``_providers``), route the cells (``_route_direct``, or
+``_route_reduced``: phase A merges partials at a root, phase B forwards merged sums), spread the
+requests evenly over each cell's holders (``_senders``) and pack the transfers into rounds
+(``_pack_schedule``).
 """
 
 from __future__ import annotations
 
 import itertools
 import math
-import operator
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
 from typing import NamedTuple
 
@@ -82,15 +84,6 @@ class Schedule:
         return int(self.recv_cells.sum())
 
 
-class Transfer(NamedTuple):
-    """One cell added from ``src``'s block into ``dst``'s new block (a local copy when equal)."""
-
-    src: int
-    dst: int
-    src_offset: Offset  # cell start in src's old block (its new block when forwarding)
-    dst_offset: Offset  # cell start in dst's new block
-
-
 class PartialAxes(NamedTuple):
     """The unreduced atoms of the old type, by what the new type does with them."""
 
@@ -107,36 +100,6 @@ class PartialAxes(NamedTuple):
 class CellGrid(NamedTuple):
     cell: Offset       # cell size: gcd of the old and new local sizes per dimension
     per_block: Offset  # cells per new block along each dimension
-
-
-class HolderKey(NamedTuple):
-    """What an old block holds: which block, which kept and reduced partial, in which replica."""
-
-    block: Offset  # old block grid index
-    kept: int      # index along the kept unreduced atoms
-    partial: int   # index along the reduced atoms
-    replica: int   # which replica: rank among the devices with the same block and partials
-
-
-class CellKey(NamedTuple):
-    """What a new block needs: a global cell of one kept partial."""
-
-    cell: Offset  # global cell grid index
-    kept: int
-
-
-class Target(NamedTuple):
-    device: int
-    offset: Offset  # cell start in the device's new block
-
-
-class CellNeed(NamedTuple):
-    """One (global cell, kept partial) and the devices whose new block needs it."""
-
-    key: CellKey
-    start: Offset      # global element index of the cell's first element
-    old_block: Offset  # old block grid index containing the cell
-    targets: list[Target]  # in device order
 
 
 @dataclass(frozen=True, eq=False)
@@ -160,21 +123,6 @@ class DeviceTables:
     def old_block(self) -> np.ndarray:
         """Old block grid index."""
         return self.old_start // self.old_local
-
-    @cached_property
-    def old_rows(self) -> list[Offset]:
-        """``old_start`` as tuples: the per-transfer offset arithmetic stays in plain ints."""
-        return [tuple(r) for r in self.old_start.tolist()]
-
-
-@dataclass
-class Routes:
-    """Transfers chosen so far; ``load`` (cells each device sends) balances the next choices."""
-
-    load: list[int]
-    copies: list[list[Transfer]]  # per device, its local copies in order
-    merge: list[Transfer] = field(default_factory=list)    # phase A: old blocks -> targets / roots
-    forward: list[Transfer] = field(default_factory=list)  # phase B: roots -> other targets
 
 
 def _partial_axes(old: ShardingType, new: ShardingType) -> PartialAxes:
@@ -213,17 +161,8 @@ def _device_tables(old: ShardingType, new: ShardingType, axes: PartialAxes) -> D
     )
 
 
-def _holders(dev: DeviceTables) -> dict[HolderKey, list[int]]:
-    """The devices whose old block is each (block, kept, partial, replica), in device order."""
-    holders: dict[HolderKey, list[int]] = {}
-    rows = zip(dev.old_block.tolist(), dev.kept.tolist(), dev.partial.tolist(), dev.replica.tolist())
-    for v, (block, kept, partial, replica) in enumerate(rows):
-        holders.setdefault(HolderKey(tuple(block), kept, partial, replica), []).append(v)
-    return holders
-
-
 class _NeedRows(NamedTuple):
-    """Every (device, cell of its new block), device-major: the rows ``_targets`` groups."""
+    """Every (device, cell of its new block), device-major: who needs which cell."""
 
     device: np.ndarray  # [rows]
     offset: np.ndarray  # [rows, rank] cell start in the device's new block
@@ -251,85 +190,195 @@ def _need_rows(grid: CellGrid, dev: DeviceTables, shape: Offset) -> _NeedRows:
     return _NeedRows(device, offset, gcell, cell_id, need)
 
 
-def _targets(grid: CellGrid, dev: DeviceTables, rows: _NeedRows) -> list[CellNeed]:
-    """Every (global cell, kept partial) of the new blocks and the devices that need it, in order
-    of first need (device-major, then cell by cell), targets in device order."""
-    order = np.argsort(rows.need, kind="stable")
-    sizes = np.bincount(rows.need)
-    first = order[np.cumsum(sizes) - sizes]  # the earliest row of each need
-    ends = np.cumsum(sizes).tolist()
-    starts = rows.gcell[first] * np.array(grid.cell, dtype=np.int64)
-    blocks = starts // dev.old_local
-    kept = dev.kept[rows.device[first]].tolist()
-    flat = [Target(d, tuple(o)) for d, o in zip(rows.device[order].tolist(), rows.offset[order].tolist())]
-    needs, lo = [], 0
-    for i, (g, s, b, hi) in enumerate(zip(rows.gcell[first].tolist(), starts.tolist(), blocks.tolist(), ends)):
-        needs.append(CellNeed(CellKey(tuple(g), kept[i]), tuple(s), tuple(b), flat[lo:hi]))
-        lo = hi
-    return needs
-
-
-def _choose_replicas(grid: CellGrid, dev: DeviceTables, rows: _NeedRows) -> list[int]:
+def _choose_replicas(grid: CellGrid, dev: DeviceTables, rows: _NeedRows) -> np.ndarray:
     """Per (cell, kept) need, the replica all its partials come from: the one in which most of the
-    global cell's targets (over every kept partial) already hold the cell's old block, the lowest
-    on ties, so the fewest cells move."""
+    global cell's targets (over every kept partial) already hold the cell's old block, so the
+    fewest cells move; ties go to the first such replica at or after the cell's id modulo the
+    replica count, so cells no target holds are spread over every replica instead of all loading
+    replica 0 (which once made one device send to hundreds: that many rounds)."""
+    n_needs = int(rows.need.max()) + 1
     if not dev.replica.any():  # one replica (always so without unreduced axes)
-        return [0] * (int(rows.need.max()) + 1)
+        return np.zeros(n_needs, dtype=np.int64)
     values, column = np.unique(dev.replica, return_inverse=True)
     block = rows.gcell * np.array(grid.cell, dtype=np.int64) // dev.old_local
     holds = (block == dev.old_block[rows.device]).all(axis=1)
     counts = np.zeros((int(rows.cell_id.max()) + 1, len(values)), dtype=np.int64)
     np.add.at(counts, (rows.cell_id[holds], column.reshape(-1)[rows.device[holds]]), 1)
-    per_cell = values[counts.argmax(axis=1)]
-    need_cell = np.zeros(int(rows.need.max()) + 1, dtype=np.int64)
+    shift = np.arange(len(counts))[:, None] % len(values)  # ties rotate with the cell, spreading the senders
+    rolled = np.take_along_axis(counts, (np.arange(len(values))[None, :] + shift) % len(values), axis=1)
+    per_cell = values[(rolled.argmax(axis=1) + shift[:, 0]) % len(values)]
+    need_cell = np.zeros(n_needs, dtype=np.int64)
     need_cell[rows.need] = rows.cell_id
-    return per_cell[need_cell].tolist()
+    return per_cell[need_cell]
 
 
-def _providers(tgts: list[Target], holding: set[int], group: list[int], group_index: list[int]) -> list[Target]:
-    """For axes the new type makes unreduced, one target per group carries the cell (a holder if
-    the group has one, else its first member); the others keep zeros."""
-    best: dict[int, tuple[int, int]] = {}
-    ranks = [(0 if t.device in holding else 1, group_index[t.device]) for t in tgts]
-    for t, r in zip(tgts, ranks):
-        g = group[t.device]
-        if g not in best or r < best[g]:
-            best[g] = r
-    return [t for t, r in zip(tgts, ranks) if r == best[group[t.device]]]
+class _Codes(NamedTuple):
+    """Mixed-radix codes of ``(old block, kept, partial, replica)``: what an old block holds."""
+
+    blocks: Offset  # old block grid shape
+    n_kept: int
+    n_red: int
+    n_rep: int
+
+    def of(self, block: np.ndarray, kept: np.ndarray, partial: np.ndarray, replica: np.ndarray) -> np.ndarray:
+        flat = np.ravel_multi_index(tuple(block.T), self.blocks) if len(self.blocks) else np.zeros(len(kept), np.int64)
+        return ((flat * self.n_kept + kept) * self.n_red + partial) * self.n_rep + replica
 
 
-def _sender(holders: Sequence[int], dst: int, routes: Routes) -> int:
-    """The least loaded holder, the nearest after ``dst`` on ties; its load grows by one."""
-    n, load = len(routes.load), routes.load
-    s = min(holders, key=lambda h: (load[h], (h - dst) % n))
-    load[s] += 1
-    return s
+class _Holders(NamedTuple):
+    """Devices grouped by holder code, in device order within a group."""
+
+    code: np.ndarray     # [groups] sorted distinct codes
+    start: np.ndarray    # [groups] first index of each group in ``members``
+    n: np.ndarray        # [groups] devices holding it
+    members: np.ndarray  # [devices] device ids sorted by code
+
+    @staticmethod
+    def of(dev_code: np.ndarray) -> _Holders:
+        members = np.argsort(dev_code, kind="stable")
+        code, start, n = np.unique(dev_code[members], return_index=True, return_counts=True)
+        return _Holders(code, start, n, members)
+
+    def find(self, code: np.ndarray) -> np.ndarray:
+        """The group of each code (every code asked for has holders: replicas are chosen among
+        those present)."""
+        g = np.minimum(np.searchsorted(self.code, code), len(self.code) - 1)
+        if not (self.code[g] == code).all():  # pragma: no cover - an invariant of the tables
+            raise AssertionError("exchange: a cell without a holder")
+        return g
 
 
-def _add_partial(routes: Routes, holders: Sequence[int], dst: int, need: CellNeed, dst_offset: Offset,
-                 dev: DeviceTables) -> None:
-    """Phase A: ``dst`` adds one partial of the cell, from its own old block when it holds it,
-    else from a chosen holder."""
-    s = dst if dst in holders else _sender(holders, dst, routes)
-    src_offset = tuple(map(operator.sub, need.start, dev.old_rows[s]))
-    (routes.copies[dst] if s == dst else routes.merge).append(Transfer(s, dst, src_offset, dst_offset))
+class _Needs(NamedTuple):
+    """Per (global cell, kept partial), in order of first need."""
+
+    start: np.ndarray    # [needs, rank] global element index of the cell's first element
+    code: np.ndarray     # [needs] holder code of partial 0 in the chosen replica
+    holds: np.ndarray    # [rows] whether the row's device holds some partial of its need
 
 
-def _route_cell(routes: Routes, need: CellNeed, tgts: list[Target], sources: list[list[int]],
-                dev: DeviceTables) -> None:
-    """Route one (cell, kept partial) to its targets. Without reduced axes each target takes the
-    cell directly (phase A). Otherwise the partials merge at one *root* target (a holder if any)
-    and the root forwards the sum to the other targets (phase B): ``k - 1`` cells into the root
-    and ``|T| - 1`` out of it, the ``(k-1) + (|T|-1)`` bound of ``redist.bounds``."""
-    if len(sources) == 1:
-        for t in tgts:
-            _add_partial(routes, sources[0], t.device, need, t.offset, dev)
-        return
-    holding = {h for hs in sources for h in hs}
-    root = min(tgts, key=lambda t: (0 if t.device in holding else 1, t.device))
-    for hs in sources:
-        _add_partial(routes, hs, root.device, need, root.offset, dev)
-    routes.forward.extend(Transfer(root.device, t.device, root.offset, t.offset) for t in tgts if t != root)
+def _needs(grid: CellGrid, dev: DeviceTables, rows: _NeedRows, codes: _Codes) -> _Needs:
+    n_needs = int(rows.need.max()) + 1
+    first = np.zeros(n_needs, dtype=np.int64)
+    first[rows.need[::-1]] = np.arange(len(rows.need))[::-1]  # the earliest row of each need
+    start = rows.gcell[first] * np.array(grid.cell, dtype=np.int64)
+    kept = dev.kept[rows.device[first]]
+    code = codes.of(start // dev.old_local, kept, kept * 0, _choose_replicas(grid, dev, rows))
+    dev_code = codes.of(dev.old_block, dev.kept, dev.kept * 0, dev.replica)
+    return _Needs(start, code, dev_code[rows.device] == code[rows.need])
+
+
+def _providers(dev: DeviceTables, rows: _NeedRows, holds: np.ndarray) -> np.ndarray:
+    """For axes the new type makes unreduced, the rows (one per need and group of devices that
+    differ only along them) that carry the cell: a holder if the group has one, else its first
+    member; the other members keep zeros. Rows stay in their order."""
+    d = rows.device
+    order = np.lexsort((dev.group_index[d], ~holds, dev.group[d], rows.need))
+    key = np.stack([rows.need[order], dev.group[d][order]], axis=1)
+    first = np.r_[True, (key[1:] != key[:-1]).any(axis=1)]
+    return np.sort(order[first])
+
+
+def _senders(h: _Holders, grp: np.ndarray, dst: np.ndarray) -> np.ndarray:
+    """A holder of group ``grp[i]`` to send request ``i`` to ``dst[i]``: each group's requests are
+    spread evenly (at most ``ceil(requests / holders)`` per holder, the fewest rounds), each going
+    to the first holder at or after its receiver in device order (wrapping) where that one has room,
+    else to the next with room; requests left past the last holder take the first free ones."""
+    n = len(grp)
+    if not n:
+        return np.zeros(0, dtype=np.int64)
+    span = int(max(int(dst.max()), int(h.members.max()))) + 1
+    member_key = np.repeat(np.arange(len(h.code)), h.n) * span + h.members
+    p = np.searchsorted(member_key, grp * span + dst) - h.start[grp]
+    p = np.where(p >= h.n[grp], 0, p)  # nearest holder after dst, wrapping
+    order = np.lexsort((np.arange(n), p, grp))
+    g, p = grp[order], p[order]
+    n_req = np.bincount(grp, minlength=len(h.code))
+    j = np.arange(n) - (np.cumsum(n_req) - n_req)[g]
+    cap = -(-n_req // h.n)  # ceil
+    slots = h.n * cap
+    big = int(slots.max()) + 2 * n + 1
+    acc = np.maximum.accumulate(g * big + p * cap[g] - j + n) - g * big - n
+    slot = j + acc  # the first slot at or after the preferred holder's, after the earlier requests
+    over = slot >= slots[g]
+    if over.any():
+        slot[over] = _free_slots(slots, g, slot, over)
+    out = np.empty(n, dtype=np.int64)
+    out[order] = h.members[h.start[g] + slot // cap[g]]
+    return out
+
+
+def _free_slots(slots: np.ndarray, g: np.ndarray, slot: np.ndarray, over: np.ndarray) -> np.ndarray:
+    """The requests ``over`` ran past their group's last slot: they take the group's lowest free
+    slots, in order."""
+    base = np.cumsum(slots) - slots
+    occupied = np.zeros(int(slots.sum()), dtype=bool)
+    occupied[base[g[~over]] + slot[~over]] = True
+    free = np.flatnonzero(~occupied)
+    free_g = np.searchsorted(base, free, side="right") - 1
+    free_rank = np.arange(len(free)) - np.searchsorted(free_g, free_g)
+    og = g[over]
+    o_rank = np.arange(len(og)) - np.searchsorted(og, og)
+    m = len(free) + 1
+    idx = np.searchsorted(free_g * m + free_rank, og * m + o_rank)
+    return free[idx] - base[og]
+
+
+def _items(src: np.ndarray, dst: np.ndarray, src_offset: np.ndarray, dst_offset: np.ndarray) -> _Items:
+    return _Items(src.astype(np.int64), dst.astype(np.int64), src_offset.astype(np.int64), dst_offset.astype(np.int64))
+
+
+class _Routed(NamedTuple):
+    local: _Items    # src == dst, in the order each device adds them
+    merge: _Items    # phase A: old blocks -> targets / roots
+    forward: _Items  # phase B: roots -> other targets
+
+
+def _route_direct(dev: DeviceTables, rows: _NeedRows, needs: _Needs, sel: np.ndarray, h: _Holders) -> _Routed:
+    """Without reduced axes: each target adds its cell from its own old block when it holds it,
+    else receives it from a holder (``_senders``). Needs in order, targets in device order."""
+    sel = sel[np.lexsort((rows.device[sel], rows.need[sel]))]
+    held = needs.holds[sel]
+    mine = sel[held]
+    local = _items(rows.device[mine], rows.device[mine],
+                   needs.start[rows.need[mine]] - dev.old_start[rows.device[mine]], rows.offset[mine])
+    far = sel[~held]
+    s = _senders(h, h.find(needs.code[rows.need[far]]), rows.device[far])
+    merge = _items(s, rows.device[far], needs.start[rows.need[far]] - dev.old_start[s], rows.offset[far])
+    return _Routed(local, merge, _Items.of([], dev.old_start.shape[1]))
+
+
+def _route_reduced(dev: DeviceTables, rows: _NeedRows, needs: _Needs, sel: np.ndarray, h: _Holders,
+                   n_red: int, n_rep: int) -> _Routed:
+    """With reduced axes the partials of each cell merge at one *root* target (a holder if any,
+    else the first target): ``k - 1`` cells into it; the root then forwards the sum to the other
+    targets, ``|T| - 1`` cells: the ``(k-1) + (|T|-1)`` bound of ``redist.bounds``."""
+    rank = dev.old_start.shape[1]
+    order = sel[np.lexsort((rows.device[sel], ~needs.holds[sel], rows.need[sel]))]
+    is_root = np.r_[True, rows.need[order][1:] != rows.need[order][:-1]]
+    root_row = np.empty(len(needs.code), dtype=np.int64)
+    root_row[rows.need[order[is_root]]] = order[is_root]
+    root, root_off = rows.device[root_row], rows.offset[root_row]
+    n_needs = len(needs.code)
+    need = np.repeat(np.arange(n_needs), n_red)
+    code = needs.code[need] + np.tile(np.arange(n_red), n_needs) * n_rep  # partial u of the need
+    dev_code = h.code[_device_group(h, dev.n_devices)]
+    own = dev_code[root[need]] == code
+    local = _items(root[need[own]], root[need[own]], needs.start[need[own]] - dev.old_start[root[need[own]]],
+                   root_off[need[own]])
+    far = ~own
+    s = _senders(h, h.find(code[far]), root[need[far]])
+    merge = _items(s, root[need[far]], needs.start[need[far]] - dev.old_start[s], root_off[need[far]])
+    rest = order[~is_root]
+    rest = rest[np.lexsort((rows.device[rest], rows.need[rest]))]
+    fwd = _items(root[rows.need[rest]], rows.device[rest], root_off[rows.need[rest]], rows.offset[rest])
+    return _Routed(local, merge, fwd if len(rest) else _Items.of([], rank))
+
+
+def _device_group(h: _Holders, n_dev: int) -> np.ndarray:
+    """The holder group of each device."""
+    out = np.empty(n_dev, dtype=np.int64)
+    out[h.members] = np.repeat(np.arange(len(h.code)), h.n)
+    return out
 
 
 class _Items(NamedTuple):
@@ -341,7 +390,7 @@ class _Items(NamedTuple):
     dst_offset: np.ndarray
 
     @staticmethod
-    def of(items: Sequence[Transfer], rank: int) -> _Items:
+    def of(items: Sequence[tuple[int, int, Offset, Offset]], rank: int) -> _Items:
         if not items:
             z = np.zeros(0, dtype=np.int64)
             return _Items(z, z, np.zeros((0, rank), np.int64), np.zeros((0, rank), np.int64))
@@ -349,6 +398,9 @@ class _Items(NamedTuple):
         return _Items(np.array(src, dtype=np.int64), np.array(dst, dtype=np.int64),
                       np.array(so, dtype=np.int64).reshape(len(items), rank),
                       np.array(do, dtype=np.int64).reshape(len(items), rank))
+
+    def take(self, idx: np.ndarray) -> _Items:
+        return _Items(self.src[idx], self.dst[idx], self.src_offset[idx], self.dst_offset[idx])
 
 
 def _pack(n_dev: int, it: _Items, idx: np.ndarray, from_output: bool = False) -> Round:
@@ -366,28 +418,30 @@ def _pack(n_dev: int, it: _Items, idx: np.ndarray, from_output: bool = False) ->
     return Round(pairs, send, recv, valid, from_output)
 
 
-def _coloured_rounds(n_dev: int, rank: int, items: list[Transfer], from_output: bool,
-                     torus: Sequence[int]) -> list[Round]:
+def _coloured_rounds(n_dev: int, it: _Items, from_output: bool, torus: Sequence[int]) -> list[Round]:
     """The fewest rounds in which no device sends or receives two cells (``redist.colouring``,
     seeded with the mesh offsets of ``torus``)."""
-    it = _Items.of(items, rank)
     col = colours(it.src, it.dst, torus)
     order = np.argsort(col, kind="stable")
     classes = np.split(order, np.flatnonzero(np.diff(col[order])) + 1) if len(order) else []
     return [_pack(n_dev, it, c, from_output) for c in classes]
 
 
-def _pack_schedule(grid: CellGrid, routes: Routes, torus: Sequence[int]) -> Schedule:
-    """Local copies (the i-th copy of every device in round i), then phase A, then phase B."""
-    n_dev, rank = len(routes.load), len(grid.cell)
-    n_local = max((len(c) for c in routes.copies), default=0)
-    local = tuple(_pack(n_dev, it, np.arange(len(it.src)))
-                  for it in (_Items.of([c[i] for c in routes.copies if i < len(c)], rank) for i in range(n_local)))
-    rounds = _coloured_rounds(n_dev, rank, routes.merge, False, torus)
-    rounds += _coloured_rounds(n_dev, rank, routes.forward, True, torus)
-    received = [t.dst for t in routes.merge + routes.forward]
-    recv_cells = np.bincount(np.array(received, dtype=np.int64), minlength=n_dev).astype(np.int64)
-    return Schedule(grid.cell, local, tuple(rounds), recv_cells)
+def _local_rounds(n_dev: int, it: _Items) -> list[Round]:
+    """The i-th local copy of every device in round i."""
+    order = np.argsort(it.dst, kind="stable")
+    d = it.dst[order]
+    index = np.arange(len(d)) - np.searchsorted(d, d)
+    return [_pack(n_dev, it, order[index == i]) for i in range(int(index.max()) + 1 if len(d) else 0)]
+
+
+def _pack_schedule(grid: CellGrid, n_dev: int, routed: _Routed, torus: Sequence[int]) -> Schedule:
+    """Local copies, then phase A, then phase B."""
+    rounds = _coloured_rounds(n_dev, routed.merge, False, torus)
+    rounds += _coloured_rounds(n_dev, routed.forward, True, torus)
+    received = np.concatenate([routed.merge.dst, routed.forward.dst])
+    recv_cells = np.bincount(received, minlength=n_dev).astype(np.int64)
+    return Schedule(grid.cell, tuple(_local_rounds(n_dev, routed.local)), tuple(rounds), recv_cells)
 
 
 def crossed_axes(sch: Schedule, coords: np.ndarray) -> np.ndarray:
@@ -422,15 +476,14 @@ def schedule(old: ShardingType, new: ShardingType) -> Schedule:
     grid = _cell_grid(old, new)
     _check_size(old, new, grid, axes)
     dev = _device_tables(old, new, axes)
-    holders = _holders(dev)
     rows = _need_rows(grid, dev, old.shape)
-    group, group_index = dev.group.tolist(), dev.group_index.tolist()
-    routes = Routes([0] * dev.n_devices, [[] for _ in range(dev.n_devices)])
-    for need, f in zip(_targets(grid, dev, rows), _choose_replicas(grid, dev, rows)):
-        sources = [holders.get(HolderKey(need.old_block, need.key.kept, u, f), [])
-                   for u in range(axes.n_reduced)]
-        tgts = need.targets
-        if axes.fresh:
-            tgts = _providers(tgts, {h for hs in sources for h in hs}, group, group_index)
-        _route_cell(routes, need, tgts, sources, dev)
-    return _pack_schedule(grid, routes, tuple(n for _, n in old.mesh.axes))
+    codes = _Codes(tuple(n // b for n, b in zip(old.shape, old.local_shape)), int(dev.kept.max()) + 1,
+                   axes.n_reduced, int(dev.replica.max()) + 1)
+    needs = _needs(grid, dev, rows, codes)
+    h = _Holders.of(codes.of(dev.old_block, dev.kept, dev.partial, dev.replica))
+    sel = _providers(dev, rows, needs.holds) if axes.fresh else np.arange(len(rows.need))
+    if axes.n_reduced == 1:
+        routed = _route_direct(dev, rows, needs, sel, h)
+    else:
+        routed = _route_reduced(dev, rows, needs, sel, h, axes.n_reduced, codes.n_rep)
+    return _pack_schedule(grid, dev.n_devices, routed, tuple(n for _, n in old.mesh.axes))
