@@ -75,16 +75,31 @@ def digit(mesh: Mesh, dev: Dev, sp: Span) -> Term:
     return (c / stride) % size
 
 
+def _const(x: Term) -> int | None:
+    """``x`` as a Python int when it is a constant (an int or a z3 integer value), else None."""
+    if isinstance(x, int):
+        return x
+    return x.as_long() if z3.is_int_value(x) else None
+
+
 def set_digit(mesh: Mesh, dev: Dev, sp: Span, value: Term) -> Dev:
-    """``dev`` with its coordinate along ``sp`` replaced by ``value``."""
+    """``dev`` with its coordinate along ``sp`` replaced by ``value``.
+
+    Folded where exact, so concrete members of a group stay small terms: a whole axis is replaced
+    (``c + (value - c) = value``), and a concrete coordinate with a concrete value stays an int."""
     name, pre, size = sp
     if size == 1:
         return dev
     n = mesh.axis_size(name)
     stride = n // (pre * size)
     pos = mesh.position(name)
-    c = dev[pos]
-    new = c + (value - digit(mesh, dev, sp)) * stride
+    c, v = dev[pos], _const(value)
+    if pre == 1 and stride == 1:
+        new: Term = value if v is None else v
+    elif isinstance(c, int) and v is not None:
+        new = c + (v - (c // stride) % size) * stride
+    else:
+        new = c + (value - digit(mesh, dev, sp)) * stride
     return dev[:pos] + (new,) + dev[pos + 1:]
 
 
@@ -96,6 +111,17 @@ def mixed(mesh: Mesh, dev: Dev, spans: Sequence[Span]) -> Term:
     for sp in spans:
         out = out * sp[2] + digit(mesh, dev, sp)
     return out
+
+
+def mixed_const(mesh: Mesh, dev: Dev, spans: Sequence[Span]) -> int | None:
+    """``mixed`` as a Python int when every coordinate it reads is concrete, else None."""
+    num = 0
+    for name, pre, size in spans:
+        c = dev[mesh.position(name)]
+        if not isinstance(c, int):
+            return None
+        num = num * size + (c // (mesh.axis_size(name) // (pre * size))) % size
+    return num
 
 
 def mixed_int(mesh: Mesh, dev: Sequence[int], spans: Sequence[Span]) -> int:
@@ -136,7 +162,7 @@ def set_mixed(mesh: Mesh, dev: Dev, spans: Sequence[Span], value: Term) -> Dev:
     weights.reverse()
     for sp, wt in zip(spans, weights):
         if isinstance(value, int):
-            d: Term = z3.IntVal((value // wt) % sp[2])
+            d: Term = (value // wt) % sp[2]
         else:
             d = (value / wt) % sp[2] if wt > 1 else value % sp[2]
         dev = set_digit(mesh, dev, sp, d)
@@ -203,6 +229,11 @@ class Space:
         f = z3.Function(f"F_{self.tag}_{len(self._partials) + 1}", *([z3.IntSort()] * n_args), z3.IntSort())
         self._partials.append(f)
         return lambda dev, idx: f(*dev, *[x for qr in idx for x in qr])
+
+    @property
+    def n_partials(self) -> int:
+        """How many partials' functions ``generic`` has made (atoms name them by index)."""
+        return len(self._partials)
 
     def realize(self, lin: Lin, o: Index) -> Term:
         """The z3 term of atoms at in-cell offset ``o``."""
@@ -273,9 +304,12 @@ class Space:
                 return f0(tuple(kept), idx)
 
         def val(dev: Dev, idx: Index) -> Term:
-            own = self.g(self.global_index(t, dev, idx))
-            others = [f(set_mixed(mesh, dev, uspans, j), idx) for j in range(1, k)]
-            return z3.If(mixed(mesh, dev, uspans) == 0, own - z3.Sum(others), f(dev, idx))
+            u = mixed_const(mesh, dev, uspans)  # a member of a group: its branch is known
+            if u is not None and u != 0:
+                return f(dev, idx)
+            own = self.g(self.global_index(t, dev, idx)) - z3.Sum([f(set_mixed(mesh, dev, uspans, j), idx)
+                                                                   for j in range(1, k)])
+            return own if u == 0 else z3.If(mixed(mesh, dev, uspans) == 0, own, f(dev, idx))
 
         return Arr(self.ext(t), val, atoms)
 
@@ -343,5 +377,5 @@ class Space:
 
 __all__ = [
     "Arr", "Atom", "Dev", "Index", "Lin", "Space", "Span", "Term", "cells", "digit", "lin_add", "mixed",
-    "mixed_int", "set_digit", "set_mixed", "set_mixed_int", "shards", "size_of", "span", "spans_of",
+    "mixed_const", "mixed_int", "set_digit", "set_mixed", "set_mixed_int", "shards", "size_of", "span", "spans_of",
 ]
