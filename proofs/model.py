@@ -21,11 +21,14 @@ Conventions (docs/design.md section 2, restated independently of ``redist``):
   size ``k``) every device with ``u != 0`` holds an arbitrary ``F(c, l)`` (uninterpreted) and the
   device with ``u == 0`` holds ``G(...) - sum_{j != 0} F(c[u:=j], l)``. Every state meeting the
   meaning is an instance (choose ``F``), so a property proved of the generic state holds for all.
-* At a *concrete* device the generic state is also given as *atoms* (``Arr.atoms``): a linear
-  combination of applications of ``G`` and the ``F``s at constant cell offsets plus the symbolic
-  offset ``o`` inside a cell (the ``If`` decided, the device's digits folded). ``Space.realize``
-  turns atoms into the z3 term. Point-to-point proofs (``proofs.link.prove_p2p``) compare these
-  combinations in Python to group devices and cells into classes, so z3 sees one case per class.
+* At a *concrete* device the generic state is a linear combination of *atoms* (``Lin``):
+  applications of ``G`` and the ``F``s at constant cell offsets plus the symbolic offset ``o``
+  inside a cell (the ``If`` decided, the device's digits folded). ``proofs.p2p`` encodes them as
+  integer codes to run point-to-point schedules with NumPy over every device; ``Space.realize``
+  turns atoms back into the z3 term that ``proofs.link.prove_p2p`` proves.
+* A device whose coordinates are partly concrete (a member of a group: ``set_mixed`` with a
+  constant) keeps those coordinates as Python ints, so the generic state's ``If`` is decided while
+  the terms are built: a reduction over ``k`` partials costs ``O(k)`` terms, not ``O(k^2)``.
 """
 
 from __future__ import annotations
@@ -132,26 +135,6 @@ def mixed_int(mesh: Mesh, dev: Sequence[int], spans: Sequence[Span]) -> int:
     return num
 
 
-def set_mixed_int(mesh: Mesh, dev: Sequence[int], spans: Sequence[Span], value: int) -> tuple[int, ...]:
-    """``set_mixed`` of a concrete device and value, as Python ints."""
-    out = list(dev)
-    for name, pre, size in reversed(spans):
-        pos, stride = mesh.position(name), mesh.axis_size(name) // (pre * size)
-        out[pos] += (value % size - (out[pos] // stride) % size) * stride
-        value //= size
-    return tuple(out)
-
-
-def lin_add(acc: Lin, other: Lin, sign: int = 1) -> None:
-    """``acc += sign * other``, dropping atoms whose coefficient becomes zero."""
-    for atom, c in other.items():
-        v = acc.get(atom, 0) + sign * c
-        if v:
-            acc[atom] = v
-        else:
-            acc.pop(atom, None)
-
-
 def set_mixed(mesh: Mesh, dev: Dev, spans: Sequence[Span], value: Term) -> Dev:
     """``dev`` with its digits along ``spans`` set to the mixed-radix digits of ``value``."""
     w = 1
@@ -194,9 +177,6 @@ class Arr:
 
     ext: tuple[int, ...]
     val: Callable[[Dev, Index], Term]
-    atoms: Callable[[tuple[int, ...], tuple[int, ...]], Lin] | None = None
-    """At a concrete device and local cell offsets ``q``: the value at ``q + o`` as atoms (``None``:
-    only ``val`` is known)."""
 
 
 class Space:
@@ -282,11 +262,9 @@ class Space:
         k = size_of(uspans)
         mesh = self.mesh
         if k == 1:
-            return Arr(self.ext(t), lambda dev, idx: self.g(self.global_index(t, dev, idx)),
-                       self._generic_atoms(t, uspans, None, replicas_agree))
+            return Arr(self.ext(t), lambda dev, idx: self.g(self.global_index(t, dev, idx)))
         f0 = self.fresh_partials()
         f = f0
-        atoms = self._generic_atoms(t, uspans, len(self._partials) - 1, replicas_agree)
         if replicas_agree:
             used: dict[str, list[Span]] = {}
             for a in t.used_axes():
@@ -311,44 +289,7 @@ class Space:
                                                                    for j in range(1, k)])
             return own if u == 0 else z3.If(mixed(mesh, dev, uspans) == 0, own, f(dev, idx))
 
-        return Arr(self.ext(t), val, atoms)
-
-    def _kept(self, t: ShardingType) -> Callable[[tuple[int, ...]], tuple[int, ...]]:
-        """A concrete device's argument of ``replicas_agree`` partials: its digits along the axes
-        ``t`` uses, in place (as ``generic``'s ``f`` builds them)."""
-        used: dict[str, list[Span]] = {}
-        for a in t.used_axes():
-            sp_ = span(self.mesh, a)
-            used.setdefault(sp_[0], []).append(sp_)
-        parts = [(self.mesh.position(name), n, used.get(name, [])) for name, n in self.mesh.axes]
-
-        def kept(dev: tuple[int, ...]) -> tuple[int, ...]:
-            return tuple(sum(((dev[pos] // (n // (p * z))) % z) * (n // (p * z)) for _, p, z in sps)
-                         for pos, n, sps in parts)
-
-        return kept
-
-    def _generic_atoms(self, t: ShardingType, uspans: tuple[Span, ...], fi: int | None, replicas_agree: bool
-                       ) -> Callable[[tuple[int, ...], tuple[int, ...]], Lin]:
-        """``generic``'s value at a concrete device as atoms: its ``If`` decided in Python."""
-        k, mesh = size_of(uspans), self.mesh
-        key = self._kept(t) if replicas_agree else (lambda dev: dev)
-        blocks: dict[tuple[int, ...], tuple[int, ...]] = {}
-
-        def atoms(dev: tuple[int, ...], q: tuple[int, ...]) -> Lin:
-            b = blocks.get(dev)
-            if b is None:
-                b = blocks[dev] = self.block_cells(t, dev)
-            if fi is None:
-                return {(-1, tuple(x + y for x, y in zip(b, q))): 1}
-            if mixed_int(mesh, dev, uspans):
-                return {(fi, key(dev), q): 1}
-            out: Lin = {(-1, tuple(x + y for x, y in zip(b, q))): 1}
-            for j in range(1, k):
-                out[(fi, key(set_mixed_int(mesh, dev, uspans, j)), q)] = -1
-            return out
-
-        return atoms
+        return Arr(self.ext(t), val)
 
     def device_vars(self, tag: str = "") -> Dev:
         return tuple(z3.Int(f"c_{name}{tag}") for name in self.mesh.names)
@@ -376,6 +317,6 @@ class Space:
 
 
 __all__ = [
-    "Arr", "Atom", "Dev", "Index", "Lin", "Space", "Span", "Term", "cells", "digit", "lin_add", "mixed",
-    "mixed_const", "mixed_int", "set_digit", "set_mixed", "set_mixed_int", "shards", "size_of", "span", "spans_of",
+    "Arr", "Atom", "Dev", "Index", "Lin", "Space", "Span", "Term", "cells", "digit", "mixed",
+    "mixed_const", "mixed_int", "set_digit", "set_mixed", "shards", "size_of", "span", "spans_of",
 ]

@@ -10,10 +10,14 @@ from fractions import Fraction
 
 import pytest
 
+import redist.exchange
 from benchmarks.proofs_bench import exhaustive_pairs
+from proofs import VerificationError, verify_plan
+from proofs.link import prove_link
 from proofs.measures import lower_bound_cells
 from proofs.model import cells, shards
 from redist import CostModel, redistribute
+from redist.exchange import Round, Schedule
 from spmd_types import Mesh, ShardingType, parse
 
 
@@ -115,3 +119,76 @@ def test_a_4096_device_mesh_certifies(src: str, dst: str) -> None:
     plan = redistribute(parse(src, mesh), parse(dst, mesh), cost_model=CostModel(objective="bytes"))
     cert = plan.verify()
     assert cert.ok and cert.recv_at_bound
+
+
+M8 = Mesh({f"a{i}": 2 for i in range(8)})
+
+
+def _refuted_with(monkeypatch: pytest.MonkeyPatch, src: str, dst: str, corrupt: object) -> VerificationError:
+    """Verify the bytes plan ``src -> dst`` on 8 axes of 2 with its point-to-point schedule
+    replaced by ``corrupt(schedule)``; return the refutation."""
+    plan = redistribute(parse(src, M8), parse(dst, M8), cost_model=CostModel(objective="bytes"))
+    real = redist.exchange.schedule
+    prove_link.cache_clear()
+    monkeypatch.setattr(redist.exchange, "schedule", lambda a, b: corrupt(real(a, b)))  # type: ignore[operator]
+    try:
+        with pytest.raises(VerificationError) as e:
+            verify_plan(plan, check_recv=False)
+    finally:
+        prove_link.cache_clear()
+    assert e.value.prop == "chain"
+    return e.value
+
+
+def test_a_dropped_forward_on_256_devices_is_refuted_at_its_device(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pending-sum exchange forwards completed sums (``from_output`` rounds): drop one forward
+    and the device that misses it is the counterexample, with a local index and a shape."""
+    dropped: list[int] = []
+
+    def corrupt(sch: Schedule) -> Schedule:
+        i = max(j for j, r in enumerate(sch.rounds) if r.from_output)
+        r = sch.rounds[i]
+        dropped.append(r.pairs[0][1])
+        bad = Round(r.pairs[1:], r.send_offset, r.recv_offset, r.recv_valid, r.from_output)
+        return Schedule(sch.cell, sch.local_copies, sch.rounds[:i] + (bad,) + sch.rounds[i + 1:], sch.recv_cells)
+
+    e = _refuted_with(monkeypatch, "f32[4096@a0]{U:a1}", "f32[4096@a1]", corrupt)
+    cex = e.counterexample
+    assert cex["device"] == dropped[0] and len(cex["local_index"]) == 1 and cex["global_shape"][0] >= 1
+
+
+def test_a_wrong_source_cell_on_256_devices_is_refuted(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A read round that takes the other cell of the source's block: the sum at the destination
+    holds the wrong partial."""
+
+    def corrupt(sch: Schedule) -> Schedule:
+        r = next(r for r in sch.rounds if not r.from_output)
+        s = r.pairs[0][0]
+        send = r.send_offset.copy()
+        send[s, 0] = sch.cell[0] - send[s, 0]  # the other of the source's two cells
+        bad = Round(r.pairs, send, r.recv_offset, r.recv_valid, r.from_output)
+        return Schedule(sch.cell, sch.local_copies, tuple(bad if x is r else x for x in sch.rounds), sch.recv_cells)
+
+    e = _refuted_with(monkeypatch, "f32[4096@a0,64]{U:(a1,a2)}", "f32[4096@(a1,a2),64@a0]", corrupt)
+    assert "device" in e.counterexample or "local_cell" in e.counterexample
+
+
+def test_a_missing_local_copy_on_256_devices_is_refuted(monkeypatch: pytest.MonkeyPatch) -> None:
+    def corrupt(sch: Schedule) -> Schedule:
+        r = sch.local_copies[0]
+        valid = r.recv_valid.copy()
+        valid[int(valid.nonzero()[0][-1])] = False
+        bad = Round(r.pairs, r.send_offset, r.recv_offset, valid, r.from_output)
+        return Schedule(sch.cell, (bad,) + sch.local_copies[1:], sch.rounds, sch.recv_cells)
+
+    e = _refuted_with(monkeypatch, "f32[4096@a0,64]{U:(a1,a2)}", "f32[4096@(a1,a2),64@a0]", corrupt)
+    assert "device" in e.counterexample and "local_index" in e.counterexample
+
+
+def test_a_wide_reduction_is_linear_in_the_partials() -> None:
+    """A reduce-scatter over 7 of 8 axes (128 partials): the symbolic model folds each group member's
+    coordinates, so the link is a few hundred terms (it was 16 s of k^2 terms)."""
+    plan = redistribute(parse("f32[4096@a0,64]{U:(a1,a2,a3,a4,a5,a6,a7)}", M8),
+                        parse("f32[4096@(a0,a1,a2,a3),64@(a4,a5,a6,a7)]", M8), cost_model=CostModel(objective="bytes"))
+    prove_link.cache_clear()
+    assert verify_plan(plan).ok
