@@ -129,13 +129,13 @@ def _refuted_with(monkeypatch: pytest.MonkeyPatch, src: str, dst: str, corrupt: 
     replaced by ``corrupt(schedule)``; return the refutation."""
     plan = redistribute(parse(src, M8), parse(dst, M8), cost_model=CostModel(objective="bytes"))
     real = redist.exchange.schedule
-    prove_link.cache_clear()
+    prove_link.cache_clear()  # type: ignore[attr-defined]
     monkeypatch.setattr(redist.exchange, "schedule", lambda a, b: corrupt(real(a, b)))  # type: ignore[operator]
     try:
         with pytest.raises(VerificationError) as e:
             verify_plan(plan, check_recv=False)
     finally:
-        prove_link.cache_clear()
+        prove_link.cache_clear()  # type: ignore[attr-defined]
     assert e.value.prop == "chain"
     return e.value
 
@@ -190,5 +190,5 @@ def test_a_wide_reduction_is_linear_in_the_partials() -> None:
     coordinates, so the link is a few hundred terms (it was 16 s of k^2 terms)."""
     plan = redistribute(parse("f32[4096@a0,64]{U:(a1,a2,a3,a4,a5,a6,a7)}", M8),
                         parse("f32[4096@(a0,a1,a2,a3),64@(a4,a5,a6,a7)]", M8), cost_model=CostModel(objective="bytes"))
-    prove_link.cache_clear()
+    prove_link.cache_clear()  # type: ignore[attr-defined]
     assert verify_plan(plan).ok
