@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-import itertools
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, NamedTuple
+from typing import Any
 
 import z3
 
 from proofs.errors import VerificationError
-from proofs.model import Arr, Atom, Lin, Space, Span, cells, lin_add, set_mixed_int, size_of
-from proofs.steps_semantics import Cell, apply_step, device_coords, p2p_atoms
+from proofs.model import Arr, Space, cells
+from proofs.p2p import AtomTable, Verdict, compare, run_moves
+from proofs.steps_semantics import apply_step, device_coords, schedule_moves
 from redist.steps import Comm, Step
 from spmd_types import ShardingType
 from spmd_types.memo import Scope, memo
@@ -107,60 +106,13 @@ def prove_link(step: Step | None, before: ShardingType, after: ShardingType,
     return check_meaning(sp, arr, after, timeout_ms)
 
 
-def _group(sp: Space, v: int, spans: Sequence[Span]) -> list[int]:
-    """Device ids of ``v``'s group along ``spans`` (digits set to ``0..k-1``), in order."""
-    base = device_coords(sp, v)
-    return [sp.mesh.device_id(dict(zip(sp.mesh.names, set_mixed_int(sp.mesh, base, spans, j))))
-            for j in range(size_of(spans))]
-
-
-Shape = frozenset[tuple[Atom, int]]
-
-
-def _shape(diff: Lin, anchor: tuple[int, ...], dev: tuple[int, ...], sizes: tuple[int, ...]) -> Shape:
-    """``diff`` up to renaming: ``G``'s cells relative to ``anchor``, partials' device arguments
-    relative to ``dev`` (per axis, mod its size). Two cases of one shape are instances of each
-    other: substituting ``G(x) := G(x + a' - a)`` and ``F(c, l) := F((c + dev' - dev) mod N, l)`` (both
-    functions, since ``G`` and ``F`` are arbitrary) maps the one's formula onto the other's."""
-    out: list[tuple[Atom, int]] = []
-    for atom, c in diff.items():
-        if atom[0] == -1:
-            out.append(((-1, tuple(q - a for q, a in zip(atom[1], anchor))), c))
-        else:
-            out.append(((atom[0], tuple((x - y) % n for x, y, n in zip(atom[1], dev, sizes)), atom[2]), c))
-    return frozenset(out)
-
-
-class _Case(NamedTuple):
-    """One representative destination: a device (with its unreduced group) and a cell."""
-
-    device: int
-    members: tuple[int, ...]
-    off: tuple[int, ...]
-
-
-def _classes(sp: Space, after: ShardingType, cell: tuple[int, ...], state: dict[Cell, Lin]) -> dict[Shape, _Case]:
-    """Every destination (unreduced group of ``after``, cell), grouped by the shape of "what the
-    schedule adds there minus what ``after`` says": one representative per shape."""
-    ext, uspans = sp.ext(after), sp.unreduced_spans(after)
-    sizes = tuple(n for _, n in sp.mesh.axes)
-    grid = list(itertools.product(*[range(0, ext[k], cell[k]) for k in range(sp.rank)]))
-    out: dict[Shape, _Case] = {}
-    seen: set[tuple[int, ...]] = set()
-    for v in range(sp.mesh.size):
-        members = tuple(_group(sp, v, uspans))
-        if members in seen:
-            continue
-        seen.add(members)
-        dv = device_coords(sp, v)
-        base = sp.block_cells(after, dv)
-        for off in grid:
-            anchor = tuple(b + q for b, q in zip(base, off))
-            diff: Lin = {(-1, anchor): -1}
-            for w in members:
-                lin_add(diff, state.get((w, off), {}))
-            out.setdefault(_shape(diff, anchor, dv, sizes), _Case(v, members, off))
-    return out
+def _p2p_cases(step: Step, before: ShardingType, after: ShardingType, sp: Space, replicas_agree: bool) -> Verdict:
+    """Run the schedule on atom rows and compare every destination with NumPy (``proofs.p2p``)."""
+    sp.generic(before, replicas_agree)  # registers the partials' function that the atoms name
+    fi = sp.n_partials - 1 if sp.unreduced_spans(before) else None
+    table = AtomTable.of(sp, before, fi, replicas_agree)
+    cell, moves = schedule_moves(step, before, after, sp)
+    return compare(sp, after, cell, run_moves(step, cell, moves, table, sp.ext(after)), table)
 
 
 def prove_p2p(step: Step, before: ShardingType, after: ShardingType, timeout_ms: int = DEFAULT_TIMEOUT_MS,
@@ -169,34 +121,41 @@ def prove_p2p(step: Step, before: ShardingType, after: ShardingType, timeout_ms:
     schedule adds there (summed over the unreduced group when ``after`` has one) are the elements
     ``after`` says; the offset inside the cell and the sizes ``m_d`` stay symbolic.
 
-    The schedule runs on atoms (``p2p_atoms``); destinations whose difference has one shape
-    (``_shape``) are instances of one case, so z3 proves one representative per shape - a correct
-    schedule gives a few shapes whatever the mesh, a wrong one a shape z3 refutes at its device."""
+    The schedule runs on atom codes (``proofs.p2p``: NumPy rows, no Python work per device or
+    cell) and every destination is compared exactly, so z3 gets a bounded number of cases
+    whatever the mesh: one right destination (its atoms realised as z3 terms must mean ``after``
+    for all in-cell offsets and sizes) and, for a wrong schedule, the first wrong destination,
+    which z3 refutes with a concrete device, local index and shape."""
     sp = Space(before.mesh, cells([before, after]), "P")
     o = sp.index_vars("o")
     try:
-        cell, state = p2p_atoms(step, sp.generic(before, replicas_agree), before, after, sp)
+        verdict = _p2p_cases(step, before, after, sp, replicas_agree)
     except VerificationError as e:
         return Outcome(Status.REFUTED, 0.0, dict(e.counterexample, global_shape=list(sp.L)), str(e), 0)
     cases = []
-    for case in _classes(sp, after, cell, state).values():
-        lhs = z3.Sum([sp.realize(state.get((w, case.off), {}), o) for w in case.members])
-        at = tuple((case.off[k] + o[k][0], o[k][1]) for k in range(sp.rank))
-        cases.append((case, lhs != sp.g(sp.global_index(after, device_coords(sp, case.device), at))))
+    for case in (verdict.bad, verdict.good):
+        if case is None:
+            continue
+        device, off, lin = case
+        at = tuple((off[k] + o[k][0], o[k][1]) for k in range(sp.rank))
+        cases.append((device, off, sp.realize(lin, o) != sp.g(sp.global_index(after, device_coords(sp, device), at))))
     s = z3.Solver()
     s.set("timeout", int(timeout_ms))
     s.add(*[m >= 1 for m in sp.m])
     for k in range(sp.rank):
-        s.add(o[k][0] >= 0, o[k][0] < cell[k], o[k][1] >= 0, o[k][1] < sp.m[k])
-    s.add(z3.Or([c for _, c in cases]))
+        s.add(o[k][0] >= 0, o[k][0] < verdict.cell[k], o[k][1] >= 0, o[k][1] < sp.m[k])
+    s.add(z3.Or([c for _, _, c in cases]))
     done, dt, md = _solve(s)
     if done is not None:
+        if done.status is Status.PROVED and verdict.bad is not None:  # NumPy and z3 disagree: never hidden
+            return Outcome(Status.UNDECIDED, dt, reason="z3 proves a destination the atom comparison rejects",
+                           cases=len(cases))
         return Outcome(done.status, done.seconds, done.counterexample, done.reason, len(cases))
     ms = [_val(md, m) for m in sp.m]
-    bad = next(case for case, c in cases if z3.is_true(md.eval(c, model_completion=True)))
+    device, off, _ = next((d, f, c) for d, f, c in cases if z3.is_true(md.eval(c, model_completion=True)))
     return Outcome(Status.REFUTED, dt, {
-        "global_shape": [L * m for L, m in zip(sp.L, ms)], "device": bad.device, "coords": sp.mesh.coords(bad.device),
-        "local_index": [(bad.off[k] + _val(md, o[k][0])) * ms[k] + _val(md, o[k][1]) for k in range(sp.rank)],
+        "global_shape": [L * m for L, m in zip(sp.L, ms)], "device": device, "coords": sp.mesh.coords(device),
+        "local_index": [(off[k] + _val(md, o[k][0])) * ms[k] + _val(md, o[k][1]) for k in range(sp.rank)],
     }, "the value differs", len(cases))
 
 

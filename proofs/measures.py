@@ -9,13 +9,16 @@ rule), and ``proofs.certificate`` cross-checks them against the plan's own numbe
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections.abc import Callable, Sequence
 from fractions import Fraction
-from typing import Any
+from typing import Any, NamedTuple
 
+import numpy as np
+
+from proofs.errors import VerificationError
 from proofs.model import shards, size_of, spans_of
+from proofs.tables import blocks, coord_table, device_ids, mixed_of, with_mixed
 from redist import exchange
 from redist.atoms import primes
 from redist.facets import FacetTable
@@ -92,18 +95,95 @@ def _prime_digits(mesh: Mesh, axes: Sequence[object]) -> set[tuple[str, int, int
     return out
 
 
-def _digit(mesh: Mesh, coords: dict[str, int], f: tuple[str, int, int]) -> int:
-    # Deliberately not spmd_types.mesh.subaxis_digit: the proofs re-derive the index math.
-    name, pre, size = f
-    n = mesh.axis_size(name)
-    return (coords[name] // (n // (pre * size))) % size
+def _plain_bound(src: ShardingType, dst: ShardingType, L: Sequence[int], coords: np.ndarray) -> Fraction:
+    """No unreduced axes: ``|dst block| - |dst block & src block|`` per device, summed."""
+    es = np.array([L[d] // shards(src, d) for d in range(src.rank)], dtype=np.int64)
+    ed = np.array([L[d] // shards(dst, d) for d in range(src.rank)], dtype=np.int64)
+    s0, d0 = blocks(src, coords) * es, blocks(dst, coords) * ed
+    overlap = np.clip(np.minimum(s0 + es, d0 + ed) - np.maximum(s0, d0), 0, None)
+    ov = [math.prod(row) for row in overlap.tolist()]  # exact ints
+    return Fraction(len(ov) * math.prod(ed.tolist()) - sum(ov), src.mesh.size)
 
 
-def _block(t: ShardingType, coords: dict[str, int], d: int) -> int:
-    b = 0
-    for a in t.dims[d]:
-        b = b * t.mesh.axis_size(a) + t.mesh.axis_coord(a, coords)
-    return b
+class _CellClasses(NamedTuple):
+    """The cells of the grid by the (dst block, src block) holding them, flat, and how many cells
+    each class has: every cell of one class meets the same devices."""
+
+    dst_block: np.ndarray  # [classes] flat dst block index
+    src_block: np.ndarray  # [classes] flat src block index
+    cells: list[int]       # [classes] cells in the class (exact ints)
+
+
+def _cell_classes(src: ShardingType, dst: ShardingType, counts: Sequence[int]) -> _CellClasses:
+    per_dim = []
+    for d, n in enumerate(counts):
+        c = np.arange(n, dtype=np.int64)
+        pairs = np.stack([c // (n // shards(dst, d)), c // (n // shards(src, d))], axis=1)
+        uniq, mult = np.unique(pairs, axis=0, return_counts=True)
+        per_dim.append((uniq, mult))
+    grid = np.meshgrid(*[np.arange(len(m)) for _, m in per_dim], indexing="ij")
+    pick = [g.reshape(-1) for g in grid] if per_dim else []
+    n_cls = len(pick[0]) if pick else 1
+    dflat, sflat = np.zeros(n_cls, dtype=np.int64), np.zeros(n_cls, dtype=np.int64)
+    cells = [1] * n_cls
+    for d, ((uniq, mult), i) in enumerate(zip(per_dim, pick)):
+        dflat = dflat * shards(dst, d) + uniq[i, 0]
+        sflat = sflat * shards(src, d) + uniq[i, 1]
+        cells = [a * b for a, b in zip(cells, mult[i].tolist())]
+    return _CellClasses(dflat, sflat, cells)
+
+
+def _flat(b: np.ndarray, t: ShardingType) -> np.ndarray:
+    out = np.zeros(len(b), dtype=np.int64)
+    for d in range(t.rank):
+        out = out * shards(t, d) + b[:, d]
+    return out
+
+
+def _pending_bound(src: ShardingType, dst: ShardingType, L: Sequence[int], coords: np.ndarray) -> Fraction:
+    """The unreduced rule (``lower_bound_cells``), per class of cells and per destination group:
+    NumPy passes over devices, groups and cell classes, no loop over (cell, device)."""
+    mesh, rank = src.mesh, src.rank
+    us = sorted(_prime_digits(mesh, tuple(src.unreduced)))
+    ud = sorted(_prime_digits(mesh, tuple(dst.unreduced)))
+    k = math.prod(f[2] for f in us)
+    counts = [math.lcm(shards(src, d), shards(dst, d)) for d in range(rank)]
+    cell = math.prod(L[d] // counts[d] for d in range(rank))
+    partial = mixed_of(mesh, coords, us)
+    gkey = device_ids(mesh, with_mixed(mesh, coords, ud, 0))  # dst's unreduced digits zeroed
+    gid = np.unique(gkey, return_inverse=True)[1].reshape(-1)
+    n_groups = int(gid.max()) + 1
+    dblk, sblk = _flat(blocks(dst, coords), dst), _flat(blocks(src, coords), src)
+    gdst = np.zeros(n_groups, dtype=np.int64)
+    gdst[gid] = dblk
+    if (gdst[gid] != dblk).any():
+        raise VerificationError("lower_bound", f"a group of {dst} (devices differing only in its unreduced axes) "
+                                f"spans two blocks", {"types": f"{src} -> {dst}"})
+    n_sb = math.prod(shards(src, d) for d in range(rank))
+    if n_groups * n_sb * k >= 1 << 62:
+        raise VerificationError("lower_bound", f"{src} -> {dst}: {n_groups} groups x {n_sb} source blocks x {k} "
+                                f"partials exceed the int64 codes of the vectorised count", {"types": f"{src} -> {dst}"})
+    # cover[g, sb]: distinct partials the members of group g hold of src block sb
+    held = np.unique((gid * n_sb + sblk) * k + partial) // k
+    cov_key, cov_n = np.unique(held, return_counts=True)
+    cls = _cell_classes(src, dst, counts)
+    order = np.argsort(gdst, kind="stable")
+    n_dblk = math.prod(shards(dst, d) for d in range(rank))
+    per_db = np.bincount(gdst, minlength=n_dblk)
+    first = np.cumsum(per_db) - per_db
+    size = per_db[cls.dst_block]  # groups present per class
+    row_cls = np.repeat(np.arange(len(size)), size)
+    row_g = order[first[cls.dst_block][row_cls] + np.arange(len(row_cls)) - np.repeat(np.cumsum(size) - size, size)]
+    key = row_g * n_sb + cls.src_block[row_cls]
+    pos = np.clip(np.searchsorted(cov_key, key), 0, max(len(cov_key) - 1, 0))
+    cover = np.where(cov_key[pos] == key, cov_n[pos], 0) if len(cov_key) else np.zeros(len(key), dtype=np.int64)
+    incomplete = np.bincount(row_cls, weights=cover < k, minlength=len(size)).astype(np.int64)
+    gap = np.full(len(size), k, dtype=np.int64)
+    nz = np.flatnonzero(size)
+    if len(nz):  # rows are contiguous per class: the least gap of each non-empty class
+        gap[nz] = np.minimum.reduceat(k - cover, (np.cumsum(size) - size)[nz])
+    msgs = np.where(size == 0, 0, np.where(incomplete < size, incomplete, gap + incomplete - 1))
+    return Fraction(sum(a * b for a, b in zip(cls.cells, msgs.tolist())) * cell, mesh.size)
 
 
 def lower_bound_cells(src: ShardingType, dst: ShardingType, L: Sequence[int]) -> Fraction:
@@ -115,55 +195,14 @@ def lower_bound_cells(src: ShardingType, dst: ShardingType, L: Sequence[int]) ->
     differing only in the destination's unreduced axes) *covers* the partials its members hold;
     with ``I`` incomplete groups the bound is ``I`` if a group is complete, else
     ``min_G (k - cover(G)) + I - 1``.
+
+    Counted with NumPy over the devices and over classes of cells (the cells one pair of a
+    destination block and a source block share meet the same devices), never per (cell, device).
     """
-    mesh = src.mesh
-    rank = src.rank
-    devs = [mesh.coords(v) for v in range(mesh.size)]
+    coords = coord_table(src.mesh)
     if not src.unreduced and not dst.unreduced:
-        total = Fraction(0)
-        es = [L[d] // shards(src, d) for d in range(rank)]
-        ed = [L[d] // shards(dst, d) for d in range(rank)]
-        for c in devs:
-            ov = 1
-            for d in range(rank):
-                s0, d0 = _block(src, c, d) * es[d], _block(dst, c, d) * ed[d]
-                ov *= max(0, min(s0 + es[d], d0 + ed[d]) - max(s0, d0))
-            total += math.prod(ed) - ov
-        return total / mesh.size
-    us = sorted(_prime_digits(mesh, tuple(src.unreduced)))
-    ud = sorted(_prime_digits(mesh, tuple(dst.unreduced)))
-    k = math.prod(f[2] for f in us)
-    counts = [math.lcm(shards(src, d), shards(dst, d)) for d in range(rank)]
-    cell = math.prod(L[d] // counts[d] for d in range(rank))
-    partial = [tuple(_digit(mesh, c, f) for f in us) for c in devs]
-    gkey = []  # coordinates with the destination's unreduced digits zeroed
-    for c in devs:
-        cc = dict(c)
-        for f in ud:
-            name, pre, size = f
-            cc[name] -= _digit(mesh, c, f) * (mesh.axis_size(name) // (pre * size))
-        gkey.append(tuple(cc[n] for n in mesh.names))
-
-    def holds(t: ShardingType, c: dict[str, int], cellidx: tuple[int, ...]) -> bool:
-        return all(cellidx[d] // (counts[d] // shards(t, d)) == _block(t, c, d) for d in range(rank))
-
-    total_msgs = 0
-    for cellidx in itertools.product(*(range(n) for n in counts)):
-        cover: dict[tuple[int, ...], set[tuple[int, ...]]] = {}
-        for v, c in enumerate(devs):
-            if holds(dst, c, cellidx):
-                cover.setdefault(gkey[v], set())
-        if not cover:
-            continue
-        for v, c in enumerate(devs):
-            if gkey[v] in cover and holds(src, c, cellidx):
-                cover[gkey[v]].add(partial[v])
-        incomplete = sum(1 for g in cover.values() if len(g) < k)
-        if incomplete < len(cover):
-            total_msgs += incomplete
-        else:
-            total_msgs += min(k - len(g) for g in cover.values()) + incomplete - 1
-    return Fraction(total_msgs * cell, mesh.size)
+        return _plain_bound(src, dst, L, coords)
+    return _pending_bound(src, dst, L, coords)
 
 
 def shares_unreduced(src: ShardingType, dst: ShardingType) -> bool:

@@ -21,11 +21,14 @@ Conventions (docs/design.md section 2, restated independently of ``redist``):
   size ``k``) every device with ``u != 0`` holds an arbitrary ``F(c, l)`` (uninterpreted) and the
   device with ``u == 0`` holds ``G(...) - sum_{j != 0} F(c[u:=j], l)``. Every state meeting the
   meaning is an instance (choose ``F``), so a property proved of the generic state holds for all.
-* At a *concrete* device the generic state is also given as *atoms* (``Arr.atoms``): a linear
-  combination of applications of ``G`` and the ``F``s at constant cell offsets plus the symbolic
-  offset ``o`` inside a cell (the ``If`` decided, the device's digits folded). ``Space.realize``
-  turns atoms into the z3 term. Point-to-point proofs (``proofs.link.prove_p2p``) compare these
-  combinations in Python to group devices and cells into classes, so z3 sees one case per class.
+* At a *concrete* device the generic state is a linear combination of *atoms* (``Lin``):
+  applications of ``G`` and the ``F``s at constant cell offsets plus the symbolic offset ``o``
+  inside a cell (the ``If`` decided, the device's digits folded). ``proofs.p2p`` encodes them as
+  integer codes to run point-to-point schedules with NumPy over every device; ``Space.realize``
+  turns atoms back into the z3 term that ``proofs.link.prove_p2p`` proves.
+* A device whose coordinates are partly concrete (a member of a group: ``set_mixed`` with a
+  constant) keeps those coordinates as Python ints, so the generic state's ``If`` is decided while
+  the terms are built: a reduction over ``k`` partials costs ``O(k)`` terms, not ``O(k^2)``.
 """
 
 from __future__ import annotations
@@ -75,16 +78,31 @@ def digit(mesh: Mesh, dev: Dev, sp: Span) -> Term:
     return (c / stride) % size
 
 
+def _const(x: Term) -> int | None:
+    """``x`` as a Python int when it is a constant (an int or a z3 integer value), else None."""
+    if isinstance(x, int):
+        return x
+    return x.as_long() if z3.is_int_value(x) else None
+
+
 def set_digit(mesh: Mesh, dev: Dev, sp: Span, value: Term) -> Dev:
-    """``dev`` with its coordinate along ``sp`` replaced by ``value``."""
+    """``dev`` with its coordinate along ``sp`` replaced by ``value``.
+
+    Folded where exact, so concrete members of a group stay small terms: a whole axis is replaced
+    (``c + (value - c) = value``), and a concrete coordinate with a concrete value stays an int."""
     name, pre, size = sp
     if size == 1:
         return dev
     n = mesh.axis_size(name)
     stride = n // (pre * size)
     pos = mesh.position(name)
-    c = dev[pos]
-    new = c + (value - digit(mesh, dev, sp)) * stride
+    c, v = dev[pos], _const(value)
+    if pre == 1 and stride == 1:
+        new: Term = value if v is None else v
+    elif isinstance(c, int) and v is not None:
+        new = c + (v - (c // stride) % size) * stride
+    else:
+        new = c + (value - digit(mesh, dev, sp)) * stride
     return dev[:pos] + (new,) + dev[pos + 1:]
 
 
@@ -98,32 +116,23 @@ def mixed(mesh: Mesh, dev: Dev, spans: Sequence[Span]) -> Term:
     return out
 
 
+def mixed_const(mesh: Mesh, dev: Dev, spans: Sequence[Span]) -> int | None:
+    """``mixed`` as a Python int when every coordinate it reads is concrete, else None."""
+    num = 0
+    for name, pre, size in spans:
+        c = dev[mesh.position(name)]
+        if not isinstance(c, int):
+            return None
+        num = num * size + (c // (mesh.axis_size(name) // (pre * size))) % size
+    return num
+
+
 def mixed_int(mesh: Mesh, dev: Sequence[int], spans: Sequence[Span]) -> int:
     """``mixed`` of a concrete device, as a Python int."""
     num = 0
     for name, pre, size in spans:
         num = num * size + (dev[mesh.position(name)] // (mesh.axis_size(name) // (pre * size))) % size
     return num
-
-
-def set_mixed_int(mesh: Mesh, dev: Sequence[int], spans: Sequence[Span], value: int) -> tuple[int, ...]:
-    """``set_mixed`` of a concrete device and value, as Python ints."""
-    out = list(dev)
-    for name, pre, size in reversed(spans):
-        pos, stride = mesh.position(name), mesh.axis_size(name) // (pre * size)
-        out[pos] += (value % size - (out[pos] // stride) % size) * stride
-        value //= size
-    return tuple(out)
-
-
-def lin_add(acc: Lin, other: Lin, sign: int = 1) -> None:
-    """``acc += sign * other``, dropping atoms whose coefficient becomes zero."""
-    for atom, c in other.items():
-        v = acc.get(atom, 0) + sign * c
-        if v:
-            acc[atom] = v
-        else:
-            acc.pop(atom, None)
 
 
 def set_mixed(mesh: Mesh, dev: Dev, spans: Sequence[Span], value: Term) -> Dev:
@@ -136,7 +145,7 @@ def set_mixed(mesh: Mesh, dev: Dev, spans: Sequence[Span], value: Term) -> Dev:
     weights.reverse()
     for sp, wt in zip(spans, weights):
         if isinstance(value, int):
-            d: Term = z3.IntVal((value // wt) % sp[2])
+            d: Term = (value // wt) % sp[2]
         else:
             d = (value / wt) % sp[2] if wt > 1 else value % sp[2]
         dev = set_digit(mesh, dev, sp, d)
@@ -168,9 +177,6 @@ class Arr:
 
     ext: tuple[int, ...]
     val: Callable[[Dev, Index], Term]
-    atoms: Callable[[tuple[int, ...], tuple[int, ...]], Lin] | None = None
-    """At a concrete device and local cell offsets ``q``: the value at ``q + o`` as atoms (``None``:
-    only ``val`` is known)."""
 
 
 class Space:
@@ -203,6 +209,11 @@ class Space:
         f = z3.Function(f"F_{self.tag}_{len(self._partials) + 1}", *([z3.IntSort()] * n_args), z3.IntSort())
         self._partials.append(f)
         return lambda dev, idx: f(*dev, *[x for qr in idx for x in qr])
+
+    @property
+    def n_partials(self) -> int:
+        """How many partials' functions ``generic`` has made (atoms name them by index)."""
+        return len(self._partials)
 
     def realize(self, lin: Lin, o: Index) -> Term:
         """The z3 term of atoms at in-cell offset ``o``."""
@@ -251,11 +262,9 @@ class Space:
         k = size_of(uspans)
         mesh = self.mesh
         if k == 1:
-            return Arr(self.ext(t), lambda dev, idx: self.g(self.global_index(t, dev, idx)),
-                       self._generic_atoms(t, uspans, None, replicas_agree))
+            return Arr(self.ext(t), lambda dev, idx: self.g(self.global_index(t, dev, idx)))
         f0 = self.fresh_partials()
         f = f0
-        atoms = self._generic_atoms(t, uspans, len(self._partials) - 1, replicas_agree)
         if replicas_agree:
             used: dict[str, list[Span]] = {}
             for a in t.used_axes():
@@ -273,48 +282,14 @@ class Space:
                 return f0(tuple(kept), idx)
 
         def val(dev: Dev, idx: Index) -> Term:
-            own = self.g(self.global_index(t, dev, idx))
-            others = [f(set_mixed(mesh, dev, uspans, j), idx) for j in range(1, k)]
-            return z3.If(mixed(mesh, dev, uspans) == 0, own - z3.Sum(others), f(dev, idx))
+            u = mixed_const(mesh, dev, uspans)  # a member of a group: its branch is known
+            if u is not None and u != 0:
+                return f(dev, idx)
+            own = self.g(self.global_index(t, dev, idx)) - z3.Sum([f(set_mixed(mesh, dev, uspans, j), idx)
+                                                                   for j in range(1, k)])
+            return own if u == 0 else z3.If(mixed(mesh, dev, uspans) == 0, own, f(dev, idx))
 
-        return Arr(self.ext(t), val, atoms)
-
-    def _kept(self, t: ShardingType) -> Callable[[tuple[int, ...]], tuple[int, ...]]:
-        """A concrete device's argument of ``replicas_agree`` partials: its digits along the axes
-        ``t`` uses, in place (as ``generic``'s ``f`` builds them)."""
-        used: dict[str, list[Span]] = {}
-        for a in t.used_axes():
-            sp_ = span(self.mesh, a)
-            used.setdefault(sp_[0], []).append(sp_)
-        parts = [(self.mesh.position(name), n, used.get(name, [])) for name, n in self.mesh.axes]
-
-        def kept(dev: tuple[int, ...]) -> tuple[int, ...]:
-            return tuple(sum(((dev[pos] // (n // (p * z))) % z) * (n // (p * z)) for _, p, z in sps)
-                         for pos, n, sps in parts)
-
-        return kept
-
-    def _generic_atoms(self, t: ShardingType, uspans: tuple[Span, ...], fi: int | None, replicas_agree: bool
-                       ) -> Callable[[tuple[int, ...], tuple[int, ...]], Lin]:
-        """``generic``'s value at a concrete device as atoms: its ``If`` decided in Python."""
-        k, mesh = size_of(uspans), self.mesh
-        key = self._kept(t) if replicas_agree else (lambda dev: dev)
-        blocks: dict[tuple[int, ...], tuple[int, ...]] = {}
-
-        def atoms(dev: tuple[int, ...], q: tuple[int, ...]) -> Lin:
-            b = blocks.get(dev)
-            if b is None:
-                b = blocks[dev] = self.block_cells(t, dev)
-            if fi is None:
-                return {(-1, tuple(x + y for x, y in zip(b, q))): 1}
-            if mixed_int(mesh, dev, uspans):
-                return {(fi, key(dev), q): 1}
-            out: Lin = {(-1, tuple(x + y for x, y in zip(b, q))): 1}
-            for j in range(1, k):
-                out[(fi, key(set_mixed_int(mesh, dev, uspans, j)), q)] = -1
-            return out
-
-        return atoms
+        return Arr(self.ext(t), val)
 
     def device_vars(self, tag: str = "") -> Dev:
         return tuple(z3.Int(f"c_{name}{tag}") for name in self.mesh.names)
@@ -342,6 +317,6 @@ class Space:
 
 
 __all__ = [
-    "Arr", "Atom", "Dev", "Index", "Lin", "Space", "Span", "Term", "cells", "digit", "lin_add", "mixed",
-    "mixed_int", "set_digit", "set_mixed", "set_mixed_int", "shards", "size_of", "span", "spans_of",
+    "Arr", "Atom", "Dev", "Index", "Lin", "Space", "Span", "Term", "cells", "digit", "mixed",
+    "mixed_const", "mixed_int", "set_digit", "set_mixed", "shards", "size_of", "span", "spans_of",
 ]

@@ -22,7 +22,7 @@ import numpy as np
 import z3
 
 from proofs.errors import VerificationError
-from proofs.model import Arr, Dev, Index, Lin, Space, Span, Term, lin_add, mixed, set_mixed, size_of, spans_of
+from proofs.model import Arr, Dev, Index, Space, Span, Term, mixed, set_mixed, size_of, spans_of
 from redist import exchange
 from redist.facets import FacetTable
 from redist.steps import (
@@ -163,34 +163,46 @@ def _p2p_semantics(step: Step, arr: Arr, before: ShardingType, after: ShardingTy
 Rounds = list[tuple[bool, list[tuple[int, int, tuple[int, ...], tuple[int, ...]]]]]
 
 
-def p2p_rounds(step: Step, before: ShardingType, after: ShardingType, sp: Space) -> tuple[tuple[int, ...], Rounds]:
+class Moves(NamedTuple):
+    """One round of a schedule in cells, as arrays: ``[n]`` sources and destinations, ``[n, rank]``
+    cell starts in the source's block (old, or new when ``from_output``) and the destination's."""
+
+    from_output: bool
+    src: np.ndarray
+    dst: np.ndarray
+    src_cell: np.ndarray
+    dst_cell: np.ndarray
+
+
+def schedule_moves(step: Step, before: ShardingType, after: ShardingType, sp: Space
+                   ) -> tuple[tuple[int, ...], list[Moves]]:
     """The schedule of a ``Permute``/``Exchange`` in cells: the cell extents and, in order, every
-    round as ``(from_output, [(source, destination, source offset, destination offset)])``."""
+    round (local copies first) as ``Moves``; a typed error names an offset that is not whole cells."""
     mesh = sp.mesh
     try:
         sch = exchange.schedule(before, after)
     except Exception as e:  # a schedule that cannot be built is a failed step
         raise VerificationError("chain", f"{step}: no schedule {before} -> {after}: {e}", {"step": str(step)}) from None
     unit = [n // L for n, L in zip(before.shape, sp.L)]  # the plan's concrete m_d
-
-    def to_q(off: object, d: int) -> int:
-        v = int(off)  # type: ignore[call-overload]
-        if v % unit[d]:
-            raise VerificationError("chain", f"{step}: schedule offset {v} is not a whole cell of dimension {d}",
-                                    {"dimension": d, "offset": v})
-        return v // unit[d]
-
-    cell = tuple(to_q(c, d) for d, c in enumerate(sch.cell))
-    rounds: Rounds = []
+    cell = tuple(int(x) for x in _cells_of(step, np.asarray([sch.cell], dtype=np.int64).reshape(1, -1), unit)[0])
+    moves = []
     for r in sch.local_copies + sch.rounds:
         if r.pairs:
-            src, dst = (np.asarray(x, dtype=np.int64) for x in zip(*r.pairs))
+            src, dst = np.asarray(r.pairs, dtype=np.int64).reshape(-1, 2).T
         else:
             src = dst = np.flatnonzero(np.asarray(r.recv_valid)[:mesh.size])
         so = _cells_of(step, np.asarray(r.send_offset).reshape(-1, sp.rank)[src], unit)
         do = _cells_of(step, np.asarray(r.recv_offset).reshape(-1, sp.rank)[dst], unit)
-        items = list(zip(src.tolist(), dst.tolist(), map(tuple, so.tolist()), map(tuple, do.tolist())))
-        rounds.append((bool(getattr(r, "from_output", False)), items))
+        moves.append(Moves(bool(getattr(r, "from_output", False)), src, dst, so.astype(np.int64), do.astype(np.int64)))
+    return cell, moves
+
+
+def p2p_rounds(step: Step, before: ShardingType, after: ShardingType, sp: Space) -> tuple[tuple[int, ...], Rounds]:
+    """``schedule_moves`` as Python tuples: ``(from_output, [(source, destination, source offset,
+    destination offset)])`` per round (for the ``If`` semantics, ``p2p_cells``)."""
+    cell, moves = schedule_moves(step, before, after, sp)
+    rounds: Rounds = [(m.from_output, list(zip(m.src.tolist(), m.dst.tolist(), map(tuple, m.src_cell.tolist()),
+                                               map(tuple, m.dst_cell.tolist())))) for m in moves]
     return cell, rounds
 
 
@@ -261,25 +273,6 @@ def p2p_cells(step: Step, arr: Arr, before: ShardingType, after: ShardingType, s
     return cell, _run(step, cell, rounds, read, lambda a, b: a + b, lambda: z3.IntVal(0))
 
 
-def _lin_sum(a: Lin, b: Lin) -> Lin:
-    out = dict(a)
-    lin_add(out, b)
-    return out
-
-
-def p2p_atoms(step: Step, arr: Arr, before: ShardingType, after: ShardingType, sp: Space
-              ) -> tuple[tuple[int, ...], dict[Cell, Lin]]:
-    """``p2p_cells`` on atoms (``Arr.atoms``, a concrete device's state as a linear combination of
-    uninterpreted applications): no z3 term is built, so it costs Python work per cell only."""
-    if arr.atoms is None:
-        raise ValueError("p2p_atoms needs an array with atoms (a generic state)")
-    atoms = arr.atoms
-    cell, rounds = p2p_rounds(step, before, after, sp)
-    _on_grid(step, cell, rounds, sp.ext(after))
-    coords = {v: device_coords(sp, v) for v in range(sp.mesh.size)}
-    return cell, _run(step, cell, rounds, lambda s, so: atoms(coords[s], so), _lin_sum, dict)
-
-
 def _p2p(step: Step, arr: Arr, before: ShardingType, after: ShardingType, sp: Space) -> Arr:
     """The schedule as a function of a symbolic device and local index (``If`` over the cells)."""
     mesh = sp.mesh
@@ -305,4 +298,4 @@ def _p2p(step: Step, arr: Arr, before: ShardingType, after: ShardingType, sp: Sp
     return Arr(sp.ext(after), val)
 
 
-__all__ = ["SEMANTICS", "Cell", "apply_step", "device_coords", "p2p_atoms", "p2p_cells", "p2p_rounds"]
+__all__ = ["SEMANTICS", "Cell", "Moves", "apply_step", "device_coords", "p2p_cells", "p2p_rounds", "schedule_moves"]

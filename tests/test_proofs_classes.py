@@ -1,16 +1,18 @@
-"""Point-to-point proofs by classes of destinations (tracker issue 12): the atoms a concrete device
-holds agree with the generic state's z3 meaning, and a verify on an 8-axis mesh solves a bounded,
+"""Point-to-point proofs on NumPy atom rows (tracker issue 12): the atom codes a device holds agree
+with the generic state's z3 meaning, and a verify on an 8-axis mesh solves a bounded,
 mesh-independent number of z3 cases."""
 
 from __future__ import annotations
 
 import itertools
 
+import numpy as np
 import pytest
 import z3
 
 from proofs.link import prove_link
 from proofs.model import Space, cells
+from proofs.p2p import AtomTable
 from proofs.steps_semantics import device_coords
 from redist import CostModel, redistribute
 from spmd_types import Mesh, parse
@@ -18,22 +20,28 @@ from spmd_types import Mesh, parse
 M8 = Mesh({f"a{i}": 2 for i in range(8)})
 
 
-@pytest.mark.parametrize("text", ["s32[8@x,6]", "s32[6@y,4]{U:x}", "s32[8,6@x]{U:(y,z)}", "s32[8@(z,x),6]{U:y}"])
+@pytest.mark.parametrize("text", ["s32[8@x,6]", "s32[6@y,4]{U:x}", "s32[8,8@x]{U:(y,z)}", "s32[8@(z,x),6]{U:y}",
+                                  "s32[8@x:(1)2,6]{U:x:(2)2}"])
 @pytest.mark.parametrize("agree", [False, True])
-def test_atoms_mean_the_generic_state(text: str, agree: bool) -> None:
-    """``Arr.atoms`` (the ``If`` decided in Python) and ``Arr.val`` are one value on every device."""
-    mesh = Mesh({"x": 2, "y": 3, "z": 2})
+def test_atom_codes_mean_the_generic_state(text: str, agree: bool) -> None:
+    """``proofs.p2p.AtomTable`` (the generic state as integer codes, NumPy over all devices) and
+    ``Arr.val`` (the z3 terms) are one value on every device and local cell."""
+    mesh = Mesh({"x": 4, "y": 3, "z": 2})
     t = parse(text, mesh)
     sp = Space(mesh, cells([t]), "T")
     arr = sp.generic(t, agree)
-    assert arr.atoms is not None
+    table = AtomTable.of(sp, t, sp.n_partials - 1 if t.unreduced else None, agree)
     o = sp.index_vars("o")
+    qs = list(itertools.product(*[range(e) for e in arr.ext]))
+    dev = np.repeat(np.arange(mesh.size), len(qs))
+    q = np.tile(np.array(qs, dtype=np.int64).reshape(len(qs), sp.rank), (mesh.size, 1))
+    piece, atom, coef = table.read(dev, q)
     diffs = []
-    for v in range(mesh.size):
-        dev = device_coords(sp, v)
-        for q in itertools.product(*[range(e) for e in arr.ext]):
-            at = tuple((q[d] + o[d][0], o[d][1]) for d in range(sp.rank))
-            diffs.append(arr.val(dev, at) != sp.realize(arr.atoms(dev, q), o))
+    for i in range(len(dev)):
+        mine = piece == i
+        at = tuple((int(q[i, d]) + o[d][0], o[d][1]) for d in range(sp.rank))
+        lhs = arr.val(device_coords(sp, int(dev[i])), at)
+        diffs.append(lhs != sp.realize(table.lin(atom[mine], coef[mine]), o))
     s = z3.Solver()
     s.add(z3.Or(diffs))
     assert s.check() == z3.unsat
