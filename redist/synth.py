@@ -469,6 +469,7 @@ def _typed_plans(src: ShardingType, dst: ShardingType, cm: CostModel, best: _Bes
     for steps in dict.fromkeys(_typed_candidates(src, dst, cm)):  # distinct, in order
         full = Plan.build(src, steps, cm)
         best.consider(full)
+        _step_variants(full, best)
         for k in range(len(steps) + 1):
             prefix = Plan(src, full.types[k - 1] if k else src, steps[:k], full.types[:k], cm)
             if prefix.dst == dst or steps[:k] in seen:
@@ -514,6 +515,15 @@ def _no_variants(step: Step) -> tuple[Step, ...]:
 def _reduce_scatter_variants(step: Step) -> tuple[Step, ...]:
     other = AllReduceSlice if type(step) is ReduceScatter else ReduceScatter
     return (other(step.dim, step.axes),)  # type: ignore[attr-defined]
+
+
+def _step_variants(plan: Plan, best: _Best) -> None:
+    """Each candidate with one step swapped for a variant: a candidate that loses as written may
+    win run another way (``unreduced_to_hidden``: reduce-scatter onto hidden loses to a
+    reduce-scatter + exchange, all-reduce + slice onto hidden beats both)."""
+    for i, step in enumerate(plan.steps):
+        for v in VARIANTS[type(step)](step):
+            best.consider(Plan.build(plan.src, plan.steps[:i] + (v,) + plan.steps[i + 1:], plan.cost_model))
 
 
 def _with_variants(plan: Plan, best: _Best) -> None:
