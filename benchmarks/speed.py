@@ -61,6 +61,7 @@ class Row:
     same_collectives: dict[str, bool] | None = None  # per XLA side: its collectives equal ours (kind, groups, size)
     local_passes: dict[str, float] | None = None  # per side: non-collective writes, in local blocks
     collective_result_bytes: dict[str, int] | None = None  # per side: the collectives' own result buffers
+    itemsize: int = 4  # bytes per element of the array
 
     @property
     def xla_best_s(self) -> float:
@@ -153,7 +154,7 @@ def run_case(case: Case, seconds: float) -> tuple[Row, float]:
         " + ".join(str(s) for s in plan.steps) or "(none)", ok, block,
         {k: sig[k] == sig["ours"] for k in ("shardy", "gspmd")},
         {k: round(local_writes(t).passes(block), 3) for k, t in texts.items()},
-        {k: sum(c.result_bytes for c in h.collectives) for k, h in hlo.items()},
+        {k: sum(c.result_bytes for c in h.collectives) for k, h in hlo.items()}, src.itemsize,
     ), control
 
 
@@ -269,9 +270,11 @@ def temp_section(rows: Sequence[Row]) -> list[str]:
 TEMP_WHY = {
     "all-to-all": "an all-to-all's per-peer send slices and received pieces are separate buffers (about 2 shards)",
     "collective-permute": "an exchange holds its zero-filled receive block while cells are sliced out and in flight",
-    "all-reduce": "an all-reduce + slice holds the full reduced block before keeping its slice",
+    "all-reduce": "an all-reduce writes its sum to a new full block (and an all-reduce + slice keeps only "
+                  "a slice of it)",
     "reduce-scatter": "a reduce-scatter's input is laid out with the scattered chunks first",
-    "all-gather": "a gather into a layout other than the output's is copied once more",
+    "all-gather": "a gather's result is a full block besides the output when the gathered dimension is not "
+                  "the major one",
 }
 """Why each kind of collective in XLA:CPU's lowering holds more than one shard of intermediates."""
 
@@ -279,6 +282,9 @@ TEMP_WHY = {
 def temp_reason(r: Row) -> str:
     kinds = dict.fromkeys(c.split("(")[0] for c in r.collectives["ours"].split(" + "))
     why = [TEMP_WHY[k] for k in kinds if k in TEMP_WHY]
+    if r.itemsize < 4:
+        why.insert(0, "XLA:CPU runs 16-bit collectives in f32: their operands and results are widened copies "
+                      f"({4 // r.itemsize}x the bytes)")
     extra = r.temp_bytes["ours"] - r.temp_bytes[r.xla_best]
     why.append("no more than XLA's own program" if extra <= 64 else f"{extra // 1024} KiB more than XLA's program")
     return "; ".join(why)

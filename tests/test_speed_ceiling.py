@@ -56,6 +56,12 @@ def test_ceiling_is_a_tie_where_the_collectives_match() -> None:
     assert _row(1.3, False).ceiling == pytest.approx(1.3)
 
 
+def test_temp_section_names_the_widening_of_16_bit_collectives() -> None:
+    from dataclasses import replace
+    line = temp_section([replace(_row(1.0, True, temp=2000), itemsize=2)])[-1]
+    assert "16-bit collectives in f32" in line and "(2x the bytes)" in line
+
+
 def test_temp_section_lists_only_cases_above_a_shard() -> None:
     assert len(temp_section([_row(1.0, True, temp=1000)])) == 7  # heading, note and table head only
     lines = temp_section([_row(1.0, True, temp=2000)])
