@@ -126,6 +126,26 @@ class HloCollectives:
         return " + ".join(c.summary() for c in self.collectives) or "(none)"
 
 
+Signature = tuple[tuple[str, tuple[tuple[int, ...], ...], float], ...]
+
+
+def collective_signature(h: HloCollectives) -> Signature:
+    """The collectives of a module as a sorted multiset of (kind, device groups, elements received
+    per device). Two modules with one signature run the same collectives on the same data sizes:
+    neither can be faster by its communication, only by its local passes (a tie is the ceiling).
+    Groups are compared as sets (the member order inside a group is a local reorder); a permute's
+    self-pairs move nothing and are left out."""
+    out = []
+    for c in h.collectives:
+        groups: tuple[tuple[int, ...], ...]
+        if c.kind == "collective-permute":
+            groups = tuple(sorted((s, t) for s, t in c.groups if s != t))
+        else:
+            groups = tuple(sorted(tuple(sorted(g)) for g in c.groups))
+        out.append((c.kind, groups, round(c.recv_elements, 3) if c.recv_elements is not None else -1.0))
+    return tuple(sorted(out))
+
+
 def _total(values: Iterable[float | None]) -> float | None:
     total = 0.0
     for v in values:

@@ -30,6 +30,7 @@ from redist.steps import (
     Discard,
     DynSlice,
     Exchange,
+    MultiAllToAll,
     PadUnreduced,
     Permute,
     ReduceScatter,
@@ -70,7 +71,7 @@ def _ring(phases: int, of_output: bool) -> RecvCells:
 
 
 RECV.register(AllGather)(_ring(1, of_output=True))
-RECV.register(ReduceScatter, AllToAll)(_ring(1, of_output=False))
+RECV.register(ReduceScatter, AllToAll, MultiAllToAll)(_ring(1, of_output=False))
 RECV.register(AllReduce, AllReduceSlice)(_ring(2, of_output=False))
 
 

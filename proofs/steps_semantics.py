@@ -33,6 +33,7 @@ from redist.steps import (
     Discard,
     DynSlice,
     Exchange,
+    MultiAllToAll,
     PadUnreduced,
     Permute,
     ReduceScatter,
@@ -134,6 +135,32 @@ def _all_to_all(step: AllToAll, arr: Arr, before: ShardingType, after: ShardingT
         return src(g.member(dev, j), inner)
 
     return Arr(_resized(_resized(arr.ext, s, es * g.size), t, et), a2a)
+
+
+@SEMANTICS.register(MultiAllToAll)
+def _multi_all_to_all(step: MultiAllToAll, arr: Arr, before: ShardingType, after: ShardingType, sp: Space) -> Arr:
+    """Per dimension ``d``: ``e`` is its extent after its move's destination split (if any); an
+    output index on a move's source dimension names the sender (``q / e``) and the offset in its
+    piece; the sender's index on a destination dimension is the receiver's position there."""
+    moves = [(m, _group(m, sp)) for m in step.moves]
+    ext = list(arr.ext)
+    for m, g in moves:
+        ext[m.dst_dim] = _split(step, ext[m.dst_dim], g.size, m.dst_dim)
+    piece, src = tuple(ext), arr.val
+    for m, g in moves:
+        ext[m.src_dim] *= g.size
+
+    def a2a(dev: Dev, idx: Index) -> Term:
+        sender, inner = dev, idx
+        for m, g in moves:
+            j = idx[m.src_dim][0] / piece[m.src_dim]
+            inner = _with(inner, m.src_dim, idx[m.src_dim][0] - j * piece[m.src_dim])
+            sender = g.member(sender, j)
+        for m, g in moves:
+            inner = _with(inner, m.dst_dim, g.position(dev) * piece[m.dst_dim] + inner[m.dst_dim][0])
+        return src(sender, inner)
+
+    return Arr(tuple(ext), a2a)
 
 
 @SEMANTICS.register(AllReduce)

@@ -67,6 +67,7 @@ from redist.steps import (
     Discard,
     DynSlice,
     Exchange,
+    MultiAllToAll,
     PadUnreduced,
     Permute,
     ReduceScatter,
@@ -300,6 +301,41 @@ def _all_to_all(step: AllToAll, before: ShardingType, after: ShardingType, x: ja
     return y.reshape(out)
 
 
+def mesh_ordered(mesh: Mesh, atoms: Sequence[Atom]) -> tuple[Atom, ...]:
+    """``atoms`` in mesh order (axis, then major to minor): a group JAX runs without
+    ``axis_index_groups`` when the atoms are whole mesh axes."""
+    return tuple(sorted(atoms, key=lambda a: (mesh.position(a.name), a.pre)))
+
+
+@_one
+def _multi_all_to_all(step: MultiAllToAll, before: ShardingType, after: ShardingType, x: jax.Array) -> jax.Array:
+    """One all-to-all over the union of the moves' groups, members in mesh order whatever the
+    moves' order (the order of a group is free inside one collective: only the local reorder
+    around it depends on it). Each destination dimension is split into its move's atoms (major)
+    and the rest; the atom axes go to the front in group order and are exchanged in place; the
+    received axis (sources, same order) is split again and each move's atoms are merged in front
+    of its source dimension. XLA fuses both reorders into the all-to-all's slices and result."""
+    mesh = before.mesh
+    per_move = [atoms_of_axes(mesh, m.axes) for m in step.moves]
+    group = mesh_ordered(mesh, [a for atoms in per_move for a in atoms])
+    dst_of = {m.dst_dim: atoms for m, atoms in zip(step.moves, per_move)}
+    src_of = {m.src_dim: atoms for m, atoms in zip(step.moves, per_move)}
+    labels: list[Any] = []
+    sizes: list[int] = []
+    for d, n in enumerate(x.shape):
+        atoms = dst_of.get(d, ())
+        labels += [*atoms, d]
+        sizes += [a.size for a in atoms] + [n // atoms_size(atoms)]
+    rest = [sizes[labels.index(d)] for d in range(x.ndim)]
+    y = jnp.transpose(x.reshape(sizes), [labels.index(a) for a in (*group, *range(x.ndim))])
+    y = y.reshape([atoms_size(group), *rest])
+    y = lax.all_to_all(y, split_axis=0, concat_axis=0, tiled=True, **_collective_args(mesh, group))
+    y = y.reshape([a.size for a in group] + rest)
+    have: list[Any] = [*group, *range(x.ndim)]
+    want = [label for d in range(x.ndim) for label in (*src_of.get(d, ()), d)]
+    return jnp.transpose(y, [have.index(label) for label in want]).reshape(after.local_shape)
+
+
 @_one
 def _reduce_scatter(step: ReduceScatter, before: ShardingType, after: ShardingType, x: jax.Array) -> jax.Array:
     """Always on the leading dimension: XLA:CPU gives a reduce-scatter's scattered dimension the
@@ -337,6 +373,7 @@ LOWER.register(Discard)(_discard)
 LOWER.register(PadUnreduced)(_pad)
 LOWER.register(AllGather)(_all_gather)
 LOWER.register(AllToAll)(_all_to_all)
+LOWER.register(MultiAllToAll)(_multi_all_to_all)
 LOWER.register(ReduceScatter)(_reduce_scatter)
 LOWER.register(AllReduceSlice)(_all_reduce_slice)
 LOWER.register(AllReduce)(_all_reduce)

@@ -28,6 +28,7 @@ from redist.steps import (
     Discard,
     DynSlice,
     Exchange,
+    MultiAllToAll,
     PadUnreduced,
     Permute,
     ReduceScatter,
@@ -82,6 +83,17 @@ def _ring(fraction_of: Callable[[ShardingType, ShardingType], int], phases: int)
 
 MEASURE.register(AllGather)(_ring(lambda before, after: after.local_bytes, 1))
 MEASURE.register(AllToAll)(_ring(lambda before, after: before.local_bytes, 1))
+@MEASURE.register(MultiAllToAll)
+def _multi_all_to_all(step: MultiAllToAll, before: ShardingType, after: ShardingType, cm: CostModel) -> StepMeasure:
+    """An all-to-all over the flattened group: priced as one ``all_to_all`` (the same collective)."""
+    p = group_size(step, before)
+    if p <= 1:
+        return FREE
+    recv = (p - 1) / p * before.local_bytes
+    time = cm.collective_time(step.group_axes(), p, recv, 1, kind=sized_kind("all_to_all", before.itemsize))
+    return StepMeasure(recv, time, math.ceil(math.log2(p)), 1)
+
+
 MEASURE.register(AllReduce, AllReduceSlice)(_ring(lambda before, after: before.local_bytes, 2))
 _reduce_scatter_ring = _ring(lambda before, after: before.local_bytes, 1)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -29,6 +29,7 @@ from redist.steps import (
     Discard,
     DynSlice,
     Exchange,
+    MultiAllToAll,
     PadUnreduced,
     Permute,
     ReduceScatter,
@@ -209,6 +210,21 @@ DESCRIBE.register(AllReduceSlice)(_collective("all-reduce + slice dimension {dim
                                               _all_reduce_slice_moves))
 DESCRIBE.register(AllReduce)(_collective("{kind} over {axes}", _all_reduce_moves))
 DESCRIBE.register(AllToAll)(_collective("all-to-all dimension {src_dim} -> {dst_dim} over {axes}", _all_to_all_moves))
+
+
+def _multi_all_to_all_moves(step: MultiAllToAll, p: int) -> str:
+    moves = "; ".join(f"dimension {m.dst_dim} split over {axes_text(m.axes)} is sent, pieces received are "
+                      f"joined along dimension {m.src_dim}" for m in step.moves)
+    return f"one all-to-all over the whole group of {p}: {moves}"
+
+
+_multi_text = _collective("all-to-all of several dimensions over {axes}", _multi_all_to_all_moves)
+
+
+@DESCRIBE.register(MultiAllToAll)
+def _multi_all_to_all(step: MultiAllToAll, before: ShardingType, after: ShardingType, m: StepMeasure) -> StepText:
+    text = _multi_text(step, before, after, m)
+    return replace(text, why_count="one all-to-all runs in every group at once") if m.collectives else text
 
 
 @DESCRIBE.register(Permute)

@@ -32,6 +32,7 @@ from redist.steps import (
     Discard,
     DynSlice,
     Exchange,
+    MultiAllToAll,
     PadUnreduced,
     Permute,
     ReduceScatter,
@@ -93,6 +94,14 @@ def _pads(t: ShardingType, ctx: Context) -> Iterator[Step]:
 @NEIGHBOURS.register(AllToAll)
 def _all_to_alls(t: ShardingType, ctx: Context) -> Iterator[Step]:
     return (AllToAll(d, e, s) for d in range(t.rank) for s in _suffixes(t, d) for e in range(t.rank) if e != d)
+
+
+@NEIGHBOURS.register(MultiAllToAll)
+def _multi_all_to_alls(t: ShardingType, ctx: Context) -> Iterator[Step]:
+    """Pairs of all-to-all moves on distinct source and destination dimensions (typing rejects overlaps)."""
+    moves = list(_all_to_alls(t, ctx))
+    return (MultiAllToAll((a, b)) for i, a in enumerate(moves) for b in moves[i + 1:]  # type: ignore[arg-type]
+            if a.src_dim != b.src_dim and a.dst_dim != b.dst_dim)  # type: ignore[attr-defined]
 
 
 @NEIGHBOURS.register(ReduceScatter)

@@ -24,6 +24,7 @@ from redist.steps import (
     Discard,
     DynSlice,
     Exchange,
+    MultiAllToAll,
     PadUnreduced,
     Permute,
     ReduceScatter,
@@ -102,6 +103,31 @@ def _all_to_all(step: AllToAll, before: ShardingType, after: ShardingType, xs: S
     g = _group(step, before)
     return [np.concatenate([_chunk(xs[w], step.dst_dim, g.size, int(g.position[v])) for w in g.members[v]],
                            axis=step.src_dim) for v in range(len(xs))]
+
+
+@SIMULATE.register(MultiAllToAll)
+def _multi_all_to_all(step: MultiAllToAll, before: ShardingType, after: ShardingType,
+                      xs: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """Literally: member ``w`` sends ``v`` the chunk of each move's destination dimension at ``v``'s
+    index in that move's group; ``v`` places it at ``w``'s index along the move's source dimension."""
+    mesh = before.mesh
+    moves = [(m, atoms_of_axes(mesh, m.axes)) for m in step.moves]
+    union = tuple(a for _, atoms in moves for a in atoms)
+    pos = [atoms_index(mesh, atoms) for _, atoms in moves]
+    out = []
+    for v in range(len(xs)):
+        y = np.zeros(after.local_shape, dtype=xs[0].dtype)
+        for w in members(mesh, union)[v]:
+            piece = xs[w]
+            for (m, atoms), p in zip(moves, pos):
+                piece = _chunk(piece, m.dst_dim, atoms_size(atoms), int(p[v]))
+            box = [slice(None)] * y.ndim
+            for (m, _), p in zip(moves, pos):
+                e = piece.shape[m.src_dim]
+                box[m.src_dim] = slice(int(p[w]) * e, (int(p[w]) + 1) * e)
+            y[tuple(box)] = piece
+        out.append(y)
+    return out
 
 
 def _sum(xs: Sequence[np.ndarray], group: list[int]) -> np.ndarray:

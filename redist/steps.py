@@ -159,6 +159,54 @@ class AllToAll(Step):
         return f"all_to_all(dim {self.src_dim} -> {self.dst_dim}, axes=({_fmt(self.axes)}))"
 
 
+@dataclass(frozen=True)
+class MultiAllToAll(Step):
+    """Several all-to-all moves at once: ONE all-to-all over the flattened group of all their axes.
+
+    Each move takes the minor-most ``axes`` of its ``src_dim`` to the minor side of its
+    ``dst_dim``, all read off the type before the step. Source dimensions are distinct,
+    destination dimensions are distinct and no dimension is both, and the moves' axes are disjoint. Why a step of its own: XLA moves two dimensions
+    in one all-to-all over the whole group (``rank4_move_two_axes``), where two ``AllToAll`` steps
+    pay two launches and move ``(p1-1)/p1 + (p2-1)/p2`` of the block instead of ``(p-1)/p``.
+    """
+
+    moves: tuple[AllToAll, ...]
+    kind: ClassVar[str] = "multi_all_to_all"
+
+    def apply(self, t: ShardingType) -> ShardingType:
+        self._check_moves()
+        dims = list(dims_atoms(t))
+        moved = []
+        for m in self.moves:
+            _check_dim(self, t, m.dst_dim)
+            dims[m.src_dim] = _suffix(m, t, m.src_dim, m.axes)
+            moved.append(atoms_of_axes(t.mesh, m.axes))
+        flat = [x for ms in moved for x in ms]
+        if len(flat) != len(set(flat)):
+            raise StepError(f"{self}: the moves' axes overlap")
+        for m, atoms in zip(self.moves, moved):
+            dims[m.dst_dim] = dims[m.dst_dim] + atoms
+        return _build(self, t, tuple(dims), unreduced_atoms(t))
+
+    def _check_moves(self) -> None:
+        srcs, dsts = [m.src_dim for m in self.moves], [m.dst_dim for m in self.moves]
+        if len(self.moves) < 2:
+            raise StepError(f"{self}: needs at least two moves (one move is an AllToAll)")
+        if len(set(srcs)) != len(srcs) or len(set(dsts)) != len(dsts):
+            raise StepError(f"{self}: source dimensions and destination dimensions must each be distinct")
+        if set(srcs) & set(dsts):
+            # A dimension that both receives and sends would need, on each device, pieces from
+            # only some members (a swap of two dimensions' axes): not one uniform all-to-all.
+            raise StepError(f"{self}: a dimension cannot be both a source and a destination of the moves")
+
+    def group_axes(self) -> tuple[Axis, ...]:
+        return tuple(a for m in self.moves for a in m.axes)
+
+    def __str__(self) -> str:
+        parts = ", ".join(f"{m.src_dim} -> {m.dst_dim} ({_fmt(m.axes)})" for m in self.moves)
+        return f"all_to_all(dims {parts})"
+
+
 def _need_unreduced(step: Step, t: ShardingType, axes: tuple[Axis, ...]) -> tuple[Atom, ...]:
     want = atoms_of_axes(t.mesh, axes)
     have = unreduced_atoms(t)
@@ -327,7 +375,7 @@ class Exchange(Step):
 
 
 ALL_STEPS: tuple[type[Step], ...] = (
-    DynSlice, AllGather, AllToAll, ReduceScatter, AllReduceSlice, AllReduce, Discard, PadUnreduced,
+    DynSlice, AllGather, AllToAll, MultiAllToAll, ReduceScatter, AllReduceSlice, AllReduce, Discard, PadUnreduced,
     Permute, Exchange,
 )
 """Every step class: each facet table has an entry for each (``tests/test_architecture.py``)."""

@@ -42,6 +42,7 @@ from redist.steps import (
     Discard,
     DynSlice,
     Exchange,
+    MultiAllToAll,
     PadUnreduced,
     Permute,
     ReduceScatter,
@@ -255,7 +256,20 @@ def _same_dim_fusion(order: str) -> Fuse:
 # Slices and reductions append to the minor end (a's axes stay major); gathers, moves and pads
 # remove from the minor end, so the step applied second removed the more-major axes.
 FUSE.register(DynSlice, ReduceScatter, AllReduceSlice, AllReduce, Discard)(_same_dim_fusion("ab"))
-FUSE.register(AllGather, AllToAll, PadUnreduced)(_same_dim_fusion("ba"))
+FUSE.register(AllGather, PadUnreduced)(_same_dim_fusion("ba"))
+_same_dims_all_to_all = _same_dim_fusion("ba")
+
+
+@FUSE.register(AllToAll)
+def _all_to_all_fusion(a: Step, b: Step, mesh: Mesh) -> Step | None:
+    """On the same dimensions, one move over both groups; on other dimensions, both moves as one
+    all-to-all over the union group (``_merge`` keeps it only where it types the same)."""
+    return _same_dims_all_to_all(a, b, mesh) or MultiAllToAll((a, b))  # type: ignore[arg-type]
+
+
+@FUSE.register(MultiAllToAll)
+def _multi_all_to_all_fusion(a: Step, b: Step, mesh: Mesh) -> Step | None:
+    return MultiAllToAll(a.moves + b.moves)  # type: ignore[attr-defined]
 
 
 @FUSE.register(Permute, Exchange)
@@ -455,6 +469,7 @@ def _typed_plans(src: ShardingType, dst: ShardingType, cm: CostModel, best: _Bes
     for steps in dict.fromkeys(_typed_candidates(src, dst, cm)):  # distinct, in order
         full = Plan.build(src, steps, cm)
         best.consider(full)
+        _step_variants(full, best)
         for k in range(len(steps) + 1):
             prefix = Plan(src, full.types[k - 1] if k else src, steps[:k], full.types[:k], cm)
             if prefix.dst == dst or steps[:k] in seen:
@@ -491,7 +506,7 @@ VARIANTS: FacetTable[Variants] = FacetTable("variants", "redist.synth.VARIANTS")
 """Other steps with the same typing effect (other ways to run the step), tried on the chosen plan."""
 
 
-@VARIANTS.register(DynSlice, AllGather, AllToAll, AllReduce, Discard, PadUnreduced, Permute, Exchange)
+@VARIANTS.register(DynSlice, AllGather, AllToAll, MultiAllToAll, AllReduce, Discard, PadUnreduced, Permute, Exchange)
 def _no_variants(step: Step) -> tuple[Step, ...]:
     return ()
 
@@ -500,6 +515,15 @@ def _no_variants(step: Step) -> tuple[Step, ...]:
 def _reduce_scatter_variants(step: Step) -> tuple[Step, ...]:
     other = AllReduceSlice if type(step) is ReduceScatter else ReduceScatter
     return (other(step.dim, step.axes),)  # type: ignore[attr-defined]
+
+
+def _step_variants(plan: Plan, best: _Best) -> None:
+    """Each candidate with one step swapped for a variant: a candidate that loses as written may
+    win run another way (``unreduced_to_hidden``: reduce-scatter onto hidden loses to a
+    reduce-scatter + exchange, all-reduce + slice onto hidden beats both)."""
+    for i, step in enumerate(plan.steps):
+        for v in VARIANTS[type(step)](step):
+            best.consider(Plan.build(plan.src, plan.steps[:i] + (v,) + plan.steps[i + 1:], plan.cost_model))
 
 
 def _with_variants(plan: Plan, best: _Best) -> None:

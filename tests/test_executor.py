@@ -32,6 +32,7 @@ from redist import (
     DynSlice,
     Exchange,
     ExecutionError,
+    MultiAllToAll,
     PadUnreduced,
     Permute,
     Plan,
@@ -129,6 +130,12 @@ STEP_CASES = [
     (XY, "s32[16@y,8@x]", AllToAll(0, 1, (Y2,))),
     (AB, "s32[12@(a,b),6]", AllToAll(0, 1, ("b",))),
     (XYZ, "s32[8,16@(z,y)]", AllToAll(1, 0, ("z", "y"))),
+    # several moves as one all-to-all over the union group (any order of moves and axes)
+    (XY, "s32[4@x,8@y,8,8]", MultiAllToAll((AllToAll(0, 3, ("x",)), AllToAll(1, 2, ("y",))))),
+    (XY, "s32[4@x,8@y,8,8]", MultiAllToAll((AllToAll(1, 2, ("y",)), AllToAll(0, 3, ("x",))))),
+    (XYZ, "s32[8@(z,x),8@y,4,4]", MultiAllToAll((AllToAll(0, 2, ("z", "x")), AllToAll(1, 3, ("y",))))),
+    (XYZ, "s32[8@(x,z),8@y,4,4]", MultiAllToAll((AllToAll(0, 3, ("z",)), AllToAll(1, 2, ("y",))))),
+    (XY, "s32[8@x,16@y,8,8]", MultiAllToAll((AllToAll(0, 2, ("x",)), AllToAll(1, 3, (Y2,))))),
     # reduce-scatter and all-reduce of unreduced sources
     (XY, "s32[16,8]{U:y}", ReduceScatter(0, ("y",))),
     (XY, "s32[16,8]{U:(x,y)}", ReduceScatter(1, ("y", "x"))),

@@ -1,0 +1,69 @@
+"""The speed report's tie ceiling and temp-memory section (issue 11): a case is at the ceiling
+where XLA's compiled program runs exactly our collectives (kind, device groups, elements), read
+off the HLO; machine-independent, so asserted exactly."""
+
+from __future__ import annotations
+
+import jax
+import pytest
+from jax.sharding import NamedSharding
+
+from benchmarks.arrays import make_input
+from benchmarks.cases import NAMED_CASES
+from benchmarks.hlo import collective_signature, parse_collectives
+from benchmarks.speed import Row, temp_section
+from redist import CostModel, redistribute
+from redist.executor import compile_plan
+from spmd_types.jax_interop import to_partition_spec
+
+CASES = {c.name: c for c in NAMED_CASES}
+
+
+def _signatures(name: str, objective: str = "time") -> tuple[object, object]:
+    case = CASES[name]
+    jm = case.mesh.to_jax()
+    x, _ = make_input(case.src_type, jm)
+    plan = redistribute(case.src_type, case.dst_type, case.mesh, cost_model=CostModel(objective=objective))
+    xla = jax.jit(lambda a: a, out_shardings=NamedSharding(jm, to_partition_spec(case.dst_type)))
+    ours_sig = collective_signature(parse_collectives(compile_plan(plan).lower(x).compile().as_text()))
+    xla_sig = collective_signature(parse_collectives(xla.lower(x).compile().as_text()))
+    return ours_sig, xla_sig
+
+
+@pytest.mark.parametrize("name, objective, same", [
+    ("rank4_move_two_axes", "time", True),  # one all-to-all over all 8 devices, as XLA
+    ("ulysses_seq_to_heads", "bytes", True),  # the same all-to-all over model
+    ("moe_dispatch", "time", True),
+    ("size3_transpose", "time", False),  # XLA rematerializes with two all-gathers
+])
+def test_same_collectives_as_xla(name: str, objective: str, same: bool) -> None:
+    ours, xla = _signatures(name, objective)
+    assert (ours == xla) is same, (ours, xla)
+
+
+def _row(speedup: float, same: bool, temp: int = 1000, block: int = 1000) -> Row:
+    return Row("c", {"shardy": speedup, "gspmd": 2 * speedup, "ours": 1.0, "ours_bytes": 1.0},
+               {"shardy": 900, "gspmd": 900, "ours": temp, "ours_bytes": temp},
+               {"shardy": "all-to-all(p=8, 1B)", "gspmd": "", "ours": "all-to-all(p=8, 1B)", "ours_bytes": ""},
+               1e-3, 1.0, 1.0, 1.0, "step", {"shardy": True, "gspmd": True, "ours": True, "ours_bytes": True},
+               block, {"shardy": same, "gspmd": False}, {"ours": 2.0, "shardy": 2.0},
+               {"ours": block, "shardy": block})
+
+
+def test_ceiling_is_a_tie_where_the_collectives_match() -> None:
+    assert _row(0.9, True).at_ceiling and _row(0.9, True).ceiling == 1.0
+    assert _row(0.9, False).ceiling == 1.0  # XLA's own plan is as fast as XLA: 1.0x is achievable
+    assert _row(1.3, False).ceiling == pytest.approx(1.3)
+
+
+def test_temp_section_names_the_widening_of_16_bit_collectives() -> None:
+    from dataclasses import replace
+    line = temp_section([replace(_row(1.0, True, temp=2000), itemsize=2)])[-1]
+    assert "16-bit collectives in f32" in line and "(2x the bytes)" in line
+
+
+def test_temp_section_lists_only_cases_above_a_shard() -> None:
+    assert len(temp_section([_row(1.0, True, temp=1000)])) == 7  # heading, note and table head only
+    lines = temp_section([_row(1.0, True, temp=2000)])
+    assert lines[-1].startswith("| c | 0 | 1 / 0 |")
+    assert "send slices and received pieces" in lines[-1] and "1 KiB more than XLA" in lines[-1]
