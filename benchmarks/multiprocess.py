@@ -21,9 +21,14 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
+from typing import Any
+
+from redist.plan import Plan
 
 DEVICES = 8
 CASE_LINE = re.compile(r"\b[a-z0-9_]+ +(?:OK|WRONG) \d+ steps[^\n\[]*")
+STEP_LINE = re.compile(r" +[a-z0-9_]+#\d+ +[a-z_]+ +ours +[\d.]+ ms +predicted +[\d.]+ ms")
+"""With ``--steps``: one step of a case's plan timed alone (a single-step plan on its input type)."""
 SPEED = re.compile(r"xla +([\d.]+) ms +ours +([\d.]+) ms .*predicted +([\d.]+) ms")
 """A case's line in process 0's output (Gloo logs there too, sometimes in the middle of a line)."""
 
@@ -73,7 +78,8 @@ def init_distributed(index: int, processes: int, coordinator: str) -> None:
                                process_id=index, initialization_timeout=60)
 
 
-def worker(index: int, processes: int, port: int, cases: Sequence[str], reps: int, profile: str = "") -> int:
+def worker(index: int, processes: int, port: int, cases: Sequence[str], reps: int, profile: str = "",
+           steps: bool = False) -> int:
     init_distributed(index, processes, f"127.0.0.1:{port}")
     import jax
     import numpy as np
@@ -111,11 +117,45 @@ def worker(index: int, processes: int, port: int, cases: Sequence[str], reps: in
                      f"  predicted {plan.time_s * 1e3:8.3f} ms")
         if index == 0:
             print(line, flush=True)
+        if steps and reps > 0 and len(plan.steps) > 1:
+            for i, text in enumerate(time_steps(plan, jm, reps)):
+                if index == 0:
+                    print(f"  {case.name}#{i} {text}", flush=True)
         if not ok:
             return 1
         multihost_utils.sync_global_devices(case.name)
     jax.distributed.shutdown()
     return 0
+
+
+def time_steps(plan: Plan, jm: Any, reps: int) -> list[str]:
+    """Each step of ``plan`` timed alone (a single-step plan on an input of its source type), with its
+    predicted time: where a multi-step plan's time goes (steps from unreduced types are skipped)."""
+    import jax
+    from jax.sharding import NamedSharding
+
+    from benchmarks.arrays import reference_values
+    from benchmarks.speed import round_robin, thunk
+    from redist.errors import ExecutionError
+    from redist.executor import compile_plan
+    from spmd_types.errors import ShardingTypeError
+    from spmd_types.jax_interop import to_partition_spec
+
+    out = []
+    for step, before, m in zip(plan.steps, plan.all_types, plan.measures):
+        one = Plan.build(before, (step,), plan.cost_model)
+        try:
+            spec = to_partition_spec(before)
+            compile_plan(one, jm)
+        except (ExecutionError, ShardingTypeError):
+            continue  # an end type a PartitionSpec cannot express (a sub-axis): only inside a plan
+        if before.unreduced:
+            continue
+        _, total = reference_values(before)
+        x = jax.make_array_from_callback(before.shape, NamedSharding(jm, spec), total.__getitem__)
+        med = round_robin({"one": thunk(one, x)}, 0.0, min_reps=reps)
+        out.append(f"{step.kind:16s} ours {med['one'] * 1e3:8.3f} ms  predicted {m.time_s * 1e3:8.3f} ms")
+    return out
 
 
 def summary(lines: Sequence[str]) -> str:
@@ -139,18 +179,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--cases", nargs="*", default=[])
     ap.add_argument("--reps", type=int, default=0, help="timed runs per side (0: check only)")
     ap.add_argument("--timeout", type=float, default=600.0)
+    ap.add_argument("--steps", action="store_true", help="also time each step of multi-step plans alone")
     ap.add_argument("--profile", default="", help="plan with this cost profile (default: the shipped one for "
                                                    "the runtime, redist/profiles/cpu-gloo.json across processes)")
     ap.add_argument("--worker", type=int, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.worker is not None:
-        return worker(a.worker, a.processes, a.port, a.cases, a.reps, a.profile)
-    rest = ["--reps", str(a.reps), "--profile", a.profile, "--cases", *a.cases]
+        return worker(a.worker, a.processes, a.port, a.cases, a.reps, a.profile, a.steps)
+    rest = ["--reps", str(a.reps), "--profile", a.profile, *(["--steps"] if a.steps else []), "--cases", *a.cases]
     results = launch(a.processes, rest, a.timeout)
     # Gloo logs its connections to stdout, sometimes mid-line: keep only the case lines
     lines = [m.group(0) for m in CASE_LINE.finditer(results[0].stdout)]
-    print("\n".join(lines))
+    either = re.compile(f"{CASE_LINE.pattern}|{STEP_LINE.pattern}")
+    print("\n".join(m.group(0).rstrip() for m in either.finditer(results[0].stdout)))
     print(summary(lines))
     for i, r in enumerate(results):
         if r.returncode:

@@ -20,18 +20,18 @@ import math
 import statistics
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import replace
 from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.sharding import NamedSharding
 
-from redist.cost import CostModel, sized_kind
+from redist.cost import CostModel, KindCost, sized_kind
 from redist.executor import compile_plan
 from redist.measure import closed_form
 from redist.plan import Plan
-from redist.profile import Profile, Sample, fit_kind, fit_profile, process_crossing_axes
+from redist.profile import Profile, Sample, fit_kind, process_crossing_axes
 from redist.steps import (
     AllGather,
     AllReduce,
@@ -219,11 +219,66 @@ def calibrate(reps: int = 30, kinds: Sequence[str] | None = None,
 def _fit(samples: Sequence[Sample], copy_Bps: float) -> Profile:
     """Per kind, one fit in-process and one across processes (where any sample crossed)."""
     dev = jax.devices()[0]
-    inside = [s for s in samples if not s.cross]
-    cross = [s for s in samples if s.cross]
-    prof = fit_profile(jax.default_backend(), str(dev.device_kind), inside, copy_Bps)
-    cross_kinds = tuple((k, fit_kind([s for s in cross if s.kind == k])) for k in sorted({s.kind for s in cross}))
-    return replace(prof, samples=tuple(samples), cross_kinds=cross_kinds)
+
+    def fits(group: Sequence[Sample]) -> tuple[tuple[str, KindCost], ...]:
+        return tuple((k, robust_fit([s for s in group if s.kind == k])) for k in sorted({s.kind for s in group}))
+
+    return Profile(jax.default_backend(), str(dev.device_kind), fits([s for s in samples if not s.cross]),
+                   copy_Bps, tuple(samples), fits([s for s in samples if s.cross]))
 
 
-__all__ = ["SIZES_KIB", "calibrate", "copy_bandwidth", "sample"]
+def refit(profiles: Sequence[Profile]) -> Profile:
+    """One profile fitted from the samples of several runs on the same backend (a loaded machine's
+    runs disagree; their union, stalls dropped, is steadier than any one); copy bandwidth the median."""
+    if not profiles or len({(p.backend, p.device_kind) for p in profiles}) != 1:
+        raise ValueError(f"refit needs profiles of one backend, got {[(p.backend, p.device_kind) for p in profiles]}")
+    samples = [s for p in profiles for s in p.samples]
+    return _fit(samples, float(statistics.median(p.copy_Bps for p in profiles)))
+
+
+OUTLIER = 3.0
+"""A sample this many times slower than one of the same kind that moves at least as many bytes in
+as many rounds is a stall (of the machine, or of a socket: over Gloo one block size took 0.3 s
+for a 5 ms all-gather in every run), not the kind's cost."""
+
+
+def robust_fit(samples: Sequence[Sample]) -> KindCost:
+    """``log_fit`` of the samples that are not stalls (``OUTLIER``): on a loaded machine and a
+    socket transport a stall is 10-300x, and even a relative-error fit bends for it."""
+    kept = [s for s in samples if not any(
+        o.latency_terms == s.latency_terms and o.recv_bytes >= s.recv_bytes and s.seconds > OUTLIER * o.seconds
+        for o in samples)]
+    return log_fit(kept if len(kept) >= 3 else samples)
+
+
+def log_fit(samples: Sequence[Sample], iterations: int = 60) -> KindCost:
+    """Least squares of ``log seconds`` over ``(overhead, latency, 1 / bandwidth) >= 0``: projected
+    Gauss-Newton steps from ``fit_kind``'s relative-error fit, halved until they help. Why log:
+    relative error is lopsided (over-predicting a fast sample costs without bound, under-predicting
+    a slow one at most 1), so a 7-round exchange's real 30 ms was fitted as 1 ms."""
+    x = np.array([[1.0, s.latency_terms, s.recv_bytes] for s in samples])
+    logy = np.log(np.maximum([s.seconds for s in samples], 1e-7))
+    kc = fit_kind(samples)
+    c = np.array([kc.overhead_s, kc.latency_s, 1.0 / kc.bandwidth_Bps])
+    scale = np.maximum(np.abs(x).max(axis=0), 1e-30)  # columns of similar size for lstsq
+
+    def loss(c: np.ndarray) -> float:
+        return float(((np.log(np.maximum(x @ c, 1e-9)) - logy) ** 2).sum())
+
+    for _ in range(iterations):
+        p = np.maximum(x @ c, 1e-9)
+        step, *_ = np.linalg.lstsq(x / scale / p[:, None], logy - np.log(p), rcond=None)
+        step, t = step / scale, 1.0
+        while t > 1e-4 and loss(np.maximum(c + t * step, 0.0)) >= loss(c):
+            t /= 2
+        if t <= 1e-4:
+            break
+        c = np.maximum(c + t * step, 0.0)
+    return KindCost(float(c[0]), float(c[1]), float(1.0 / c[2]) if c[2] > 0 else 1e15)
+
+
+def predict(kc: KindCost, s: Sample) -> float:
+    return max(kc.overhead_s + s.latency_terms * kc.latency_s + s.recv_bytes / kc.bandwidth_Bps, 1e-7)
+
+
+__all__ = ["SIZES_KIB", "calibrate", "copy_bandwidth", "refit", "robust_fit", "sample"]

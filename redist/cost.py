@@ -136,10 +136,11 @@ class CostModel:
 
     def measured_kind(self, kind: str, names: Iterable[str] = ()) -> KindCost | None:
         """The measured cost of ``kind`` (or its plain kind) over axes ``names``: the cross-process
-        measurement where a name is in ``cross_axes`` and one exists, else the in-process one."""
-        tables = [self.kind_costs]
-        if self.cross_kind_costs and not set(self.cross_axes).isdisjoint(names):
-            tables.insert(0, self.cross_kind_costs)
+        measurement where a name is in ``cross_axes``, else the in-process one; either where the
+        other was not measured (a kind timed only across processes is no cheaper inside one)."""
+        tables = [self.kind_costs, self.cross_kind_costs]
+        if not set(self.cross_axes).isdisjoint(names):
+            tables.reverse()
         for table in tables:
             costs = dict(table)
             measured = costs.get(kind, costs.get(kind.split(":")[0]))

@@ -8,7 +8,8 @@ on one backend the kinds differ by far more than the alpha-beta model's shared c
 a rendezvous of every device), and the planner must rank plans by what they cost *there*.
 
 A profile for the CPU backend ships with the package (``redist/profiles/cpu.json``) and is the
-default cost model of ``redistribute`` when JAX runs on CPU (``default_cost_model``).
+default cost model of ``redistribute`` when JAX runs on CPU (``default_cost_model``); across
+processes on CPU (``jax.distributed``, Gloo) the shipped Gloo profiles are (``runtime_profile``).
 """
 
 from __future__ import annotations
@@ -114,6 +115,21 @@ def runtime_profile_name() -> str:
     return f"{backend}-gloo" if backend == "cpu" and jax.process_count() > 1 else backend
 
 
+def runtime_profile() -> Profile | None:
+    """The shipped profile closest to how JAX runs now: across ``N`` processes on CPU
+    ``cpu-gloo-N.json`` (measured with ``N`` processes: Gloo rounds cost more the more processes
+    share the cores), else ``cpu-gloo.json`` (2 processes), else the backend's (``cpu.json``)."""
+    import jax
+
+    name = runtime_profile_name()
+    names = (f"{name}-{jax.process_count()}", name) if name.endswith("-gloo") else (name,)
+    for candidate in (*names, jax.default_backend()):
+        prof = packaged_profile(candidate)
+        if prof is not None:
+            return prof
+    return None
+
+
 def process_crossing_axes(mesh: Any) -> tuple[str, ...]:
     """Axes of ``mesh`` (ours, laid out row-major over ``jax.devices()`` as plans run it, or a
     ``jax.sharding.Mesh``) along which the process of a device changes: their groups span processes."""
@@ -131,8 +147,7 @@ def default_cost_model(mesh: Any = None) -> CostModel:
     unmeasured alpha-beta model with the same objective where no profile ships for the backend.
     With ``mesh``, a cross-process profile charges its cross costs to the axes that span processes;
     without, to every axis."""
-    name = runtime_profile_name()
-    prof = packaged_profile(name) or packaged_profile(name.split("-")[0])
+    prof = runtime_profile()
     if prof is None:
         return CostModel(objective="time")
     import jax
@@ -189,4 +204,4 @@ def spearman(a: Sequence[float], b: Sequence[float]) -> float:
 
 
 __all__ = ["Profile", "Sample", "default_cost_model", "fit_kind", "fit_profile", "ProfileError", "load_cost_model", "load_profile",
-           "packaged_profile", "process_crossing_axes", "runtime_profile_name", "spearman"]
+           "packaged_profile", "process_crossing_axes", "runtime_profile", "runtime_profile_name", "spearman"]

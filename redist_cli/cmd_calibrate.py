@@ -25,6 +25,8 @@ def register(sub: Any, handlers: dict[str, Any]) -> None:
     p.add_argument("--coordinator", default="", help="HOST:PORT of jax.distributed's coordinator (every process)")
     p.add_argument("--num-processes", type=int, default=1, help="processes in all (with --coordinator)")
     p.add_argument("--process-id", type=int, default=0, help="this process's index (with --coordinator)")
+    p.add_argument("--refit", nargs="+", default=[], metavar="PROFILE",
+                   help="time nothing: fit one profile from the samples of these (runs on one backend)")
     p.add_argument("--timeout", type=float, default=3600.0, help="seconds for --local-processes to finish")
     handlers["calibrate"] = _run
 
@@ -57,6 +59,11 @@ def _run(args: argparse.Namespace) -> int:
 
     if args.local_processes:
         return _spawn(args)
+    if args.refit:
+        from redist.calibrate import refit
+        from redist.profile import load_profile
+
+        return _write(refit([load_profile(p) for p in args.refit]), args.out)
     os.environ.setdefault("XLA_FLAGS", f"--xla_force_host_platform_device_count={args.devices}")
     if args.coordinator:
         from benchmarks.multiprocess import init_distributed
@@ -71,9 +78,12 @@ def _run(args: argparse.Namespace) -> int:
         import jax
 
         jax.distributed.shutdown()
-    if not first:
-        return 0
-    with open(args.out, "w") as f:
+    return _write(prof, args.out) if first else 0
+
+
+def _write(prof: Any, out: str) -> int:
+    """Write the profile and print its fits."""
+    with open(out, "w") as f:
         f.write(prof.to_json())
     print(f"\nbackend {prof.backend} ({prof.device_kind}); local copy {prof.copy_Bps / 1e9:.2f} GB/s")
     for title, table in (("in-process", prof.kinds), ("across processes", prof.cross_kinds)):
@@ -82,5 +92,5 @@ def _run(args: argparse.Namespace) -> int:
         for kind, kc in table:
             print(f"  {kind:18s} overhead {kc.overhead_s * 1e6:8.1f} us  latency {kc.latency_s * 1e6:8.1f} us"
                   f"  bandwidth {kc.bandwidth_Bps / 1e9:7.2f} GB/s")
-    print(f"wrote {args.out}; use it with load_cost_model({args.out!r})")
+    print(f"wrote {out}; use it with load_cost_model({out!r})")
     return 0

@@ -61,3 +61,31 @@ def test_cross_costs_charge_only_crossing_axes() -> None:
     assert prof.cost_model("time").kind_time("all_to_all", {"y"}, 1, 1e6) == pytest.approx(1e-3 + 1e-2)
     assert Profile.from_json(prof.to_json()) == prof
     assert CostModel().measured_kind("all_to_all") is None
+
+
+def test_a_kind_timed_only_across_processes_is_charged_inside_too() -> None:
+    across = KindCost(1e-3, 0.0, 1e8)
+    cm = CostModel(objective="time", cross_axes=("x",), cross_kind_costs=(("permute", across),))
+    assert cm.measured_kind("permute", {"y"}) == cm.measured_kind("permute", {"x"}) == across
+
+
+TYPED = {"all_gather", "all_to_all", "reduce_scatter", "all_reduce", "all_reduce_slice"}
+
+
+@pytest.mark.parametrize("name", ["cpu-gloo", "cpu-gloo-4"])
+def test_shipped_gloo_profiles_cover_every_kind_both_ways(name: str) -> None:
+    from redist.profile import PROFILE_DIR
+
+    prof = load_profile(PROFILE_DIR / f"{name}.json")
+    sized = {f"{k}:2" for k in TYPED | {"exchange"}}
+    assert TYPED | {"exchange"} | sized <= dict(prof.kinds).keys()
+    assert TYPED | {"exchange", "permute"} | sized <= dict(prof.cross_kinds).keys()
+    assert {s.cross for s in prof.samples} == {True, False}
+
+
+def test_one_process_uses_the_one_process_profile() -> None:
+    from redist.profile import default_cost_model, packaged_profile, runtime_profile, runtime_profile_name
+
+    assert runtime_profile_name() == "cpu"
+    assert runtime_profile() == packaged_profile("cpu")
+    assert default_cost_model(None).cross_kind_costs == ()
