@@ -6,8 +6,11 @@ process without a device (6-device meshes over 4 processes), are skipped. ``pyth
 [--cases NAME...] [--reps N]`` starts the processes (each with ``8 / processes`` CPU devices),
 plans every case in each of them (plans are deterministic, so all processes build the same
 program), checks every addressable block against the NumPy reference, and, with ``--reps``,
-times ours against XLA's (Shardy) interleaved, a fixed number of runs (every process must issue
-the same collectives, so no time budget); process 0 prints one line per case.
+times ours against XLA's (Shardy) interleaved with an A/A control (XLA's program compiled a second
+time: the spread of identical work), a fixed number of runs (every process must issue the same
+collectives, so no time budget); process 0 prints one line per case and a summary. ``--profile``
+plans with a profile from ``redist calibrate`` (default: the shipped one for the runtime,
+``redist.profile.runtime_profile``); ``--steps`` also times each step of a multi-step plan alone.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ DEVICES = 8
 CASE_LINE = re.compile(r"\b[a-z0-9_]+ +(?:OK|WRONG) \d+ steps[^\n\[]*")
 STEP_LINE = re.compile(r" +[a-z0-9_]+#\d+ +[a-z_]+ +ours +[\d.]+ ms +predicted +[\d.]+ ms")
 """With ``--steps``: one step of a case's plan timed alone (a single-step plan on its input type)."""
-SPEED = re.compile(r"xla +([\d.]+) ms +ours +([\d.]+) ms .*predicted +([\d.]+) ms")
+SPEED = re.compile(r"xla +([\d.]+) ms +ours +([\d.]+) ms .*predicted +([\d.]+) ms +A/A +([\d.]+)x")
 """A case's line in process 0's output (Gloo logs there too, sometimes in the middle of a line)."""
 
 
@@ -110,11 +113,14 @@ def worker(index: int, processes: int, port: int, cases: Sequence[str], reps: in
         ok = all(np.array_equal(np.asarray(s.data), total[s.index]) for s in y.addressable_shards)
         line = f"{case.name:28s} {'OK' if ok else 'WRONG'} {len(plan.steps)} steps"
         if reps > 0:
-            xla = jax.jit(lambda v: v, out_shardings=NamedSharding(jm, to_partition_spec(dst))).lower(x).compile()
+            out = NamedSharding(jm, to_partition_spec(dst))
+            xla = jax.jit(lambda v: v, out_shardings=out).lower(x).compile()
+            again = jax.jit(lambda v: v, out_shardings=out).lower(x).compile()  # the same program, compiled again
             # a fixed count, never a time budget: every process must issue the same collectives
-            med = round_robin({"xla": thunk(xla, x), "ours": thunk(plan, x)}, 0.0, min_reps=reps)
+            med = round_robin({"xla": thunk(xla, x), "ours": thunk(plan, x), "xla_again": thunk(again, x)}, 0.0,
+                              min_reps=reps)
             line += (f"  xla {med['xla'] * 1e3:8.3f} ms  ours {med['ours'] * 1e3:8.3f} ms  {med['xla'] / med['ours']:.2f}x"
-                     f"  predicted {plan.time_s * 1e3:8.3f} ms")
+                     f"  predicted {plan.time_s * 1e3:8.3f} ms  A/A {med['xla'] / med['xla_again']:.2f}x")
         if index == 0:
             print(line, flush=True)
         if steps and reps > 0 and len(plan.steps) > 1:
@@ -162,15 +168,21 @@ def summary(lines: Sequence[str]) -> str:
     """Geometric-mean speedup, worst case, and predicted-vs-measured rank correlation of case lines."""
     from redist.profile import spearman
 
-    rows = [(ln.split()[0], float(m.group(1)), float(m.group(2)), float(m.group(3))) for ln in lines
-            if (m := SPEED.search(ln))]
+    names = [ln.split()[0] for ln in lines if SPEED.search(ln)]
+    rows = [[float(g) for g in m.groups()] for ln in lines if (m := SPEED.search(ln))]
     if not rows:
         return ""
-    speed = [x / o for _, x, o, _ in rows]
+    speed = [x / o for x, o, _, _ in rows]
+    aa = [r[3] for r in rows]
     worst = min(range(len(rows)), key=speed.__getitem__)
-    rho = spearman([p for *_, p in rows], [o for _, _, o, _ in rows])
-    return (f"{len(rows)} cases: geomean {math.exp(sum(map(math.log, speed)) / len(speed)):.2f}x, worst "
-            f"{speed[worst]:.2f}x ({rows[worst][0]}), predicted vs measured (ours) Spearman {rho:.2f}")
+    rho = spearman([r[2] for r in rows], [r[1] for r in rows])
+    return (f"{len(rows)} cases: geomean {geomean(speed):.2f}x, worst {speed[worst]:.2f}x ({names[worst]}); "
+            f"A/A control (XLA vs XLA) geomean {geomean(aa):.2f}x, range {min(aa):.2f}-{max(aa):.2f}x; "
+            f"predicted vs measured (ours) Spearman {rho:.2f}")
+
+
+def geomean(xs: Sequence[float]) -> float:
+    return math.exp(sum(map(math.log, xs)) / len(xs))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
