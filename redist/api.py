@@ -88,4 +88,4 @@ def redistribute(
     if s.dtype != d.dtype:
         raise IncompatibleTypesError(f"dtypes differ: source {s.dtype}, destination {d.dtype}")
     check_summable(s, d)
-    return cached_synthesize(s, d, cost_model or default_cost_model())
+    return cached_synthesize(s, d, cost_model or default_cost_model(s.mesh))

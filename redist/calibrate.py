@@ -5,6 +5,13 @@ exactly what plans run, local passes included), timed interleaved against an emp
 the same input; the sample is the difference of the medians. Typed collectives are timed over
 groups of 2, 4 and 8 devices (as many as exist) and several sizes; permutes and exchanges on
 2-axis meshes, where their rounds vary. The local copy bandwidth comes from a reversal (one pass).
+
+Under ``jax.distributed`` (several processes, e.g. CPU collectives over Gloo) every process runs
+the same samples in the same order (each collective needs all of them), and each group is timed
+twice: as the major mesh axis (spanning processes) and as the minor one (inside a process where
+it fits). Samples are marked by whether their axes span processes, and the profile gets a fit per
+kind for each class (``Profile.kinds`` in-process, ``Profile.cross_kinds`` across); process 0's
+clock is the one fitted (``redist_cli.cmd_calibrate`` writes the file there).
 """
 
 from __future__ import annotations
@@ -17,13 +24,14 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.sharding import NamedSharding
 
-from redist.cost import CostModel, sized_kind
+from redist.cost import CostModel, KindCost, sized_kind
 from redist.executor import compile_plan
 from redist.measure import closed_form
 from redist.plan import Plan
-from redist.profile import Profile, Sample, fit_profile
+from redist.profile import Profile, Sample, fit_kind, process_crossing_axes
 from redist.steps import (
     AllGather,
     AllReduce,
@@ -35,7 +43,7 @@ from redist.steps import (
     Step,
 )
 from redist.synth import synthesize
-from spmd_types import Mesh, ShardingType, parse
+from spmd_types import Mesh, ShardingType, axis_name, parse
 from spmd_types.dtypes import numpy_dtype
 from spmd_types.jax_interop import to_partition_spec
 
@@ -58,11 +66,12 @@ def _median_diff(fn: Callable[[Any], Any], base: Callable[[Any], Any], x: Any, r
     return max(statistics.median(a - b for a, b in zip(ta, tb)), 0.0)
 
 
-def _input(t: ShardingType) -> jax.Array:
-    """Ones laid out as ``t`` (also unreduced: every device's partial is its block of ones)."""
-    jm = t.mesh.to_jax()
+def _input(t: ShardingType, jm: jax.sharding.Mesh | None = None) -> jax.Array:
+    """Ones laid out as ``t`` (also unreduced: every device's partial is its block of ones); under
+    ``jax.distributed`` each process supplies the blocks of its own devices."""
+    jm = t.mesh.to_jax() if jm is None else jm
     ones = jnp.ones(t.local_shape, numpy_dtype(t.dtype))  # type: ignore[arg-type]
-    shards = [jax.device_put(ones, d) for d in jm.devices.reshape(-1)]
+    shards = [jax.device_put(ones, d) for d in jm.devices.reshape(-1) if d.process_index == jax.process_index()]
     return jax.make_array_from_single_device_arrays(t.shape, NamedSharding(jm, to_partition_spec(t)), shards)
 
 
@@ -71,19 +80,20 @@ class _Empty:
     Not the identity on ``x`` itself: XLA copies an un-donated input into the output, a full pass
     that a collective, which writes its own output, does not add on top."""
 
-    def __init__(self, t: ShardingType) -> None:
+    def __init__(self, t: ShardingType, jm: jax.sharding.Mesh | None = None) -> None:
         tiny = parse(f"f32[{t.mesh.size}@({','.join(t.mesh.names)})]", t.mesh)
         spec = to_partition_spec(tiny)
-        self.x = _input(tiny)
-        self.fn = jax.jit(jax.shard_map(lambda v: v + 1, mesh=t.mesh.to_jax(), in_specs=spec, out_specs=spec,
+        jm = t.mesh.to_jax() if jm is None else jm
+        self.x = _input(tiny, jm)
+        self.fn = jax.jit(jax.shard_map(lambda v: v + 1, mesh=jm, in_specs=spec, out_specs=spec,
                                         check_vma=False))
 
     def __call__(self, _: Any) -> Any:
         return self.fn(self.x)
 
 
-def _empty(t: ShardingType) -> Callable[[Any], Any]:
-    return _Empty(t)
+def _empty(t: ShardingType, jm: jax.sharding.Mesh | None = None) -> Callable[[Any], Any]:
+    return _Empty(t, jm)
 
 
 def _terms(plan: Plan) -> tuple[float, float]:
@@ -95,94 +105,180 @@ def _terms(plan: Plan) -> tuple[float, float]:
     return float(m.rounds), m.recv_bytes  # a ring collective's rounds: phases * ceil(log2 p)
 
 
-def _typed(n: int) -> Iterator[Plan]:
-    """Single typed collectives over groups of 2, 4, 8 (of ``n`` devices) and ``SIZES_KIB``."""
+def _meshes(n: int, g: int, local: int) -> Iterator[Mesh]:
+    """Meshes of ``n`` devices whose axis ``a`` groups ``g`` of them: ``a`` major (spanning
+    processes when there are several), and where ``g`` fits in a process's ``local`` devices and
+    that differs, ``a`` minor (inside one process)."""
+    yield Mesh({"a": g, "b": n // g}) if n > g else Mesh({"a": g})
+    if local < n and g <= local:
+        yield Mesh({"b": n // g, "a": g})
+
+
+def _typed(n: int, local: int, sizes_kib: Sequence[int] = SIZES_KIB) -> Iterator[Plan]:
+    """Single typed collectives over groups of 2, 4, 8 (of ``n`` devices, ``local`` per process)
+    and ``sizes_kib``."""
     for p in (g for g in (2, 4, 8) if n % g == 0 and g <= n):
-        mesh = Mesh({"a": p, "b": n // p}) if n > p else Mesh({"a": p})
-        for kib in SIZES_KIB:
-            rows, cols = 8 * p, kib * 1024 // (4 * 8)  # local block [8, cols] after any split
-            plain = parse(f"f32[{rows}@a,{cols}]", mesh)
-            part = parse(f"f32[{rows // p},{cols}]{{U:a}}", mesh)
+        yield from (plan for mesh in _meshes(n, p, local) for plan in _typed_on(mesh, p, sizes_kib))
+
+
+def _typed_on(mesh: Mesh, p: int, sizes_kib: Sequence[int]) -> Iterator[Plan]:
+    """Every typed kind over axis ``a`` (size ``p``) of ``mesh``, f32 and bf16."""
+    for kib in sizes_kib:
+        rows, cols = 8 * p, kib * 1024 // (4 * 8)  # local block [8, cols] after any split
+        for dtype in ("f32", "bf16"):  # 16-bit data: the same number of elements
+            plain = parse(f"{dtype}[{rows}@a,{cols}]", mesh)
+            part = parse(f"{dtype}[{rows // p},{cols}]{{U:a}}", mesh)
             yield Plan.build(plain, (AllGather(0, ("a",)),))
             yield Plan.build(plain, (AllToAll(0, 1, ("a",)),))
             yield Plan.build(part, (ReduceScatter(0, ("a",)),))
             yield Plan.build(part, (AllReduceSlice(0, ("a",)),))
             yield Plan.build(part, (AllReduce(("a",)),))
-            half = parse(f"bf16[{rows}@a,{cols}]", mesh)  # 16-bit data, the same number of elements
-            yield Plan.build(half, (AllGather(0, ("a",)),))
-            yield Plan.build(half, (AllToAll(0, 1, ("a",)),))
-            yield Plan.build(parse(f"bf16[{rows // p},{cols}]{{U:a}}", mesh), (ReduceScatter(0, ("a",)),))
-            yield Plan.build(parse(f"bf16[{rows // p},{cols}]{{U:a}}", mesh), (AllReduceSlice(0, ("a",)),))
-            yield Plan.build(parse(f"bf16[{rows // p},{cols}]{{U:a}}", mesh), (AllReduce(("a",)),))
 
 
-def _p2p(n: int) -> Iterator[Plan]:
+def _p2p(n: int, local: int, sizes_kib: Sequence[int] = SIZES_KIB) -> Iterator[Plan]:
     """Permutes and exchanges: (a, b) -> (b, a) orders and 2-D transposes on 2-axis meshes."""
     bytes_cm = CostModel(objective="bytes")
     for a, b in ((2, n // 2), (n // 2, 2)):
         if a * b != n or min(a, b) < 2:
             continue
         mesh = Mesh({"a": a, "b": b})
-        for kib in SIZES_KIB:
+        for kib in sizes_kib:
             cols = kib * 1024 // (4 * 8)
             for src, dst in ((f"f32[{8 * n}@(a,b),{cols}]", f"f32[{8 * n}@(b,a),{cols}]"),
                              (f"f32[{8 * n}@a,{cols * b}@b]", f"f32[{8 * n}@b,{cols * b}@a]")):
                 plan = synthesize(parse(src, mesh), parse(dst, mesh), bytes_cm)
                 if len(plan.steps) == 1 and plan.steps[0].comm is Comm.POINT_TO_POINT:
                     yield plan
-    yield from _exchanges(n)
+    yield from _exchanges(n, local, sizes_kib)
 
 
-def _exchanges(n: int) -> Iterator[Plan]:
+def _exchanges(n: int, local: int, sizes_kib: Sequence[int] = SIZES_KIB) -> Iterator[Plan]:
     """Exchanges doing an all-to-all's move (``g - 1`` rounds over a group of ``g``): the rounds
     and sizes at which the planner weighs them against typed collectives."""
     for g in (g for g in (2, 4, 8) if n % g == 0):
-        mesh = Mesh({"a": g, "b": n // g}) if n > g else Mesh({"a": g})
-        for kib in SIZES_KIB:
-            cols = kib * 1024 // 32
-            for dtype in ("f32", "bf16"):
-                src, dst = parse(f"{dtype}[{8 * g}@a,{cols}]", mesh), parse(f"{dtype}[{8 * g},{cols}@a]", mesh)
-                yield Plan.build(src, (Exchange(dst.dims, None),))
+        for mesh in _meshes(n, g, local):
+            for kib in sizes_kib:
+                cols = kib * 1024 // 32
+                for dtype in ("f32", "bf16"):
+                    src, dst = parse(f"{dtype}[{8 * g}@a,{cols}]", mesh), parse(f"{dtype}[{8 * g},{cols}@a]", mesh)
+                    yield Plan.build(src, (Exchange(dst.dims, None),))
+
+
+def _crosses(plan: Plan, crossing: Sequence[str]) -> bool:
+    """Whether the step's axes (those either layout names, as ``redist.measure`` charges them)
+    include one whose groups span processes."""
+    names = {axis_name(a) for t in (plan.src, plan.dst) for axes in (*t.dims, t.unreduced) for a in axes}
+    return not names.isdisjoint(crossing)
 
 
 def sample(plan: Plan, reps: int) -> Sample:
     x = _input(plan.src)
     secs = _median_diff(compile_plan(plan), _empty(plan.src), x, reps)
     terms, recv = _terms(plan)
-    return Sample(sized_kind(plan.steps[0].kind, plan.src.itemsize), terms, recv, secs)
+    cross = jax.process_count() > 1 and _crosses(plan, process_crossing_axes(plan.src.mesh))
+    return Sample(sized_kind(plan.steps[0].kind, plan.src.itemsize), terms, recv, secs, cross)
 
 
-def copy_bandwidth(n: int, reps: int) -> float:
-    """Bytes per second of one local pass (an elementwise scaling of the local block)."""
+def copy_bandwidth(n: int, reps: int, sizes_kib: Sequence[int] = SIZES_KIB) -> float:
+    """Bytes per second of one local pass (an elementwise scaling of the local block), on this
+    process's own ``n`` devices (no collective: processes need not keep step)."""
     mesh = Mesh({"a": n})
+    jm = mesh.to_jax(jax.local_devices()[:n])
     rates = []
-    for kib in SIZES_KIB:
+    for kib in sizes_kib:
         t = parse(f"f32[{8 * n},{kib * 1024 // 32}@a]", mesh)
         spec = to_partition_spec(t)
-        fn = jax.jit(jax.shard_map(lambda v: v * 2, mesh=mesh.to_jax(), in_specs=spec, out_specs=spec,
-                                   check_vma=False))
-        secs = _median_diff(fn, _empty(t), _input(t), reps)
+        fn = jax.jit(jax.shard_map(lambda v: v * 2, mesh=jm, in_specs=spec, out_specs=spec, check_vma=False))
+        secs = _median_diff(fn, _empty(t, jm), _input(t, jm), reps)
         rates.append(t.local_bytes / secs if secs > 0 else math.inf)
     return float(statistics.median(rates))
 
 
 def calibrate(reps: int = 30, kinds: Sequence[str] | None = None,
-              progress: Callable[[str], None] | None = None) -> Profile:
-    """Time every kind on the running backend's devices and fit a profile."""
-    n = len(jax.devices())
+              progress: Callable[[str], None] | None = None,
+              sizes_kib: Sequence[int] = SIZES_KIB) -> Profile:
+    """Time every kind (or those in ``kinds``, profile keys such as ``"all_to_all:2"``) on the
+    running backend's devices, all processes' under ``jax.distributed``, and fit a profile."""
+    n = jax.device_count()
+    local = jax.local_device_count()
     if n < 2:
         raise ValueError(f"calibration needs at least 2 devices, the backend has {n}")
     samples = []
-    for plan in (*_typed(n), *_p2p(n)):
+    for plan in (*_typed(n, local, sizes_kib), *_p2p(n, local, sizes_kib)):
         step: Step = plan.steps[0]
         if kinds and sized_kind(step.kind, plan.src.itemsize) not in kinds:
             continue
         s = sample(plan, reps)
         samples.append(s)
         if progress:
-            progress(f"{step.kind:18s} {plan.src} -> {plan.dst}: {s.seconds * 1e6:9.1f} us")
+            where = " across processes" if s.cross else ""
+            progress(f"{step.kind:18s} {plan.src} -> {plan.dst}{where}: {s.seconds * 1e6:9.1f} us")
+    return _fit(samples, copy_bandwidth(local, reps, sizes_kib))
+
+
+def _fit(samples: Sequence[Sample], copy_Bps: float) -> Profile:
+    """Per kind, one fit in-process and one across processes (where any sample crossed)."""
     dev = jax.devices()[0]
-    return fit_profile(jax.default_backend(), str(dev.device_kind), samples, copy_bandwidth(n, reps))
+
+    def fits(group: Sequence[Sample]) -> tuple[tuple[str, KindCost], ...]:
+        return tuple((k, robust_fit([s for s in group if s.kind == k])) for k in sorted({s.kind for s in group}))
+
+    return Profile(jax.default_backend(), str(dev.device_kind), fits([s for s in samples if not s.cross]),
+                   copy_Bps, tuple(samples), fits([s for s in samples if s.cross]))
 
 
-__all__ = ["SIZES_KIB", "calibrate", "copy_bandwidth", "sample"]
+def refit(profiles: Sequence[Profile]) -> Profile:
+    """One profile fitted from the samples of several runs on the same backend (a loaded machine's
+    runs disagree; their union, stalls dropped, is steadier than any one); copy bandwidth the median."""
+    if not profiles or len({(p.backend, p.device_kind) for p in profiles}) != 1:
+        raise ValueError(f"refit needs profiles of one backend, got {[(p.backend, p.device_kind) for p in profiles]}")
+    samples = [s for p in profiles for s in p.samples]
+    return _fit(samples, float(statistics.median(p.copy_Bps for p in profiles)))
+
+
+OUTLIER = 3.0
+"""A sample this many times slower than one of the same kind that moves at least as many bytes in
+as many rounds is a stall (of the machine, or of a socket: over Gloo one block size took 0.3 s
+for a 5 ms all-gather in every run), not the kind's cost."""
+
+
+def robust_fit(samples: Sequence[Sample]) -> KindCost:
+    """``log_fit`` of the samples that are not stalls (``OUTLIER``): on a loaded machine and a
+    socket transport a stall is 10-300x, and even a relative-error fit bends for it."""
+    kept = [s for s in samples if not any(
+        o.latency_terms == s.latency_terms and o.recv_bytes >= s.recv_bytes and s.seconds > OUTLIER * o.seconds
+        for o in samples)]
+    return log_fit(kept if len(kept) >= 3 else samples)
+
+
+def log_fit(samples: Sequence[Sample], iterations: int = 60) -> KindCost:
+    """Least squares of ``log seconds`` over ``(overhead, latency, 1 / bandwidth) >= 0``: projected
+    Gauss-Newton steps from ``fit_kind``'s relative-error fit, halved until they help. Why log:
+    relative error is lopsided (over-predicting a fast sample costs without bound, under-predicting
+    a slow one at most 1), so a 7-round exchange's real 30 ms was fitted as 1 ms."""
+    x = np.array([[1.0, s.latency_terms, s.recv_bytes] for s in samples])
+    logy = np.log(np.maximum([s.seconds for s in samples], 1e-7))
+    kc = fit_kind(samples)
+    c = np.array([kc.overhead_s, kc.latency_s, 1.0 / kc.bandwidth_Bps])
+    scale = np.maximum(np.abs(x).max(axis=0), 1e-30)  # columns of similar size for lstsq
+
+    def loss(c: np.ndarray) -> float:
+        return float(((np.log(np.maximum(x @ c, 1e-9)) - logy) ** 2).sum())
+
+    for _ in range(iterations):
+        p = np.maximum(x @ c, 1e-9)
+        step, *_ = np.linalg.lstsq(x / scale / p[:, None], logy - np.log(p), rcond=None)
+        step, t = step / scale, 1.0
+        while t > 1e-4 and loss(np.maximum(c + t * step, 0.0)) >= loss(c):
+            t /= 2
+        if t <= 1e-4:
+            break
+        c = np.maximum(c + t * step, 0.0)
+    return KindCost(float(c[0]), float(c[1]), float(1.0 / c[2]) if c[2] > 0 else 1e15)
+
+
+def predict(kc: KindCost, s: Sample) -> float:
+    return max(kc.overhead_s + s.latency_terms * kc.latency_s + s.recv_bytes / kc.bandwidth_Bps, 1e-7)
+
+
+__all__ = ["SIZES_KIB", "calibrate", "copy_bandwidth", "refit", "robust_fit", "sample"]

@@ -46,11 +46,17 @@ class CostModel:
     the defaults above for that kind (slow axes still scale them by their ratio to the default)."""
     copy_Bps: float = 0.0
     """Local copy bandwidth (bytes/s): local passes (slices) cost ``bytes / copy_Bps``; 0: free."""
+    cross_axes: tuple[str, ...] = field(default=())
+    """Axes whose device groups span processes (``redist.profile.process_crossing_axes``): a step
+    over any of them costs its ``cross_kind_costs`` entry where one was measured."""
+    cross_kind_costs: tuple[tuple[str, KindCost], ...] = field(default=())
+    """Per step kind, (overhead, latency, bandwidth) measured over groups that span processes
+    (``redist calibrate`` under ``jax.distributed``): another transport than ``kind_costs``'."""
 
     def __post_init__(self) -> None:
         if self.objective not in ("bytes", "time"):
             raise ValueError(f"objective must be 'bytes' or 'time', got {self.objective!r}")
-        for kind, kc in self.kind_costs:
+        for kind, kc in (*self.kind_costs, *self.cross_kind_costs):
             if not (kc.bandwidth_Bps > 0 and kc.overhead_s >= 0 and kc.latency_s >= 0):
                 raise ValueError(f"kind_costs for {kind!r} need bandwidth > 0 and times >= 0, got {kc}")
         for kind, factor in self.kind_time_factor:
@@ -120,14 +126,27 @@ class CostModel:
         plain kind is used."""
         names = set(names)
         lat, inv_bw = self.latency(names), self.inv_bandwidth(names)
-        costs = dict(self.kind_costs)
-        measured = costs.get(kind, costs.get(kind.split(":")[0]))
+        measured = self.measured_kind(kind, names)
         if measured is None:
             t = latency_terms * lat + recv_bytes * inv_bw
             return t * dict(self.kind_time_factor).get(kind.split(":")[0], 1.0)
         slow_lat, slow_bw = lat / self.latency_s, inv_bw * self.bandwidth_Bps
         return (measured.overhead_s + latency_terms * measured.latency_s) * slow_lat + \
             recv_bytes / measured.bandwidth_Bps * slow_bw
+
+    def measured_kind(self, kind: str, names: Iterable[str] = ()) -> KindCost | None:
+        """The measured cost of ``kind`` (or its plain kind) over axes ``names``: the cross-process
+        measurement where a name is in ``cross_axes``, else the in-process one; either where the
+        other was not measured (a kind timed only across processes is no cheaper inside one)."""
+        tables = [self.kind_costs, self.cross_kind_costs]
+        if not set(self.cross_axes).isdisjoint(names):
+            tables.reverse()
+        for table in tables:
+            costs = dict(table)
+            measured = costs.get(kind, costs.get(kind.split(":")[0]))
+            if measured is not None:
+                return measured
+        return None
 
     def copy_time(self, nbytes: float) -> float:
         """A local pass writing ``nbytes`` (0 without a measured copy bandwidth)."""

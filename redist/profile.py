@@ -8,7 +8,8 @@ on one backend the kinds differ by far more than the alpha-beta model's shared c
 a rendezvous of every device), and the planner must rank plans by what they cost *there*.
 
 A profile for the CPU backend ships with the package (``redist/profiles/cpu.json``) and is the
-default cost model of ``redistribute`` when JAX runs on CPU (``default_cost_model``).
+default cost model of ``redistribute`` when JAX runs on CPU (``default_cost_model``); across
+processes on CPU (``jax.distributed``, Gloo) the shipped Gloo profiles are (``runtime_profile``).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -38,6 +39,8 @@ class Sample(NamedTuple):
     latency_terms: float
     recv_bytes: float
     seconds: float
+    cross: bool = False
+    """Timed over a group spanning processes (``redist calibrate`` under ``jax.distributed``)."""
 
 
 @dataclass(frozen=True)
@@ -47,15 +50,23 @@ class Profile:
     kinds: tuple[tuple[str, KindCost], ...]
     copy_Bps: float
     samples: tuple[Sample, ...] = ()
+    cross_kinds: tuple[tuple[str, KindCost], ...] = ()
+    """Per kind, the fit over groups that span processes (empty for a one-process profile)."""
 
-    def cost_model(self, objective: str = "time") -> CostModel:
-        return CostModel(objective=objective, kind_costs=self.kinds, copy_Bps=self.copy_Bps)
+    def cost_model(self, objective: str = "time", cross_axes: Sequence[str] | None = None) -> CostModel:
+        """The planner's model. With cross-process costs, ``cross_axes`` names the mesh axes whose
+        groups span processes (``process_crossing_axes``); ``None`` charges every axis as crossing."""
+        if self.cross_kinds and cross_axes is None:
+            return CostModel(objective=objective, kind_costs=self.cross_kinds, copy_Bps=self.copy_Bps)
+        return CostModel(objective=objective, kind_costs=self.kinds, copy_Bps=self.copy_Bps,
+                         cross_axes=tuple(sorted(cross_axes or ())), cross_kind_costs=self.cross_kinds)
 
     def to_json(self) -> str:
         d = asdict(self)
         d["format"] = FORMAT
         d["kinds"] = {k: KindCost(*v)._asdict() for k, v in self.kinds}
         d["samples"] = [Sample(*s)._asdict() for s in self.samples]
+        d["cross_kinds"] = {k: KindCost(*v)._asdict() for k, v in self.cross_kinds}
         return json.dumps(d, indent=1)
 
     @staticmethod
@@ -65,7 +76,8 @@ class Profile:
             raise ValueError(f"profile format {d.get('format')!r} is not {FORMAT}: rerun `redist calibrate`")
         kinds = tuple(sorted((k, KindCost(**v)) for k, v in d["kinds"].items()))
         samples = tuple(Sample(**s) for s in d.get("samples", ()))
-        return Profile(d["backend"], d.get("device_kind", ""), kinds, float(d["copy_Bps"]), samples)
+        cross = tuple(sorted((k, KindCost(**v)) for k, v in d.get("cross_kinds", {}).items()))
+        return Profile(d["backend"], d.get("device_kind", ""), kinds, float(d["copy_Bps"]), samples, cross)
 
 
 class ProfileError(RedistError):
@@ -94,14 +106,54 @@ def packaged_profile(backend: str) -> Profile | None:
     return load_profile(path) if path.exists() else None
 
 
-def default_cost_model() -> CostModel:
-    """``redistribute``'s default: fastest under the measured model of the running backend (the
-    shipped profile), memory bound hard, bytes the tie-break; the unmeasured alpha-beta model with
-    the same objective where no profile ships for the backend."""
+def runtime_profile_name() -> str:
+    """The shipped profile for how JAX runs now: ``"cpu-gloo"`` on CPU across processes
+    (``jax.distributed``, Gloo collectives over sockets), else the backend's name (``"cpu"``)."""
     import jax
 
-    prof = packaged_profile(jax.default_backend())
-    return prof.cost_model("time") if prof is not None else CostModel(objective="time")
+    backend = jax.default_backend()
+    return f"{backend}-gloo" if backend == "cpu" and jax.process_count() > 1 else backend
+
+
+def runtime_profile() -> Profile | None:
+    """The shipped profile closest to how JAX runs now: across ``N`` processes on CPU
+    ``cpu-gloo-N.json`` (measured with ``N`` processes: Gloo rounds cost more the more processes
+    share the cores), else ``cpu-gloo.json`` (2 processes), else the backend's (``cpu.json``)."""
+    import jax
+
+    name = runtime_profile_name()
+    names = (f"{name}-{jax.process_count()}", name) if name.endswith("-gloo") else (name,)
+    for candidate in (*names, jax.default_backend()):
+        prof = packaged_profile(candidate)
+        if prof is not None:
+            return prof
+    return None
+
+
+def process_crossing_axes(mesh: Any) -> tuple[str, ...]:
+    """Axes of ``mesh`` (ours, laid out row-major over ``jax.devices()`` as plans run it, or a
+    ``jax.sharding.Mesh``) along which the process of a device changes: their groups span processes."""
+    import jax
+
+    jm = mesh if isinstance(mesh, jax.sharding.Mesh) else mesh.to_jax()
+    procs = np.vectorize(lambda d: d.process_index)(jm.devices)
+    return tuple(name for i, name in enumerate(jm.axis_names)
+                 if (np.diff(procs, axis=i) != 0).any())
+
+
+def default_cost_model(mesh: Any = None) -> CostModel:
+    """``redistribute``'s default: fastest under the measured model of the running backend (the
+    shipped profile, ``runtime_profile_name``), memory bound hard, bytes the tie-break; the
+    unmeasured alpha-beta model with the same objective where no profile ships for the backend.
+    With ``mesh``, a cross-process profile charges its cross costs to the axes that span processes;
+    without, to every axis."""
+    prof = runtime_profile()
+    if prof is None:
+        return CostModel(objective="time")
+    import jax
+
+    known = mesh is not None and prof.cross_kinds and mesh.size <= jax.device_count()
+    return prof.cost_model("time", process_crossing_axes(mesh) if known else None)
 
 
 def fit_kind(samples: Sequence[Sample]) -> KindCost:
@@ -152,4 +204,4 @@ def spearman(a: Sequence[float], b: Sequence[float]) -> float:
 
 
 __all__ = ["Profile", "Sample", "default_cost_model", "fit_kind", "fit_profile", "ProfileError", "load_cost_model", "load_profile",
-           "packaged_profile", "spearman"]
+           "packaged_profile", "process_crossing_axes", "runtime_profile", "runtime_profile_name", "spearman"]

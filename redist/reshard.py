@@ -52,7 +52,7 @@ __all__ = ["plan_for", "reshard", "reshard_local", "reshard_p", "run_traced"]
 def plan_for(src: ShardingType, dst: ShardingType, cost_model: CostModel | None = None) -> Plan:
     """The plan ``reshard`` runs (cached: a traced function resharding twice plans once); the cost
     model defaults to ``redistribute``'s (fastest under the backend's measured profile)."""
-    return redistribute(src, dst, cost_model=cost_model or default_cost_model())
+    return redistribute(src, dst, cost_model=cost_model or default_cost_model(src.mesh))
 
 
 # -- reading the source and destination ----------------------------------------------------------------
@@ -122,8 +122,8 @@ def reshard(x: Any, dst: Any, *, cost_model: CostModel | None = None) -> Any:
     inside ``shard_map`` (over its non-manual axes). Planning errors (a pending sum of ``bool``,
     a mesh mismatch) are raised here, at the call, not inside JAX.
     """
-    cm = cost_model or default_cost_model()
     x, src = _source(x, dst)
+    cm = cost_model or default_cost_model(src.mesh)
     d, dmesh = _dst_type(dst, src, _jax_mesh_of(x))
     if d.mesh != src.mesh:
         raise IncompatibleTypesError(

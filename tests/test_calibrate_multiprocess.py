@@ -1,0 +1,91 @@
+"""``redist calibrate`` across processes (issue 11): every process times the same samples under
+``jax.distributed`` (Gloo over 127.0.0.1), process 0 writes a profile with an in-process and a
+cross-process fit per kind; the planner charges the cross fit to axes whose groups span processes.
+Exact facts only (what was timed, where, what was written), never timings."""
+
+from __future__ import annotations
+
+import sys
+from collections import Counter
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from redist.cost import CostModel, KindCost
+from redist.profile import Profile, Sample, load_profile, process_crossing_axes
+
+
+def test_calibrate_across_two_processes_writes_both_fits(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import subprocess
+
+    out = tmp_path / "gloo.json"
+    r = subprocess.run(
+        [sys.executable, "-m", "redist_cli", "calibrate", "--local-processes", "2", "--devices", "4", "--reps", "2",
+         "--kinds", "all_to_all,exchange", "--sizes-kib", "64", "--out", str(out)],
+        capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-3000:]
+    prof = load_profile(out)
+    assert dict(prof.kinds).keys() == dict(prof.cross_kinds).keys() == {"all_to_all", "exchange"}
+    # 2 devices per process: groups of 2 as the major axis (across) and the minor (inside), of 4 across
+    where = Counter((s.kind, s.cross) for s in prof.samples)
+    assert where == {("all_to_all", True): 2, ("all_to_all", False): 1, ("exchange", True): 2, ("exchange", False): 1}
+    assert prof.copy_Bps > 0
+
+
+def _fake_mesh(procs: list[list[int]], names: tuple[str, ...]) -> SimpleNamespace:
+    devices = np.vectorize(lambda p: SimpleNamespace(process_index=p), otypes=[object])(np.array(procs))
+    jm = SimpleNamespace(devices=devices, axis_names=names)
+    return SimpleNamespace(to_jax=lambda: jm)
+
+
+@pytest.mark.parametrize("procs, crossing", [
+    ([[0, 0, 0, 0], [1, 1, 1, 1]], ("x",)),   # 2 processes x 4 devices on {x=2, y=4}
+    ([[0, 0, 1, 1], [2, 2, 3, 3]], ("x", "y")),  # 4 x 2: y's major half spans processes too
+    ([[0, 0, 0, 0], [0, 0, 0, 0]], ()),       # one process
+])
+def test_process_crossing_axes(procs: list[list[int]], crossing: tuple[str, ...]) -> None:
+    assert process_crossing_axes(_fake_mesh(procs, ("x", "y"))) == crossing
+
+
+def test_cross_costs_charge_only_crossing_axes() -> None:
+    inside, across = KindCost(1e-4, 0.0, 1e9), KindCost(1e-3, 0.0, 1e8)
+    prof = Profile("cpu", "cpu", (("all_to_all", inside),), 1e9,
+                   (Sample("all_to_all", 1, 0, 1e-4), Sample("all_to_all", 1, 0, 1e-3, True)),
+                   (("all_to_all", across),))
+    cm = prof.cost_model("time", ["x"])
+    assert cm.kind_time("all_to_all", {"y"}, 1, 1e6) == pytest.approx(1e-4 + 1e-3)
+    assert cm.kind_time("all_to_all", {"x", "y"}, 1, 1e6) == pytest.approx(1e-3 + 1e-2)
+    assert cm.kind_time("all_to_all:2", {"x"}, 1, 1e6) == pytest.approx(1e-3 + 1e-2)  # the plain kind's
+    # without the mesh's crossing axes every axis is charged as crossing
+    assert prof.cost_model("time").kind_time("all_to_all", {"y"}, 1, 1e6) == pytest.approx(1e-3 + 1e-2)
+    assert Profile.from_json(prof.to_json()) == prof
+    assert CostModel().measured_kind("all_to_all") is None
+
+
+def test_a_kind_timed_only_across_processes_is_charged_inside_too() -> None:
+    across = KindCost(1e-3, 0.0, 1e8)
+    cm = CostModel(objective="time", cross_axes=("x",), cross_kind_costs=(("permute", across),))
+    assert cm.measured_kind("permute", {"y"}) == cm.measured_kind("permute", {"x"}) == across
+
+
+TYPED = {"all_gather", "all_to_all", "reduce_scatter", "all_reduce", "all_reduce_slice"}
+
+
+@pytest.mark.parametrize("name", ["cpu-gloo", "cpu-gloo-4"])
+def test_shipped_gloo_profiles_cover_every_kind_both_ways(name: str) -> None:
+    from redist.profile import PROFILE_DIR
+
+    prof = load_profile(PROFILE_DIR / f"{name}.json")
+    sized = {f"{k}:2" for k in TYPED | {"exchange"}}
+    assert TYPED | {"exchange"} | sized <= dict(prof.kinds).keys()
+    assert TYPED | {"exchange", "permute"} | sized <= dict(prof.cross_kinds).keys()
+    assert {s.cross for s in prof.samples} == {True, False}
+
+
+def test_one_process_uses_the_one_process_profile() -> None:
+    from redist.profile import default_cost_model, packaged_profile, runtime_profile, runtime_profile_name
+
+    assert runtime_profile_name() == "cpu"
+    assert runtime_profile() == packaged_profile("cpu")
+    assert default_cost_model(None).cross_kind_costs == ()
