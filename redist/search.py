@@ -32,6 +32,7 @@ from redist.steps import (
     Discard,
     DynSlice,
     Exchange,
+    ExchangeAllToAll,
     MultiAllToAll,
     PadUnreduced,
     Permute,
@@ -132,6 +133,12 @@ def _permutes(t: ShardingType, ctx: Context) -> Iterator[Step]:
 @NEIGHBOURS.register(Exchange)
 def _exchanges(t: ShardingType, ctx: Context) -> Iterator[Step]:
     yield Exchange(ctx.dst.dims, ctx.dst.sorted_unreduced() if ctx.dst.unreduced != t.unreduced else None)
+
+
+@NEIGHBOURS.register(ExchangeAllToAll)
+def _exchange_all_to_alls(t: ShardingType, ctx: Context) -> Iterator[Step]:
+    """None: an exchange's other way to run, offered on the chosen plan (``redist.synth.VARIANTS``)."""
+    return iter(())
 
 
 def neighbours(t: ShardingType, ctx: Context) -> Iterator[Step]:
