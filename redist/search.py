@@ -137,8 +137,8 @@ def _exchanges(t: ShardingType, ctx: Context) -> Iterator[Step]:
 
 @NEIGHBOURS.register(ExchangeAllToAll)
 def _exchange_all_to_alls(t: ShardingType, ctx: Context) -> Iterator[Step]:
-    """None: an exchange's other way to run, offered on the chosen plan (``redist.synth.VARIANTS``)."""
-    return iter(())
+    """The exchange to the destination run as one all-to-all (refused when irregular)."""
+    yield ExchangeAllToAll(ctx.dst.dims, ctx.dst.sorted_unreduced() if ctx.dst.unreduced != t.unreduced else None)
 
 
 def neighbours(t: ShardingType, ctx: Context) -> Iterator[Step]:
