@@ -28,7 +28,7 @@ from partir_core.simulate import Simulation, op_flops
 
 KINDS: dict[str, str] = {"all_reduce": "all_reduce", "all_reduce_slice": "all_reduce",
                          "all_gather": "gather_scatter", "reduce_scatter": "gather_scatter",
-                         "all_to_all": "all_to_all", "permute": "permute", "exchange": "permute"}
+                         "all_to_all": "all_to_all", "exchange_all_to_all": "all_to_all", "permute": "permute", "exchange": "permute"}
 """Collective kinds priced alike (a kind's latency is one coefficient of the fit)."""
 KIND_ORDER: tuple[str, ...] = ("all_reduce", "gather_scatter", "all_to_all", "permute")
 

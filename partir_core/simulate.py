@@ -26,7 +26,7 @@ from spmd_types import ShardingType
 
 # how each redist step kind appears in StableHLO (exchange/permute: one collective_permute per round)
 HLO_OP = {"all_reduce": "all_reduce", "all_gather": "all_gather", "reduce_scatter": "reduce_scatter",
-          "all_reduce_slice": "all_reduce", "all_to_all": "all_to_all", "multi_all_to_all": "all_to_all",
+          "all_reduce_slice": "all_reduce", "all_to_all": "all_to_all", "multi_all_to_all": "all_to_all", "exchange_all_to_all": "all_to_all",
           "permute": "collective_permute",
           "exchange": "collective_permute"}
 _MOVEMENT = {"broadcast_in_dim", "reshape", "transpose", "squeeze", "iota", "gather", "slice",

@@ -9,6 +9,7 @@ rule), and ``proofs.certificate`` cross-checks them against the plan's own numbe
 
 from __future__ import annotations
 
+import collections
 import math
 from collections.abc import Callable, Sequence
 from fractions import Fraction
@@ -30,6 +31,7 @@ from redist.steps import (
     Discard,
     DynSlice,
     Exchange,
+    ExchangeAllToAll,
     MultiAllToAll,
     PadUnreduced,
     Permute,
@@ -37,6 +39,7 @@ from redist.steps import (
     Step,
 )
 from spmd_types import Mesh, ShardingType
+from spmd_types import axis_name as mesh_axis
 
 
 def local_cells(t: ShardingType, L: Sequence[int]) -> int:
@@ -82,6 +85,24 @@ def _p2p(step: Step, before: ShardingType, after: ShardingType, L: Sequence[int]
     cell = math.prod(c // u for c, u in zip(sch.cell, unit))
     pairs = sum(sum(1 for s, d in r.pairs if s != d) for r in sch.rounds)
     return Fraction(pairs * cell, before.mesh.size)
+
+
+@RECV.register(ExchangeAllToAll)
+def _p2p_all_to_all(step: Step, before: ShardingType, after: ShardingType, L: Sequence[int]) -> Fraction:
+    """Every device receives the busiest (sender, receiver) pair's cell count from each other
+    member of its group (the mesh axes any message crosses): padding travels too."""
+    sch = exchange.schedule(before, after)
+    unit = [n // c for n, c in zip(before.shape, L)]
+    cell = math.prod(c // u for c, u in zip(sch.cell, unit))
+    pairs = collections.Counter(p for r in sch.rounds for p in r.pairs)
+    for r in sch.local_copies:
+        pairs.update((int(d), int(d)) for d in np.flatnonzero(r.recv_valid))
+    coords = np.array(list(np.ndindex(*(n for _, n in before.mesh.axes))), dtype=np.int64)
+    used = {mesh_axis(a) for axes in (*before.dims, tuple(before.unreduced)) for a in axes}
+    crossed = {i for s, d in pairs if s != d for i in np.flatnonzero(coords[s] != coords[d]).tolist()
+               if before.mesh.axes[i][0] in used}  # replicas of an old block are interchangeable
+    g = math.prod(before.mesh.axes[i][1] for i in crossed)
+    return Fraction((g - 1) * max(pairs.values()) * cell)
 
 
 # -- the lower bound, derived on the cell grid ----------------------------------------------------------

@@ -27,6 +27,7 @@ from redist.steps import (
     Discard,
     DynSlice,
     Exchange,
+    ExchangeAllToAll,
     MultiAllToAll,
     PadUnreduced,
     Permute,
@@ -160,6 +161,11 @@ def _permutes(t: ShardingType, free: list[tuple[Axis, ...]], rng: random.Random)
 @CANDIDATES.register(Exchange)
 def _exchanges(t: ShardingType, free: list[tuple[Axis, ...]], rng: random.Random) -> list[Step]:
     return [Exchange(t2.dims, t2.sorted_unreduced()) for t2 in _random_targets(t, rng)]
+
+
+@CANDIDATES.register(ExchangeAllToAll)
+def _exchange_all_to_alls(t: ShardingType, free: list[tuple[Axis, ...]], rng: random.Random) -> list[Step]:
+    return [ExchangeAllToAll(t2.dims, t2.sorted_unreduced()) for t2 in _random_targets(t, rng)]
 
 
 MIN_RANK: dict[str, int] = {"multi_all_to_all": 4}

@@ -33,6 +33,7 @@ from redist.steps import (
     Discard,
     DynSlice,
     Exchange,
+    ExchangeAllToAll,
     MultiAllToAll,
     PadUnreduced,
     Permute,
@@ -182,7 +183,7 @@ def _reduce_scatter(step: ReduceScatter, arr: Arr, before: ShardingType, after: 
     return Arr(_resized(arr.ext, d, e), rs)
 
 
-@SEMANTICS.register(Permute, Exchange)
+@SEMANTICS.register(Permute, Exchange, ExchangeAllToAll)
 def _p2p_semantics(step: Step, arr: Arr, before: ShardingType, after: ShardingType, sp: Space) -> Arr:
     return _p2p(step, arr, before, after, sp)
 

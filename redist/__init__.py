@@ -28,6 +28,7 @@ from redist.steps import (
     Discard,
     DynSlice,
     Exchange,
+    ExchangeAllToAll,
     MultiAllToAll,
     PadUnreduced,
     Permute,
@@ -37,7 +38,7 @@ from redist.steps import (
 
 __all__ = [
     "ALL_STEPS", "KINDS", "AllGather", "AllReduce", "AllReduceSlice", "AllToAll", "Comm", "CostModel",
-    "Discard", "DynSlice", "Exchange", "ExecutionError", "IncompatibleTypesError", "MultiAllToAll", "PadUnreduced",
+    "Discard", "DynSlice", "Exchange", "ExchangeAllToAll", "ExecutionError", "IncompatibleTypesError", "MultiAllToAll", "PadUnreduced",
     "Permute", "Plan", "RedistError", "ReduceScatter", "Step", "StepError", "UnsummableDtypeError",
     "clear_caches", "redistribute", "reshard", "reshard_local",
 ]

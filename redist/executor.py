@@ -16,6 +16,8 @@ JAX collective whose per-device semantics are exactly those of ``redist.simulate
 ``Permute``,       one ``lax.ppermute`` of one cell per round of ``redist.exchange.schedule``,
 ``Exchange``       added into zeros at the receiver's offset (local copies first); a round marked
                    ``from_output`` forwards a cell of the new block (a completed sum)
+``ExchangeAll``    the exchange's cells as the slots of one ``lax.all_to_all`` over the axes its
+``ToAll``          messages cross (``redist.exchange_a2a``)
 =================  =====================================================================
 
 Groups. A step over several (sub-)axes is one collective over the flattened group, members in
@@ -57,6 +59,7 @@ from jax.sharding import NamedSharding
 from redist.atoms import Atom, atoms_of_axes, atoms_size
 from redist.errors import ExecutionError
 from redist.exchange import Round, schedule
+from redist.exchange_a2a import Slots, slots
 from redist.facets import FacetTable
 from redist.plan import Plan, register_runner
 from redist.steps import (
@@ -67,6 +70,7 @@ from redist.steps import (
     Discard,
     DynSlice,
     Exchange,
+    ExchangeAllToAll,
     MultiAllToAll,
     PadUnreduced,
     Permute,
@@ -289,11 +293,14 @@ def _all_to_all(step: AllToAll, before: ShardingType, after: ShardingType, x: ja
     fuses that move into the all-to-all's result concatenation. ``tiled=True`` with
     ``concat_axis=src_dim`` instead makes XLA concatenate the whole block and transpose it again
     (one extra full-size pass, 3x the local writes on ``seq_to_hidden``)."""
-    _, g = _group(step, before)
+    return _all_to_all_in_place(x, step.src_dim, step.dst_dim, _group(step, before)[1], _args(step, before))
+
+
+def _all_to_all_in_place(x: jax.Array, s: int, d: int, g: int, args: dict[str, Any]) -> jax.Array:
+    """``d``'s ``g`` major chunks to the group's members, received chunks joined major on ``s``."""
     shape = list(x.shape)
-    d, s = step.dst_dim, step.src_dim
     split = shape[:d] + [g, shape[d] // g] + shape[d + 1:]
-    y = lax.all_to_all(x.reshape(split), split_axis=d, concat_axis=d, tiled=True, **_args(step, before))
+    y = lax.all_to_all(x.reshape(split), split_axis=d, concat_axis=d, tiled=True, **args)
     y = jnp.moveaxis(y, d, s)
     out = list(shape)
     out[d] //= g
@@ -378,6 +385,71 @@ LOWER.register(ReduceScatter)(_reduce_scatter)
 LOWER.register(AllReduceSlice)(_all_reduce_slice)
 LOWER.register(AllReduce)(_all_reduce)
 LOWER.register(Permute, Exchange)(_p2p)
+
+
+def _cell_grid_split(shape: Sequence[int], cell: Sequence[int]) -> tuple[list[int], list[int], list[int]]:
+    """(interleaved shape ``[m0, c0, m1, c1, ...]``, permutation to ``[m0, m1, ..., c0, c1, ...]``,
+    cell grid ``[m0, m1, ...]``) of a block cut into cells."""
+    grid = [n // c for n, c in zip(shape, cell)]
+    split = [v for m, c in zip(grid, cell) for v in (m, c)]
+    rank = len(cell)
+    return split, [2 * i for i in range(rank)] + [2 * i + 1 for i in range(rank)], grid
+
+
+def _one_dim_move(sl: Slots, old: Sequence[int], new: Sequence[int]) -> tuple[int, int] | None:
+    """``(s, d)`` when slot ``j`` is chunk ``j`` of old dimension ``d`` and lands as chunk ``j`` of
+    new dimension ``s`` (``s != d``): exactly an ``AllToAll``'s move."""
+    grids = [[n // c for n, c in zip(shape, sl.cell)] for shape in (old, new)]
+    cut = [[i for i, m in enumerate(grid) if m > 1] for grid in grids]
+    if [len(c) for c in cut] != [1, 1] or cut[0] == cut[1] or sl.slots != grids[0][cut[0][0]]:
+        return None
+    d, s = cut[0][0], cut[1][0]
+    chunks = np.arange(sl.slots)
+    if (sl.send_offset[0][:, d] // sl.cell[d] != chunks).any() or (sl.recv_offset[0][:, s] // sl.cell[s] != chunks).any():
+        return None
+    return s, d
+
+
+def _static_slots(sl: Slots, before: ShardingType, after: ShardingType, x: jax.Array) -> jax.Array:
+    """Every device cuts its block into cells the same way: reshape + transpose into slot order,
+    one all-to-all, and the inverse reorder into the new block (XLA fuses both into the
+    all-to-all's slices and result, as for ``AllToAll``)."""
+    cell, rank = list(sl.cell), len(sl.cell)
+    moved = _one_dim_move(sl, x.shape, after.local_shape)
+    if moved is not None:  # an all-to-all's move: the form XLA's partitioner emits (``AllToAll``)
+        return _all_to_all_in_place(x, moved[0], moved[1], sl.slots, {"axis_name": _axis_name(sl.names)})
+    split, perm, grid = _cell_grid_split(x.shape, cell)
+    y = jnp.transpose(x.reshape(split), perm).reshape([math.prod(grid), *cell])
+    send = np.ravel_multi_index(tuple((sl.send_offset[0] // cell).T), grid)
+    if (send != np.arange(len(send))).any():
+        y = y[send]
+    y = lax.all_to_all(y, split_axis=0, concat_axis=0, tiled=True, axis_name=_axis_name(sl.names))
+    split, perm, grid = _cell_grid_split(after.local_shape, cell)
+    recv = np.argsort(np.ravel_multi_index(tuple((sl.recv_offset[0] // cell).T), grid))
+    if (recv != np.arange(len(recv))).any():
+        y = y[recv]
+    inverse = list(np.argsort(perm))
+    return jnp.transpose(y.reshape([*grid, *cell]), inverse).reshape(after.local_shape) if rank else y.reshape(())
+
+
+def _exchange_all_to_all(steps: Sequence[Any], before: ShardingType, after: ShardingType, x: jax.Array) -> jax.Array:
+    """The exchange's cells as the slots of one all-to-all (``redist.exchange_a2a``): statically
+    when every device cuts its blocks alike and no slot is padding, else each slot cut at this
+    device's offsets and added into zeros where it carries a cell."""
+    sl = slots(before, after)
+    if sl.static and sl.slots == math.prod(after.local_shape) // math.prod(sl.cell) \
+            == math.prod(before.local_shape) // math.prod(sl.cell):
+        return _static_slots(sl, before, after, x)
+    lin, rank = _linear_index(before.mesh), before.rank
+    pieces = [lax.dynamic_slice(x, _offsets(sl.send_offset[:, s], lin, rank), sl.cell) for s in range(sl.slots)]
+    y = lax.all_to_all(jnp.stack(pieces), split_axis=0, concat_axis=0, tiled=True, axis_name=_axis_name(sl.names))
+    out = jnp.zeros(after.local_shape, dtype=x.dtype)
+    for s in range(sl.slots):
+        out = _add_cell(out, y[s], _lookup(sl.recv_valid[:, s], lin), _offsets(sl.recv_offset[:, s], lin, rank))
+    return out
+
+
+LOWER.register(ExchangeAllToAll)(Lowering(_exchange_all_to_all))
 
 
 def lower_step(step: Step, before: ShardingType, after: ShardingType, x: jax.Array) -> jax.Array:

@@ -18,6 +18,7 @@ import numpy as np
 
 from redist.cost import CostModel, sized_kind
 from redist.exchange import crossed_axes, schedule
+from redist.exchange_a2a import padded_recv_cells, slots
 from redist.facets import FacetTable
 from redist.groups import coords as mesh_coords
 from redist.steps import (
@@ -28,6 +29,7 @@ from redist.steps import (
     Discard,
     DynSlice,
     Exchange,
+    ExchangeAllToAll,
     MultiAllToAll,
     PadUnreduced,
     Permute,
@@ -140,6 +142,19 @@ def _p2p(step: Step, before: ShardingType, after: ShardingType, cm: CostModel) -
     rounds = cf.rounds
     time = cm.kind_time(sized_kind(step.kind, before.itemsize), names, rounds, rounds * cf.cell * before.itemsize) if rounds else 0.0
     return StepMeasure(float(cf.missing.mean()) * before.itemsize, time, rounds, rounds)
+
+
+@MEASURE.register(ExchangeAllToAll)
+def _exchange_all_to_all(step: Step, before: ShardingType, after: ShardingType, cm: CostModel) -> StepMeasure:
+    """One all-to-all over the crossed axes receiving ``(g - 1) * k`` cells, padding included (what
+    the wire carries), priced as ``all_to_all``; unless every device cuts its blocks alike, plus
+    a pass writing the new block (its slots are added into zeros at per-device offsets)."""
+    sl = slots(before, after)
+    recv = padded_recv_cells(sl) * sl.cell_bytes(before.itemsize)
+    time = cm.collective_time(sl.names, sl.g, recv, 1, kind=sized_kind("all_to_all", before.itemsize))
+    if not sl.static:
+        time += cm.copy_time(after.local_bytes)
+    return StepMeasure(float(recv), time, math.ceil(math.log2(sl.g)), 1)
 
 
 def schedule_measure(before: ShardingType, after: ShardingType, cm: CostModel, kind: str = "exchange") -> StepMeasure:

@@ -17,6 +17,7 @@ import numpy as np
 
 from redist.atoms import atoms_of_axes
 from redist.exchange import Schedule, schedule
+from redist.exchange_a2a import slots
 from redist.facets import FacetTable
 from redist.groups import coords as mesh_coords
 from redist.groups import members
@@ -29,6 +30,7 @@ from redist.steps import (
     Discard,
     DynSlice,
     Exchange,
+    ExchangeAllToAll,
     MultiAllToAll,
     PadUnreduced,
     Permute,
@@ -209,6 +211,19 @@ DESCRIBE.register(ReduceScatter)(_collective("{kind} dimension {dim} over {axes}
 DESCRIBE.register(AllReduceSlice)(_collective("all-reduce + slice dimension {dim} over {axes}",
                                               _all_reduce_slice_moves))
 DESCRIBE.register(AllReduce)(_collective("{kind} over {axes}", _all_reduce_moves))
+@DESCRIBE.register(ExchangeAllToAll)
+def _exchange_all_to_all(step: ExchangeAllToAll, before: ShardingType, after: ShardingType,
+                         m: StepMeasure) -> StepText:
+    sl = slots(before, after)
+    cell = "x".join(map(str, sl.cell)) or "1"
+    padding = sl.g * (sl.g - 1) * sl.k * (before.mesh.size // sl.g) - sl.received
+    moves = (f"the cells an exchange would move in rounds ({cell} elements each) travel in one all-to-all "
+             f"over {', '.join(sl.names)}: each device sends {plural(sl.k, 'cell')} to each of the {sl.g} "
+             f"devices of its group" + (f", {plural(padding, 'slot')} of them padding" if padding else ""))
+    return StepText("exchange as one all-to-all", moves, m.collectives,
+                    "one all-to-all replaces the exchange's collective-permute rounds")
+
+
 DESCRIBE.register(AllToAll)(_collective("all-to-all dimension {src_dim} -> {dst_dim} over {axes}", _all_to_all_moves))
 
 

@@ -32,6 +32,7 @@ from redist.steps import (
     Discard,
     DynSlice,
     Exchange,
+    ExchangeAllToAll,
     MultiAllToAll,
     PadUnreduced,
     Permute,
@@ -132,6 +133,12 @@ def _permutes(t: ShardingType, ctx: Context) -> Iterator[Step]:
 @NEIGHBOURS.register(Exchange)
 def _exchanges(t: ShardingType, ctx: Context) -> Iterator[Step]:
     yield Exchange(ctx.dst.dims, ctx.dst.sorted_unreduced() if ctx.dst.unreduced != t.unreduced else None)
+
+
+@NEIGHBOURS.register(ExchangeAllToAll)
+def _exchange_all_to_alls(t: ShardingType, ctx: Context) -> Iterator[Step]:
+    """The exchange to the destination run as one all-to-all (refused when irregular)."""
+    yield ExchangeAllToAll(ctx.dst.dims, ctx.dst.sorted_unreduced() if ctx.dst.unreduced != t.unreduced else None)
 
 
 def neighbours(t: ShardingType, ctx: Context) -> Iterator[Step]:

@@ -24,6 +24,7 @@ from redist.steps import (
     Discard,
     DynSlice,
     Exchange,
+    ExchangeAllToAll,
     MultiAllToAll,
     PadUnreduced,
     Permute,
@@ -59,7 +60,7 @@ def _group(step: Step, t: ShardingType) -> _Group:
     return _Group(atoms_size(atoms), atoms_index(t.mesh, atoms), members(t.mesh, atoms))
 
 
-@SIMULATE.register(Permute, Exchange)
+@SIMULATE.register(Permute, Exchange, ExchangeAllToAll)
 def _p2p(step: Step, before: ShardingType, after: ShardingType, xs: Sequence[np.ndarray]) -> list[np.ndarray]:
     sch = schedule(before, after)
     n_dev = before.mesh.size

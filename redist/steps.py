@@ -18,6 +18,7 @@ from typing import ClassVar
 
 from redist.atoms import Atom, atoms_of_axes, dims_atoms, from_atoms, unreduced_atoms
 from redist.errors import StepError
+from redist.exchange_a2a import slots
 from spmd_types import Axis, Mesh, ShardingType, ShardingTypeError
 from spmd_types.memo import Scope, memo
 from spmd_types.mesh import format_axis
@@ -374,9 +375,34 @@ class Exchange(Step):
         return "exchange(-> [" + ",".join("(" + _fmt(a) + ")" for a in self.dims) + "]" + u + ")"
 
 
+@dataclass(frozen=True)
+class ExchangeAllToAll(Exchange):
+    """``Exchange``'s typing and values, run as one all-to-all over the mesh axes its messages
+    cross (``redist.exchange_a2a``) instead of rounds of ``ppermute``.
+
+    Each device sends every group member the same number of cell slots; slots a pair does not
+    use are padding and count as received bytes, so only a regular exchange (every pair moving
+    the same number of cells, e.g. an all-to-all's move) meets the transfer bound. The
+    synthesizer offers it as a variant of ``Exchange``, chosen where the cost model prices it
+    faster. Refused (``StepError``) when the exchange forwards completed sums or its slot buffers
+    would exceed the memory bound. Its ``comm`` stays point-to-point: the cells, hence the values
+    and their proofs, are the schedule's; ``redist.measure`` counts it as one collective.
+    """
+
+    kind: ClassVar[str] = "exchange_all_to_all"
+
+    def apply(self, t: ShardingType) -> ShardingType:
+        out = _target(self, t)
+        slots(t, out)
+        return out
+
+    def __str__(self) -> str:
+        return "exchange_all_to_all" + super().__str__()[len("exchange"):]
+
+
 ALL_STEPS: tuple[type[Step], ...] = (
     DynSlice, AllGather, AllToAll, MultiAllToAll, ReduceScatter, AllReduceSlice, AllReduce, Discard, PadUnreduced,
-    Permute, Exchange,
+    Permute, Exchange, ExchangeAllToAll,
 )
 """Every step class: each facet table has an entry for each (``tests/test_architecture.py``)."""
 

@@ -42,6 +42,7 @@ from redist.steps import (
     Discard,
     DynSlice,
     Exchange,
+    ExchangeAllToAll,
     MultiAllToAll,
     PadUnreduced,
     Permute,
@@ -272,7 +273,7 @@ def _multi_all_to_all_fusion(a: Step, b: Step, mesh: Mesh) -> Step | None:
     return MultiAllToAll(a.moves + b.moves)  # type: ignore[attr-defined]
 
 
-@FUSE.register(Permute, Exchange)
+@FUSE.register(Permute, Exchange, ExchangeAllToAll)
 def _no_fusion(a: Step, b: Step, mesh: Mesh) -> Step | None:
     """Two point-to-point schedules are not one schedule."""
     return None
@@ -506,7 +507,7 @@ VARIANTS: FacetTable[Variants] = FacetTable("variants", "redist.synth.VARIANTS")
 """Other steps with the same typing effect (other ways to run the step), tried on the chosen plan."""
 
 
-@VARIANTS.register(DynSlice, AllGather, AllToAll, MultiAllToAll, AllReduce, Discard, PadUnreduced, Permute, Exchange)
+@VARIANTS.register(DynSlice, AllGather, AllToAll, MultiAllToAll, AllReduce, Discard, PadUnreduced, Permute)
 def _no_variants(step: Step) -> tuple[Step, ...]:
     return ()
 
@@ -517,13 +518,28 @@ def _reduce_scatter_variants(step: Step) -> tuple[Step, ...]:
     return (other(step.dim, step.axes),)  # type: ignore[attr-defined]
 
 
+@VARIANTS.register(Exchange, ExchangeAllToAll)
+def _exchange_variants(step: Step) -> tuple[Step, ...]:
+    """The same cells in ``ppermute`` rounds or as one all-to-all (``redist.exchange_a2a``)."""
+    other = ExchangeAllToAll if type(step) is Exchange else Exchange
+    return (other(step.dims, step.unreduced),)  # type: ignore[attr-defined]
+
+
 def _step_variants(plan: Plan, best: _Best) -> None:
     """Each candidate with one step swapped for a variant: a candidate that loses as written may
     win run another way (``unreduced_to_hidden``: reduce-scatter onto hidden loses to a
     reduce-scatter + exchange, all-reduce + slice onto hidden beats both)."""
     for i, step in enumerate(plan.steps):
         for v in VARIANTS[type(step)](step):
-            best.consider(Plan.build(plan.src, plan.steps[:i] + (v,) + plan.steps[i + 1:], plan.cost_model))
+            _consider_built(best, plan.src, plan.steps[:i] + (v,) + plan.steps[i + 1:], plan.cost_model)
+
+
+def _consider_built(best: _Best, src: ShardingType, steps: tuple[Step, ...], cm: CostModel) -> None:
+    """A variant may refuse the types it is given (``ExchangeAllToAll`` of an irregular exchange)."""
+    try:
+        best.consider(Plan.build(src, steps, cm))
+    except StepError:
+        pass
 
 
 def _with_variants(plan: Plan, best: _Best) -> None:
@@ -531,7 +547,7 @@ def _with_variants(plan: Plan, best: _Best) -> None:
     for i, step in enumerate(plan.steps):
         for v in VARIANTS[type(step)](step):
             cur = best.plan or plan
-            best.consider(Plan.build(plan.src, cur.steps[:i] + (v,) + cur.steps[i + 1:], plan.cost_model))
+            _consider_built(best, plan.src, cur.steps[:i] + (v,) + cur.steps[i + 1:], plan.cost_model)
 
 
 def synthesize(src: ShardingType, dst: ShardingType, cm: CostModel = DEFAULT_COST_MODEL) -> Plan:

@@ -18,7 +18,7 @@ from jax.sharding import NamedSharding
 from benchmarks.arrays import make_input
 from benchmarks.cases import NAMED_CASES, Case
 from benchmarks.hlo import local_writes
-from redist import CostModel, redistribute
+from redist import CostModel, ExchangeAllToAll, Plan, redistribute
 from redist.executor import compile_plan
 from spmd_types.jax_interop import to_partition_spec
 
@@ -68,6 +68,18 @@ def test_no_copy_beyond_xla(name: str) -> None:
     ours, xla = _writes(CASES[name], ours=True), _writes(CASES[name], ours=False)
     assert (ours, xla) == ((passes, layout), (xla_passes, xla_layout))
     assert ours[0] <= xla[0] and ours[1] <= xla[1]
+
+
+@pytest.mark.parametrize("name", ["ulysses_seq_to_heads", "ulysses_heads_to_seq"])
+def test_exchange_as_one_all_to_all_copies_as_xla(name: str) -> None:
+    """The Ulysses exchange run as one all-to-all (``ExchangeAllToAll``, static slots): the
+    compiled program writes and reorders exactly as XLA's own (2 passes, 3 layout ops)."""
+    case = CASES[name]
+    plan = Plan.build(case.src_type, (ExchangeAllToAll(case.dst_type.dims),))
+    x, _ = make_input(case.src_type, case.mesh.to_jax())
+    block = max(math.prod(case.src_type.local_shape), math.prod(case.dst_type.local_shape)) * case.src_type.itemsize
+    w = local_writes(compile_plan(plan).lower(x).compile().as_text(), min_bytes=block // 2)
+    assert (round(w.passes(block), 2), w.layout_count()) == _writes(case, ours=False) == (2.0, 3)
 
 
 @pytest.mark.parametrize("name, passes", [

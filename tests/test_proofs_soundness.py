@@ -27,7 +27,7 @@ def test_step_kind_sound(kind: str) -> None:
     if kind != "exchange":  # the replicated-partials bug is in the exchange schedule only
         assert not res.refuted, res.refuted
     allowed_missing = {"dynamic_slice", "discard", "reduce_scatter", "all_reduce_slice", "all_reduce", "pad_unreduced", "all_gather",
-                       "all_to_all", "permute"}
+                       "all_to_all", "permute", "exchange_all_to_all"}  # no all-to-all on one device
     assert kind in allowed_missing or not res.missing, res.missing
     print(res.summary())
 
