@@ -85,14 +85,13 @@ def random_bits_block(op: Op, key: Any, t: ShardingType, offset: Offset) -> Any:
     shape, local = op.outputs[0].shape, t.local_shape
     strides = [int(np.prod(shape[d + 1:])) for d in range(len(shape))]
     index = jnp.zeros(local, jnp.uint32)
-    for d, (s, n) in enumerate(zip(strides, local)):
+    for d, s in enumerate(strides):
         pos = lax.broadcasted_iota(jnp.uint32, local, d)
         if t.dims[d]:
             pos = pos + offset(t, d).astype(jnp.uint32)
         index = index + pos * jnp.uint32(s)
-    kd = jax.random.key_data(key)
-    k1, k2 = (jnp.broadcast_to(kd[i], local) for i in (0, 1))
-    bits1, bits2 = threefry2x32_p.bind(k1, k2, jnp.zeros(local, jnp.uint32), index)
+    kd = jax.random.key_data(key)  # the key words stay scalars (as JAX binds them): the hash's
+    bits1, bits2 = threefry2x32_p.bind(kd[0], kd[1], jnp.zeros(local, jnp.uint32), index)  # loop carries less
     width = int(op.params["bit_width"])
     dtype = {8: jnp.uint8, 16: jnp.uint16, 32: jnp.uint32, 64: jnp.uint64}[width]
     if width == 64:

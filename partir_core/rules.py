@@ -437,9 +437,10 @@ def partitionable_bits(op: Op) -> bool:
     (several keys) or another generator keeps the whole-array generation."""
     import jax
 
+    partitionable = bool(jax.config.jax_threefry_partitionable)  # type: ignore[attr-defined]
     key = op.inputs[0]
     return (op.name == "random_bits" and not key.shape and key.dtype == "key<fry>"
-            and bool(jax.config.jax_threefry_partitionable) and math.prod(op.outputs[0].shape) < 2 ** 32)
+            and partitionable and math.prod(op.outputs[0].shape) < 2 ** 32)
 
 
 def _random_bits(op: Op) -> Rule:
