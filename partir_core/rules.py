@@ -539,8 +539,10 @@ def local_params(op: Op, in_local: Sequence[tuple[int, ...]], out_local: Sequenc
     elif name == "reshape":
         p["new_sizes"] = tuple(out_local[0])
         p["dimensions"] = None
-    elif name in ("iota", "random_bits"):
+    elif name == "iota":
         p["shape"] = tuple(out_local[0])
+    elif name == "random_bits":  # the shape after the key array's own dims
+        p["shape"] = tuple(out_local[0][len(in_local[0]):])
     elif name in ("gather", "dynamic_slice"):
         glob = op.inputs[0].shape
         p["slice_sizes"] = tuple(
