@@ -132,3 +132,11 @@ GFLOP/s per device on matmuls, 0.5 G elements/s elementwise, per round 48 us (al
 210 us (all-gather / reduce-scatter), 548 us (all-to-all), 0.65 GB/s. Spearman rank correlation of
 score and clock, before (one FLOP rate, the partitioner's cost model) -> after: MLP 0.88 -> 0.95,
 transformer 0.94 -> 0.97, GPT 0.93 -> 0.92."""
+
+
+def predict_s(low: Lowered, sim: Simulation, profile: CostProfile = CPU8) -> float:
+    """A partitioned step's predicted seconds: local work by the profile's calibrated compute
+    rates (matmul FLOPs, elementwise work) plus every collective priced by the backend's measured
+    profile (``Simulation.measured_comm_s``: per-kind overhead and bandwidth from
+    ``redist calibrate``), rather than one FLOP rate and the planning model's latencies."""
+    return profile.compute_s(features(low, sim)) + sim.measured_comm_s

@@ -39,6 +39,8 @@ def _sharded(t: ShardingType | None, d: int | None) -> bool:
 
 def needs_offset(op: Op, in_types: Sequence[ShardingType | None], out_types: Sequence[ShardingType],
                  combine: Sequence[str]) -> bool:
+    if op.name == "random_bits":
+        return any(out_types[0].dims)
     if op.name == "iota":
         return bool(out_types[0].dims[int(op.params["dimension"])])
     if op.name in ("argmax", "argmin"):
@@ -70,6 +72,33 @@ def _scatter(op: Op, params: dict[str, Any], args: list[Any], off: Any, n: int) 
     return op.prim.bind(operand, jnp.where(ok, local, n), upd, **params)  # index n: dropped
 
 
+def random_bits_block(op: Op, key: Any, t: ShardingType, offset: Offset) -> Any:
+    """This device's block of ``random_bits(key, shape)``, equal bit for bit to that block of the
+    whole array (JAX's partitionable threefry: element i is ``threefry(key, (0, i))`` for its
+    row-major global index i, then the two words combined as ``bit_width`` asks)."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from jax import lax
+    from jax.extend.random import threefry2x32_p
+
+    shape, local = op.outputs[0].shape, t.local_shape
+    strides = [int(np.prod(shape[d + 1:])) for d in range(len(shape))]
+    index = jnp.zeros(local, jnp.uint32)
+    for d, s in enumerate(strides):
+        pos = lax.broadcasted_iota(jnp.uint32, local, d)
+        if t.dims[d]:
+            pos = pos + offset(t, d).astype(jnp.uint32)
+        index = index + pos * jnp.uint32(s)
+    kd = jax.random.key_data(key)  # the key words stay scalars (as JAX binds them): the hash's
+    bits1, bits2 = threefry2x32_p.bind(kd[0], kd[1], jnp.zeros(local, jnp.uint32), index)  # loop carries less
+    width = int(op.params["bit_width"])
+    dtype = {8: jnp.uint8, 16: jnp.uint16, 32: jnp.uint32, 64: jnp.uint64}[width]
+    if width == 64:
+        return (bits1.astype(dtype) << jnp.asarray(32, dtype)) | bits2.astype(dtype)
+    return (bits1 ^ bits2).astype(dtype)
+
+
 def run_local(op: Op, in_types: Sequence[ShardingType | None], out_types: Sequence[ShardingType],
               args: list[Any], offset: Offset, combine: Sequence[str] = ()) -> list[Any]:
     """``op`` on one device's blocks (before any all-reduce(max/min) its combine axes need)."""
@@ -81,6 +110,8 @@ def run_local(op: Op, in_types: Sequence[ShardingType | None], out_types: Sequen
         assert t is not None
         run = _gather if op.name == "gather" else _scatter
         return [run(op, params, args, offset(t, d), t.local_shape[d])]
+    if op.name == "random_bits" and any(out_types[0].dims):
+        return [random_bits_block(op, args[0], out_types[0], offset)]
     out = op.prim.bind(*args, **params)
     outs = list(out) if op.prim.multiple_results else [out]
     if op.name == "iota":

@@ -31,6 +31,7 @@ from partir_core.local import arg_value, run_local
 from partir_core.propagate import Layout, factor_axes, layout_from_factors
 from partir_core.rules import COMBINE, COMBINERS, CONTRACT, NOSHARD, PASS, Linearity, Rule
 from redist import CostModel, Plan, redistribute
+from redist.cost import KindCost
 from spmd_types import Mesh, ShardingType, ShardingTypeError
 from spmd_types.memo import Scope, memo
 
@@ -81,13 +82,22 @@ class Lowered:
         return [m for s in self.steps for m in s.moves] + list(self.out_moves)
 
 
-PARTITIONER_COST_MODEL = CostModel(latency_s=10e-6, objective="time")
+_KINDS = ("all_reduce", "all_reduce_slice", "all_gather", "reduce_scatter", "all_to_all", "permute", "exchange")
+PARTITIONER_COST_MODEL = CostModel(latency_s=10e-6, objective="time", kind_costs=tuple(
+    (k, KindCost(10e-6, 0.0, 50e9)) for k in _KINDS))
 """A compiler wants the fastest move, not the fewest bytes at any latency (a scalar loss must not
 become a many-round exchange to save a byte): inside programs redist minimises estimated time.
-Each collective in a compiled step also pays a launch and a synchronisation, so the latency is
-set at twice redist's default: at 5 us a Megatron all-reduce of 1 MB over ``model`` became an
-all-reduce over half the batch plus an all-gather over ``data`` (fewer bytes, one more
-collective), which ran slower than XLA's single all-reduce (benchmarks/partitioner.py, GPT MP)."""
+Each collective in a compiled step pays a launch and a synchronisation: 10 us per collective
+whatever its group (XLA:CPU runs collectives in process; the measured profile's per-kind
+overheads do not grow with the group), plus bytes at 50 GB/s. Why not the ring's latency per
+round: at 10 us a round, an all-reduce of a 1 KB LayerNorm gradient over 8 devices cost 60 us
+against 20 us over 2, so Megatron-SP's backward all-reduced each full activation (2x the bytes
+of a reduce-scatter) to keep the small gradient's all-reduce on ``data`` alone. Why not 5 us: a
+Megatron all-reduce of 1 MB over ``model`` became an all-reduce over half the batch plus an
+all-gather (fewer bytes, one more collective), which ran slower than XLA's single all-reduce.
+Why not the measured profile itself (``redist.profile.default_cost_model``): its per-kind fits
+are noisy enough to pick reduce-scatter + all-to-all pairs over one collective (GPT SP: 12
+all-to-alls); the simulator prices the chosen moves with it instead (``Simulation.predict_s``)."""
 
 
 @memo(Scope.TYPE, maxsize=65536)
@@ -166,6 +176,17 @@ class _Planner:
         idx = [i for i, t in enumerate(produced) if t is not None]
         cands = [("result-led", self._gather_assign(rule, res + ins, len(res))),
                  ("operand-led", self._gather_assign(rule, ins + res, 0))]
+        # operands as produced, their unsharded dims kept whole: pending sums added before one
+        # reduce-scatter (Megatron-SP's backward) instead of each reduce-scattered to the result
+        strict = self._gather_assign(rule, ins + res, len(ins))
+        if all(strict != a for _, a in cands):
+            cands.append(("as-produced", strict))
+        # operands in their propagated layouts: a pending sum read twice is reduce-scattered into
+        # the layout its readers share instead of all-reduced whole and sliced
+        prop = [(d, self.layouts[a.id]) for a, d in zip(op.inputs, rule.operands) if isinstance(a, Value)]
+        led = self._gather_assign(rule, prop + res, len(prop))
+        if all(led != a for _, a in cands):
+            cands.append(("propagated", led))
         if len(ins) > 1:
             for i, src in zip(idx, ins):
                 cands.append((f"operand {i}-led", self._gather_assign(rule, [src] + res, 0)))

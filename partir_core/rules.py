@@ -423,10 +423,34 @@ def _bitcast(op: Op) -> Rule:
     return b.build()
 
 
-# random numbers: keys stay replicated and random bits are generated whole on every device (no
-# communication; equal to the unpartitioned program bit for bit), then sliced to what consumers need
-_RANDOM = ("random_seed", "random_bits", "random_split", "random_fold_in", "random_wrap",
+# random numbers: keys stay replicated (no communication); random bits are generated only for a
+# device's block where the generator is partitionable (``random_bits``, see ``_random_bits``)
+_RANDOM = ("random_seed", "random_split", "random_fold_in", "random_wrap",
            "random_unwrap", "random_clone", "threefry2x32")
+
+
+def partitionable_bits(op: Op) -> bool:
+    """Whether a block of ``random_bits`` can be generated alone, equal bit for bit to the same
+    block of the whole array: JAX's partitionable threefry hashes each element's global index
+    (``jax_threefry_partitionable``, the default), so a device hashes only its block's indices
+    (``local.random_bits_block``). A 32-bit index covers the arrays handled here; a key array
+    (several keys) or another generator keeps the whole-array generation."""
+    import jax
+
+    partitionable = bool(jax.config.jax_threefry_partitionable)  # type: ignore[attr-defined]
+    key = op.inputs[0]
+    return (op.name == "random_bits" and not key.shape and key.dtype == "key<fry>"
+            and partitionable and math.prod(op.outputs[0].shape) < 2 ** 32)
+
+
+def _random_bits(op: Op) -> Rule:
+    """Partitionable random bits: each result dimension may be sharded (no operand has it)."""
+    if not partitionable_bits(op):
+        return _replicate(op)
+    b = _RB(op)
+    for d, n in enumerate(op.outputs[0].shape):
+        b.factor(n, PASS, results=[(0, d)])
+    return b.build()
 
 
 RuleFn = Callable[[Op], Rule]
@@ -456,6 +480,7 @@ RULES.update({
     "scatter": lambda op: _scatter(op, False), "bitcast_convert_type": _bitcast,
 })
 RULES.update({name: _replicate for name in _RANDOM})
+RULES["random_bits"] = _random_bits
 RULES.update({name: _replicate for name in STRUCTURED})  # placeholders: layouts come from ties
 
 
@@ -516,6 +541,8 @@ def local_params(op: Op, in_local: Sequence[tuple[int, ...]], out_local: Sequenc
         p["dimensions"] = None
     elif name == "iota":
         p["shape"] = tuple(out_local[0])
+    elif name == "random_bits":  # the shape after the key array's own dims
+        p["shape"] = tuple(out_local[0][len(in_local[0]):])
     elif name in ("gather", "dynamic_slice"):
         glob = op.inputs[0].shape
         p["slice_sizes"] = tuple(

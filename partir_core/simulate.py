@@ -6,6 +6,12 @@ Peak memory is the largest sum of live local buffers over the program order (a b
 the step producing it to its last reader; inputs from the start, outputs to the end); a loop or
 branch adds its body's own peak while it runs.
 
+Each collective carries two times: ``time_s`` under the partitioner's planning model (what the
+lowering minimised) and ``measured_s``, the same step priced by the measured profile of the
+running backend (``redist.profile.default_cost_model``: per-kind overhead and bandwidth fitted
+to clocks), which is what a predicted step time adds to its compute term
+(``auto_profile.predict_s``).
+
 A collective inside a ``scan`` body runs ``length`` times: it appears once in the program text
 (``hlo_counts``) and ``length`` times in the executed counts, bytes and time. A ``while`` loop's
 trip count is unknown before running, so its body counts once; every ``cond`` branch counts
@@ -17,11 +23,13 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from partir_core.ir import Value
 from partir_core.lower import Lowered, Move, OpDecision
 from partir_core.rules import COMBINERS
+from redist import CostModel, Plan
+from redist.profile import default_cost_model
 from spmd_types import ShardingType
 
 # how each redist step kind appears in StableHLO (exchange/permute: one collective_permute per round)
@@ -34,6 +42,14 @@ _MOVEMENT = {"broadcast_in_dim", "reshape", "transpose", "squeeze", "iota", "gat
              "convert_element_type", "stop_gradient", "split", "select_n"}
 
 
+RANDOM_BITS_WORK = 30.0
+"""Elementwise-op equivalents of one element of ``random_bits``: a threefry hash is 20 rounds of
+add/rotate/xor plus key injections; on this backend (XLA:CPU, one device) 262,144 random words
+took 4.0-4.6 ms against 0.13 ms for a fused multiply-add over as many floats (about 30x), as
+long as a 1024x256x256 matmul. Counted as 1, the dropout masks of a replicated residual stream
+(MP) hid a third of MP's local work from the predicted time."""
+
+
 @dataclass(frozen=True)
 class Collective:
     kind: str
@@ -44,6 +60,8 @@ class Collective:
     src: str
     dst: str
     repeat: int = 1
+    measured_s: float = 0.0
+    """This step's time under the backend's measured profile (see the module docstring)."""
 
 
 @dataclass(frozen=True)
@@ -59,7 +77,13 @@ class Simulation:
 
     @property
     def comm_time_s(self) -> float:
+        """Communication time under the planning model (``lower.PARTITIONER_COST_MODEL``)."""
         return sum(c.time_s * c.repeat for c in self.collectives)
+
+    @property
+    def measured_comm_s(self) -> float:
+        """Communication time under the backend's measured profile."""
+        return sum(c.measured_s * c.repeat for c in self.collectives)
 
     def counts(self) -> dict[str, int]:
         """Collectives executed, by redist step kind (one in a scan body counts once per iteration)."""
@@ -95,18 +119,21 @@ def op_flops(st: OpDecision) -> float:
         return 2.0 * math.prod(st.out_types[0].local_shape) * k
     if op.name in _MOVEMENT:
         return 0.0
+    if op.name == "random_bits":
+        return RANDOM_BITS_WORK * st.out_types[0].local_size
     if op.name.startswith(("reduce_", "arg", "cum")):
         t = st.in_types[0]
         return float(t.local_size) if t is not None else 0.0
     return float(sum(t.local_size for t in st.out_types))
 
 
-def _collectives(mv: Move, repeat: int = 1) -> list[Collective]:
+def _collectives(mv: Move, measured: CostModel) -> list[Collective]:
     out = []
-    for s, m in zip(mv.plan.steps, mv.plan.measures):
+    again = replace(mv.plan, cost_model=measured).measures
+    for s, m, mm in zip(mv.plan.steps, mv.plan.measures, again):
         if m.rounds > 0:
             out.append(Collective(s.kind, m.recv_bytes, m.time_s, m.rounds, mv.reason, str(mv.src),
-                                  str(mv.dst), repeat))
+                                  str(mv.dst), 1, mm.time_s))
     return out
 
 
@@ -121,21 +148,24 @@ def _hlo_ops(mv: Move) -> Counter[str]:
     return typed
 
 
-def _combine(st: OpDecision) -> list[Collective]:
+def _combine(st: OpDecision, measured: CostModel) -> list[Collective]:
     """The all-reduce(max/min) finishing a reduction over a sharded dimension (arg*: two)."""
     assert st.combine_plan is not None
     rounds = 2 if st.op.name in ("argmax", "argmin") else 1
-    m = st.combine_plan
+    m: Plan = st.combine_plan
     reason = f"op #{st.op.index} {st.op.name} all-reduce({COMBINERS[st.op.name]}) over {','.join(st.combine)}"
-    return [Collective("all_reduce", m.recv_bytes, m.time_s, 1, reason, str(m.src), str(m.dst))] * rounds
+    return [Collective("all_reduce", m.recv_bytes, m.time_s, 1, reason, str(m.src), str(m.dst), 1,
+                       replace(m, cost_model=measured).time_s)] * rounds
 
 
 def _trips(st: OpDecision) -> int:
     return int(st.op.params["length"]) if st.op.name == "scan" else 1
 
 
-def simulate(low: Lowered) -> Simulation:
-    """Predict the partitioned program's per-device cost without running it."""
+def simulate(low: Lowered, measured: CostModel | None = None) -> Simulation:
+    """Predict the partitioned program's per-device cost without running it (collectives priced
+    by the planning model and by ``measured``, default: the backend's measured profile)."""
+    measured = measured if measured is not None else default_cost_model()
     moves = [mv for st in low.steps for mv in st.moves] + list(low.out_moves)
     hlo: Counter[str] = Counter()
     for mv in moves:
@@ -144,21 +174,20 @@ def simulate(low: Lowered) -> Simulation:
     flops = 0.0
     extra: dict[int, int] = {}
     for i, st in enumerate(low.steps, start=1):
-        colls += [c for mv in st.moves for c in _collectives(mv)]
+        colls += [c for mv in st.moves for c in _collectives(mv, measured)]
         flops += op_flops(st)
         if st.combine_plan is not None:
-            combined = _combine(st)
+            combined = _combine(st, measured)
             colls += combined
             hlo["all_reduce"] += len(combined)
         for body in st.bodies:
-            sub = simulate(body)
+            sub = simulate(body, measured)
             k = _trips(st)
-            colls += [Collective(c.kind, c.recv_bytes, c.time_s, c.rounds, c.reason, c.src, c.dst,
-                                 c.repeat * k) for c in sub.collectives]
+            colls += [replace(c, repeat=c.repeat * k) for c in sub.collectives]
             flops += sub.flops * k
             hlo.update(dict(sub.hlo))
             extra[i] = max(extra.get(i, 0), sub.peak_bytes)
-    colls += [c for mv in low.out_moves for c in _collectives(mv)]
+    colls += [c for mv in low.out_moves for c in _collectives(mv, measured)]
     return Simulation(flops, tuple(colls), _peak(low, extra), tuple(sorted(hlo.items())))
 
 
