@@ -37,12 +37,12 @@ meshes (``x=8``, ``2x4``, ``4x2``, ``2x2x2``: axes of 4 and 8 are where plans us
 
 OBJECTIVES: tuple[tuple[str, CostModel | None], ...] = (
     ("bytes (CostModel(objective='bytes'), the transfer bound)", CostModel(objective="bytes")),
-    ("time (CostModel(objective='time'), the partitioner's)", CostModel(objective="time")),
+    ("time (CostModel(objective='time'), the unmeasured alpha-beta model)", CostModel(objective="time")),
     ("measured (redistribute's default: the shipped CPU profile, redist/profiles/cpu.json)", None),
 )
 """Every case is planned under three objectives: least bytes (the transfer guarantee), the
-partitioner's least estimated time under the unmeasured alpha-beta model
-(``partir_core.lower.PARTITIONER_COST_MODEL``), and ``redistribute``'s default, least time under
+least estimated time under the unmeasured alpha-beta model (``CostModel(objective="time")``:
+latency per ring round, one bandwidth), and ``redistribute``'s default, least time under
 the measured CPU profile (these change when the profile is recalibrated)."""
 
 
