@@ -331,6 +331,7 @@ class _Routed(NamedTuple):
     local: _Items    # src == dst, in the order each device adds them
     merge: _Items    # phase A: old blocks -> targets / roots
     forward: _Items  # phase B: roots -> other targets
+    level: np.ndarray  # [forward] phase-B level: the rounds of level l follow those of level l-1
 
 
 def _route_direct(dev: DeviceTables, rows: _NeedRows, needs: _Needs, sel: np.ndarray, h: _Holders) -> _Routed:
@@ -344,7 +345,7 @@ def _route_direct(dev: DeviceTables, rows: _NeedRows, needs: _Needs, sel: np.nda
     far = sel[~held]
     s = _senders(h, h.find(needs.code[rows.need[far]]), rows.device[far])
     merge = _items(s, rows.device[far], needs.start[rows.need[far]] - dev.old_start[s], rows.offset[far])
-    return _Routed(local, merge, _Items.of([], dev.old_start.shape[1]))
+    return _Routed(local, merge, _Items.of([], dev.old_start.shape[1]), np.zeros(0, dtype=np.int64))
 
 
 def _route_reduced(dev: DeviceTables, rows: _NeedRows, needs: _Needs, sel: np.ndarray, h: _Holders,
@@ -370,8 +371,39 @@ def _route_reduced(dev: DeviceTables, rows: _NeedRows, needs: _Needs, sel: np.nd
     merge = _items(s, root[need[far]], needs.start[need[far]] - dev.old_start[s], root_off[need[far]])
     rest = order[~is_root]
     rest = rest[np.lexsort((rows.device[rest], rows.need[rest]))]
-    fwd = _items(root[rows.need[rest]], rows.device[rest], root_off[rows.need[rest]], rows.offset[rest])
-    return _Routed(local, merge, fwd if len(rest) else _Items.of([], rank))
+    if not len(rest):
+        return _Routed(local, merge, _Items.of([], rank), np.zeros(0, dtype=np.int64))
+    fwd, level = _forwarding(rows, rest, root, root_off)
+    return _Routed(local, merge, fwd, level)
+
+
+def _forwarding(rows: _NeedRows, rest: np.ndarray, root: np.ndarray, root_off: np.ndarray) -> tuple[_Items, np.ndarray]:
+    """Phase B: each need's sum from its root to its other targets ``rest`` (need-major), and the
+    level of each transfer. A *star* (the root sends to all, one level) unless a *doubling tree*
+    needs fewer rounds: target ``j`` (1-based, per need) receives at level ``floor(log2 j)`` from
+    target ``j - 2**level`` (0: the root), which has the sum from an earlier level. Bytes are the
+    same (one cell per non-root target); rounds are the max degree of the star, against the sum
+    over levels of each level's max degree."""
+    need = rows.need[rest]
+    star = _items(root[need], rows.device[rest], root_off[need], rows.offset[rest])
+    if _max_degree(star.src, star.dst) <= 2:
+        return star, np.zeros(len(rest), dtype=np.int64)
+    j = np.arange(1, len(rest) + 1) - np.searchsorted(need, need)  # 1-based index among the need's targets
+    level = np.floor(np.log2(j)).astype(np.int64)
+    level += (np.left_shift(1, level + 1) <= j).astype(np.int64) - (np.left_shift(1, level) > j)
+    frm = j - np.left_shift(1, level)  # 0: the root, else the need's target number frm
+    row = rest[np.maximum(np.arange(len(rest)) - j + frm, 0)]
+    tree = _items(np.where(frm == 0, root[need], rows.device[row]), rows.device[rest],
+                  np.where((frm == 0)[:, None], root_off[need], rows.offset[row]), rows.offset[rest])
+    star_rounds = _max_degree(star.src, star.dst)
+    tree_rounds = sum(_max_degree(tree.src[level == lv], tree.dst[level == lv]) for lv in range(int(level.max()) + 1))
+    if tree_rounds < star_rounds:
+        return tree, level
+    return star, np.zeros(len(rest), dtype=np.int64)
+
+
+def _max_degree(src: np.ndarray, dst: np.ndarray) -> int:
+    return int(max(np.bincount(src).max(), np.bincount(dst).max())) if len(src) else 0
 
 
 def _device_group(h: _Holders, n_dev: int) -> np.ndarray:
@@ -438,7 +470,8 @@ def _local_rounds(n_dev: int, it: _Items) -> list[Round]:
 def _pack_schedule(grid: CellGrid, n_dev: int, routed: _Routed, torus: Sequence[int]) -> Schedule:
     """Local copies, then phase A, then phase B."""
     rounds = _coloured_rounds(n_dev, routed.merge, False, torus)
-    rounds += _coloured_rounds(n_dev, routed.forward, True, torus)
+    for lv in range(int(routed.level.max()) + 1 if len(routed.level) else 0):
+        rounds += _coloured_rounds(n_dev, routed.forward.take(np.flatnonzero(routed.level == lv)), True, torus)
     received = np.concatenate([routed.merge.dst, routed.forward.dst])
     recv_cells = np.bincount(received, minlength=n_dev).astype(np.int64)
     return Schedule(grid.cell, tuple(_local_rounds(n_dev, routed.local)), tuple(rounds), recv_cells)

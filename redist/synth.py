@@ -416,9 +416,11 @@ def _pending_sum_rounds(cur: ShardingType, dst: ShardingType, cell: int, mean_ce
     """Rounds the exchange schedule (``redist.exchange``) needs at least, moving one cell per device
     and round: the average receipt (``mean_cells``, from the bound) and, without pending sums in
     ``dst``, every device's missing cells; where partials are summed (``k > 1`` of them per element),
-    the root receives ``k - 1`` cells in the merge phase and then forwards the sum to each other
-    target of the element, one per group of devices that differ only along ``dst``'s unreduced
-    axes, in a separately coloured phase."""
+    the root receives ``k - 1`` cells in the merge phase and then the sum reaches each other target
+    of the element (one per group of devices that differ only along ``dst``'s unreduced axes) in a
+    separately coloured phase: at least ``ceil(log2 targets)`` rounds, since the devices holding
+    the sum at most double per round (the exchange forwards along a doubling tree where that
+    beats a star)."""
     rounds = math.ceil(mean_cells * TIME_SLACK)
     if not dst.unreduced:
         rounds = max(rounds, int(closed_form(cur, dst).missing.max()) // cell)
@@ -428,7 +430,7 @@ def _pending_sum_rounds(cur: ShardingType, dst: ShardingType, cell: int, mean_ce
     if k > 1:
         sharded = {a for d in dims_atoms(dst) for a in d}
         targets = m.size // math.prod(a.size for a in sharded | ud)
-        rounds = max(rounds, k - 1 + targets - 1)
+        rounds = max(rounds, k - 1 + (targets - 1).bit_length())
     return rounds
 
 

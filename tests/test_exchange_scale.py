@@ -81,12 +81,36 @@ def _at_bound(s: ShardingType, d: ShardingType) -> Schedule:
 
 def test_pending_sum_on_a_binary_mesh_at_the_bound() -> None:
     """The issue-12 pair ``f32[N@a0]{U:a1} -> f32[N@a1]`` on 10 axes of 2: one merge round into
-    each root, then the sum forwarded as a star (``|T| - 1`` rounds, docs/design.md 13.3)."""
+    each root, then the sum forwarded along a doubling tree: ``log2 |T|`` = 9 rounds of 2, 4, ...
+    512 pairs (a star would take ``|T| - 1`` = 511 rounds for the same bytes)."""
     mesh = Mesh({f"a{i}": 2 for i in range(10)})
     sch = _at_bound(parse("f32[1024@a0]{U:a1}", mesh), parse("f32[1024@a1]", mesh))
     _valid(sch)
     assert int(sch.recv_cells.sum()) == 1024
-    assert len(sch.rounds) == 1 + (512 - 1)
+    assert [len(r.pairs) for r in sch.rounds] == [2] + [2 << i for i in range(9)]
+    assert [r.from_output for r in sch.rounds] == [False] + [True] * 9
+
+
+@pytest.mark.parametrize("axes,src,dst,rounds", [
+    ({"x": 2, "y": 4}, "s32[8@x]{U:y}", "s32[8]", 3 + 5),  # 2 sums: tree levels of 1, 2, 2 rounds (star: 7)
+    ({"x": 2, "y": 4}, "s32[4,6]{U:(x,y)}", "s32[4,6]", 7 + 3),  # k = 8 partials, 8 targets
+    ({"x": 2, "y": 2}, "s32[8@x]{U:y}", "s32[8@y]", 1 + 1),      # one target each: no tree
+])
+def test_forwarding_tree_sums_exactly(axes: dict[str, int], src: str, dst: str, rounds: int) -> None:
+    """Tree-forwarded sums (senders that received the sum in an earlier level forward it) are the
+    global sum on every device (simulator against NumPy), at the bound, in the counted rounds."""
+    from redist.plan import Plan
+    from redist.simulate import check, scatter, simulate
+    from redist.steps import Exchange
+
+    mesh = Mesh(axes)
+    s, d = parse(src, mesh), parse(dst, mesh)
+    sch = _at_bound(s, d)
+    _valid(sch)
+    assert len(sch.rounds) == rounds
+    x = np.arange(math.prod(s.shape), dtype=np.int32).reshape(s.shape)
+    p = Plan.build(s, (Exchange(d.dims, d.sorted_unreduced()),))
+    check(simulate(p.steps, p.all_types, scatter(x, s, np.random.default_rng(0))), d, x)
 
 
 @pytest.mark.parametrize("axes,src,dst", [
