@@ -39,15 +39,18 @@ from spmd_types import ShardingType
 from spmd_types.layout import block_bounds
 from spmd_types.memo import Scope, memo
 
-MAX_CELLS = 1 << 16
+MAX_CELLS = 1 << 20
 """Exchanges of more (device, cell, reduced partial) triples than this are refused unless each
-device handles at most ``MAX_DEVICE_CELLS`` of them: so 65,536 devices moving one or two cells
-each (the issue-12 pairs on 16 axes of 2) plan at the transfer bound, while candidates whose
-blocks are finer than needed (thousands of cells per device) are not scheduled at all. A refusal
-is ``ExchangeTooFineError``, a ``StepError``: the synthesizer skips that candidate."""
+device handles at most ``MAX_DEVICE_CELLS`` of them. ``schedule`` is NumPy passes over these
+triples (about 1 s at this size on one core; its edge colouring is Euler splits in C), so 8,192
+devices moving 64 cells each are scheduled (every issue-12 ladder pair on 12 and 13 axes of 2
+whose types share no unreduced axis plans at the transfer bound); finer candidates are skipped. A refusal is ``ExchangeTooFineError``,
+a ``StepError``: the synthesizer skips that candidate, and ``redist bench-plan --ladder`` counts
+the plans above the bound because of it (docs/design.md 13.3)."""
 
 MAX_DEVICE_CELLS = 16
-"""(cell, reduced partial) pairs per device always allowed, whatever the mesh size."""
+"""(cell, reduced partial) pairs per device always allowed, whatever the mesh size: 65,536 devices
+moving one to sixteen cells each are scheduled."""
 
 
 class ExchangeTooFineError(StepError):
@@ -133,6 +136,11 @@ def _partial_axes(old: ShardingType, new: ShardingType) -> PartialAxes:
 def _cell_grid(old: ShardingType, new: ShardingType) -> CellGrid:
     cell = tuple(math.gcd(a, b) for a, b in zip(old.local_shape, new.local_shape))
     return CellGrid(cell, tuple(n // c for n, c in zip(new.local_shape, cell)))
+
+
+def check_size(old: ShardingType, new: ShardingType) -> None:
+    """Raise ``ExchangeTooFineError`` if ``schedule(old, new)`` would be refused (its size limit)."""
+    _check_size(old, new, _cell_grid(old, new), _partial_axes(old, new))
 
 
 def _check_size(old: ShardingType, new: ShardingType, grid: CellGrid, axes: PartialAxes) -> None:

@@ -120,3 +120,18 @@ def test_forwarding_tree_sums_exactly(axes: dict[str, int], src: str, dst: str, 
 def test_realistic_meshes_at_the_bound(axes: dict[str, int], src: str, dst: str) -> None:
     mesh = Mesh(axes)
     _valid(_at_bound(parse(src, mesh), parse(dst, mesh)))
+
+
+def test_ladder_names_why_a_plan_is_above_the_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``redist bench-plan --ladder`` splits plans above the bound by cause: types sharing an
+    unreduced axis (the bound is not tight there) and exchanges refused by ``MAX_CELLS``."""
+    from benchmarks.planning import _above_cause
+    from redist import exchange
+
+    mesh = Mesh({"x": 2, "y": 3})
+    assert _above_cause(parse("s32[12@y,6]{U:x}", mesh), parse("s32[12,6]{U:x}", mesh)) == "shared"
+    s, d = parse("s32[12@y]", mesh), parse("s32[12@x]", mesh)
+    assert _above_cause(s, d) == "other"
+    monkeypatch.setattr(exchange, "MAX_CELLS", 1)
+    monkeypatch.setattr(exchange, "MAX_DEVICE_CELLS", 0)
+    assert _above_cause(s, d) == "refused"
