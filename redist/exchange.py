@@ -461,10 +461,22 @@ def _pack(n_dev: int, it: _Items, idx: np.ndarray, from_output: bool = False) ->
 def _coloured_rounds(n_dev: int, it: _Items, from_output: bool, torus: Sequence[int]) -> list[Round]:
     """The fewest rounds in which no device sends or receives two cells (``redist.colouring``,
     seeded with the mesh offsets of ``torus``)."""
+    if not len(it.src):
+        return []
     col = colours(it.src, it.dst, torus)
+    n_rounds, rank = int(col.max()) + 1, it.src_offset.shape[1]
+    send = np.zeros((n_rounds, n_dev, rank), dtype=np.int64)  # every round's arrays in one pass
+    recv = np.zeros((n_rounds, n_dev, rank), dtype=np.int64)
+    valid = np.zeros((n_rounds, n_dev), dtype=bool)
+    send[col, it.src] = it.src_offset
+    recv[col, it.dst] = it.dst_offset
+    valid[col, it.dst] = True
     order = np.argsort(col, kind="stable")
-    classes = np.split(order, np.flatnonzero(np.diff(col[order])) + 1) if len(order) else []
-    return [_pack(n_dev, it, c, from_output) for c in classes]
+    order = order[it.src[order] != it.dst[order]]
+    cuts = np.searchsorted(col[order], np.arange(1, n_rounds))
+    src, dst = np.split(it.src[order], cuts), np.split(it.dst[order], cuts)
+    return [Round(tuple(zip(src[r].tolist(), dst[r].tolist())), send[r], recv[r], valid[r], from_output)
+            for r in range(n_rounds)]
 
 
 def _local_rounds(n_dev: int, it: _Items) -> list[Round]:
