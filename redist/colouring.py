@@ -88,7 +88,8 @@ def _flip_path(edges: Sequence[Edge], colour: list[int], at: _At, receiver: int,
         c, o = o, c
 
 
-def _degree(src: np.ndarray, dst: np.ndarray) -> int:
+def degree(src: np.ndarray, dst: np.ndarray) -> int:
+    """``max_degree`` of arrays of senders and receivers."""
     if not len(src):
         return 0
     return int(max(np.bincount(src).max(), np.bincount(dst).max()))
@@ -122,7 +123,7 @@ def colours(src: np.ndarray, dst: np.ndarray, torus: Sequence[int] | None = None
     colours (largest first, the earliest edge on ties); up to ``MAX_FLIPPED`` edges outside them are
     inserted by alternating-path flips; beyond that the whole graph is coloured by ``_colour``."""
     src, dst = np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64)
-    n_col = _degree(src, dst)
+    n_col = degree(src, dst)
     if not n_col:
         return np.zeros(0, dtype=np.int64)
     colour = _offset_colours(src, dst, torus)

@@ -32,7 +32,7 @@ from typing import NamedTuple
 import numpy as np
 
 from redist.atoms import Atom, unreduced_atoms
-from redist.colouring import colours
+from redist.colouring import colours, degree
 from redist.errors import StepError
 from redist.groups import atoms_index, group_key, replica_index
 from spmd_types import ShardingType
@@ -394,7 +394,7 @@ def _forwarding(rows: _NeedRows, rest: np.ndarray, root: np.ndarray, root_off: n
     over levels of each level's max degree."""
     need = rows.need[rest]
     star = _items(root[need], rows.device[rest], root_off[need], rows.offset[rest])
-    if _max_degree(star.src, star.dst) <= 2:
+    if degree(star.src, star.dst) <= 2:
         return star, np.zeros(len(rest), dtype=np.int64)
     j = np.arange(1, len(rest) + 1) - np.searchsorted(need, need)  # 1-based index among the need's targets
     level = np.floor(np.log2(j)).astype(np.int64)
@@ -403,15 +403,11 @@ def _forwarding(rows: _NeedRows, rest: np.ndarray, root: np.ndarray, root_off: n
     row = rest[np.maximum(np.arange(len(rest)) - j + frm, 0)]
     tree = _items(np.where(frm == 0, root[need], rows.device[row]), rows.device[rest],
                   np.where((frm == 0)[:, None], root_off[need], rows.offset[row]), rows.offset[rest])
-    star_rounds = _max_degree(star.src, star.dst)
-    tree_rounds = sum(_max_degree(tree.src[level == lv], tree.dst[level == lv]) for lv in range(int(level.max()) + 1))
+    star_rounds = degree(star.src, star.dst)
+    tree_rounds = sum(degree(tree.src[level == lv], tree.dst[level == lv]) for lv in range(int(level.max()) + 1))
     if tree_rounds < star_rounds:
         return tree, level
     return star, np.zeros(len(rest), dtype=np.int64)
-
-
-def _max_degree(src: np.ndarray, dst: np.ndarray) -> int:
-    return int(max(np.bincount(src).max(), np.bincount(dst).max())) if len(src) else 0
 
 
 def _device_group(h: _Holders, n_dev: int) -> np.ndarray:

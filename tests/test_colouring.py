@@ -157,8 +157,7 @@ def test_large_binary_graph_in_max_degree_rounds() -> None:
     recursion): exactly max degree rounds."""
     import numpy as np
 
-    from redist.colouring import _degree as degree
-    from redist.colouring import colours
+    from redist.colouring import colours, degree
     rng = np.random.default_rng(1)
     src, dst = rng.integers(0, 4096, 65536), rng.integers(0, 4096, 65536)
     col = colours(src, dst, (2,) * 12)
