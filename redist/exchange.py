@@ -180,22 +180,42 @@ class _NeedRows(NamedTuple):
 
 
 def _need_rows(grid: CellGrid, dev: DeviceTables, shape: Offset) -> _NeedRows:
+    """Rows device-major, cells in ``np.ndindex`` order within a block: each device's cells are
+    its block's first cell plus one shared table of cell offsets (a broadcast sum, not a per-row
+    unravel). Every (global cell, kept) pair is needed by some device, so the needs are numbered
+    in order of first need on dense tables of that size (no sort of the rows)."""
+    rank = len(grid.cell)
     cell = np.array(grid.cell, dtype=np.int64)
     n_cells = math.prod(grid.per_block)
-    row = np.arange(dev.n_devices * n_cells, dtype=np.int64)
-    device, index = np.divmod(row, n_cells)
-    offset = np.stack(np.unravel_index(index, grid.per_block), axis=-1) * cell if len(cell) else \
-        np.zeros((len(row), 0), dtype=np.int64)  # cells in np.ndindex order
-    gcell = (dev.new_start[device] + offset) // cell if len(cell) else offset
+    device = np.repeat(np.arange(dev.n_devices, dtype=np.int64), n_cells)
+    if not rank:  # a scalar: one cell per device
+        idx, base = np.zeros((1, 0), dtype=np.int64), np.zeros((dev.n_devices, 0), dtype=np.int64)
+    else:
+        idx = np.stack(np.unravel_index(np.arange(n_cells), grid.per_block), axis=-1)
+        base = dev.new_start // cell
+    gcell = (base[:, None, :] + idx[None, :, :]).reshape(dev.n_devices * n_cells, rank)
     grid_shape = tuple(n // c for n, c in zip(shape, grid.cell))
-    code = np.ravel_multi_index(tuple(gcell.T), grid_shape) if len(cell) else np.zeros(len(device), np.int64)
+    strides = np.array([math.prod(grid_shape[k + 1:]) for k in range(rank)], dtype=np.int64)
+    code = ((base @ strides)[:, None] + (idx @ strides)[None, :]).reshape(-1)
     n_kept = int(dev.kept.max()) + 1
-    _, first, inverse = np.unique(code * n_kept + dev.kept[device], return_index=True, return_inverse=True)
-    rank = np.empty(len(first), dtype=np.int64)
-    rank[np.argsort(first)] = np.arange(len(first))
-    need = rank[inverse.reshape(-1)]
-    cell_id = need if n_kept == 1 else np.unique(code, return_inverse=True)[1].reshape(-1)
-    return _NeedRows(device, offset, gcell, cell_id, need)
+    need = _first_need_order(code * n_kept + dev.kept[device], math.prod(grid_shape) * n_kept)
+    if n_kept == 1:
+        cell_id = need
+    else:
+        present = np.zeros(math.prod(grid_shape), dtype=bool)
+        present[code] = True
+        cell_id = (np.cumsum(present) - 1)[code]  # the rank of the code among those present
+    return _NeedRows(device, np.tile(idx * cell, (dev.n_devices, 1)), gcell, cell_id, need)
+
+
+def _first_need_order(key: np.ndarray, n_keys: int) -> np.ndarray:
+    """Per row, the rank of its key among the distinct keys ordered by first row."""
+    first = np.full(n_keys, -1, dtype=np.int64)
+    first[key[::-1]] = np.arange(len(key) - 1, -1, -1)  # the earliest row wins (written last)
+    present = np.flatnonzero(first >= 0)
+    rank = np.empty(n_keys, dtype=np.int64)
+    rank[present[np.argsort(first[present], kind="stable")]] = np.arange(len(present))
+    return rank[key]
 
 
 def _choose_replicas(grid: CellGrid, dev: DeviceTables, rows: _NeedRows) -> np.ndarray:
@@ -521,6 +541,32 @@ def schedule(old: ShardingType, new: ShardingType) -> Schedule:
     ``(k-1) + (|T|-1)`` message bound of ``redist.bounds``. Axes ``new`` adds are provided by one
     member of each group (the first holding a partial), the others keeping zeros.
     """
+    grid, n_dev, routed = _route(old, new)
+    return _pack_schedule(grid, n_dev, routed, tuple(n for _, n in old.mesh.axes))
+
+
+class Routing(NamedTuple):
+    """What ``schedule(old, new)`` will contain, known before its rounds are built."""
+
+    cell: tuple[int, ...]
+    cells: int   # cells received, over all devices
+    rounds: int  # rounds: max degree of phase A plus that of each level of phase B
+
+
+def routing(old: ShardingType, new: ShardingType) -> Routing:
+    """The exact bytes and rounds of ``schedule(old, new)`` from its routing alone (no colouring,
+    no packing; rounds by König's theorem): cheap enough for the synthesizer to prune candidates
+    whose optimistic floor is not tight (pending sums). Raises as ``schedule``."""
+    grid, _, routed = _route(old, new)
+    fwd, level = routed.forward, routed.level
+    rounds = degree(routed.merge.src, routed.merge.dst) + sum(
+        degree(fwd.src[level == lv], fwd.dst[level == lv]) for lv in range(int(level.max()) + 1 if len(level) else 0))
+    return Routing(grid.cell, len(routed.merge.dst) + len(fwd.dst), rounds)
+
+
+@memo(Scope.TYPE)
+def _route(old: ShardingType, new: ShardingType) -> tuple[CellGrid, int, _Routed]:
+    """Every phase of ``schedule`` before the rounds: who sends which cell to whom."""
     axes = _partial_axes(old, new)
     grid = _cell_grid(old, new)
     _check_size(old, new, grid, axes)
@@ -535,4 +581,4 @@ def schedule(old: ShardingType, new: ShardingType) -> Schedule:
         routed = _route_direct(dev, rows, needs, sel, h)
     else:
         routed = _route_reduced(dev, rows, needs, sel, h, axes.n_reduced, codes.n_rep)
-    return _pack_schedule(grid, dev.n_devices, routed, tuple(n for _, n in old.mesh.axes))
+    return grid, dev.n_devices, routed

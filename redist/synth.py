@@ -31,6 +31,7 @@ from redist.atoms import Atom, atom_axis, atoms_of, dims_atoms, unreduced_atoms
 from redist.bounds import lower_bound_bytes
 from redist.cost import DEFAULT_COST_MODEL, CostModel
 from redist.errors import RedistError, StepError
+from redist.exchange import routing
 from redist.facets import FacetTable
 from redist.measure import closed_form
 from redist.plan import Plan, apply_step, measure_step
@@ -479,6 +480,8 @@ def _exchange_plans(src: ShardingType, dst: ShardingType, cm: CostModel, prefixe
     for floor, prefix in sorted(ranked, key=lambda e: e[0]):
         if best.beaten(floor, cm):
             break
+        if not _exact_floor_open(prefix, dst, cm, best):
+            continue
         new_u = dst.sorted_unreduced() if dst.unreduced != prefix.dst.unreduced else None
         try:
             p = Plan.build(src, prefix.steps + (Exchange(dst.dims, new_u),), cm)
@@ -486,6 +489,24 @@ def _exchange_plans(src: ShardingType, dst: ShardingType, cm: CostModel, prefixe
         except StepError:
             continue
         best.consider(p)
+
+
+def _exact_floor_open(prefix: Plan, dst: ShardingType, cm: CostModel, best: _Best) -> bool:
+    """With pending sums the floor of an exchange (transfer bound, fewest rounds) is not always
+    met, so read its exact bytes and rounds off the routing (``redist.exchange.routing``, no rounds
+    built) and skip it if the best plan so far beats that, each round at the fastest link. False
+    also when the exchange is refused."""
+    cur = prefix.dst
+    if not (cur.unreduced or dst.unreduced):
+        return True  # the closed-form floor is exact already
+    try:
+        r = routing(cur, dst)
+    except StepError:
+        return False
+    lat, inv_bw = _fastest(cm)
+    cell_bytes = math.prod(r.cell) * cur.itemsize
+    floor = (r.cells * cell_bytes / cur.mesh.size, r.rounds * (lat + cell_bytes * inv_bw) * TIME_SLACK)
+    return not best.beaten(_add(prefix, floor, cm), cm)
 
 
 Variants = Callable[[Step], tuple[Step, ...]]
