@@ -135,3 +135,23 @@ def test_ladder_names_why_a_plan_is_above_the_bound(monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr(exchange, "MAX_CELLS", 1)
     monkeypatch.setattr(exchange, "MAX_DEVICE_CELLS", 0)
     assert _above_cause(s, d) == "refused"
+
+
+@pytest.mark.parametrize("axes,src,dst", [
+    *PLAIN,
+    ({f"a{i}": 2 for i in range(10)}, "f32[1024@a0]{U:a1}", "f32[1024@a1]"),
+    ({"x": 2, "y": 4}, "s32[8@x]{U:y}", "s32[8]"),
+    ({"x": 2, "y": 2, "z": 2}, "s32[4@x,6]{U:(y,z)}", "s32[4,6@x]{U:y}"),
+    ({"data": 4, "model": 2}, "f32[]{U:data}", "f32[]"),
+    ({f"a{i}": 2 for i in range(8)}, "f32[16@a2,4096,32@a3,4096@(a1,a6,a5),256@a4]{U:(a0,a7)}",
+     "f32[16,4096@(a6,a4,a2),32@(a5,a0),4096,256@(a1,a3)]{U:a7}"),
+])
+def test_routing_predicts_the_schedule(axes: dict[str, int], src: str, dst: str) -> None:
+    """``routing`` (what the synthesizer prunes on) gives exactly the schedule's cell, received
+    cells and rounds, without building the rounds."""
+    from redist.exchange import routing
+
+    mesh = Mesh(axes)
+    s, d = parse(src, mesh), parse(dst, mesh)
+    r, sch = routing(s, d), schedule(s, d)
+    assert (r.cell, r.cells, r.rounds) == (sch.cell, sch.n_transfers, len(sch.rounds))
