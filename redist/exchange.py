@@ -300,10 +300,14 @@ def _providers(dev: DeviceTables, rows: _NeedRows, holds: np.ndarray) -> np.ndar
     differ only along them) that carry the cell: a holder if the group has one, else its first
     member; the other members keep zeros. Rows stay in their order."""
     d = rows.device
-    order = np.lexsort((dev.group_index[d], ~holds, dev.group[d], rows.need))
-    key = np.stack([rows.need[order], dev.group[d][order]], axis=1)
-    first = np.r_[True, (key[1:] != key[:-1]).any(axis=1)]
-    return np.sort(order[first])
+    n_idx, n_grp = int(dev.group_index.max()) + 1, int(dev.group.max()) + 1
+    pair = rows.need * n_grp + dev.group[d]  # (need, group), exact: both come from int64 tables
+    if (int(rows.need.max()) + 1) * n_grp * 2 * n_idx < 1 << 62:  # one int64 key, unique per row
+        order = np.argsort((pair * 2 + ~holds) * n_idx + dev.group_index[d], kind="stable")  # runs: fast
+    else:
+        order = np.lexsort((dev.group_index[d], ~holds, pair))
+    key = pair[order]
+    return np.sort(order[np.r_[True, key[1:] != key[:-1]]])
 
 
 def _senders(h: _Holders, grp: np.ndarray, dst: np.ndarray) -> np.ndarray:
