@@ -10,7 +10,10 @@ Reproduce: ``redist bench-plan`` (``--pairs N --seed S``). Prints markdown table
 3. ``--ladder N``: the large-mesh ladder of issue 12, 256 to 65,536 devices on 3-16 axes
    (realistic meshes such as ``{data=32,fsdp=16,model=8}``), ``N`` random pairs of rank 2-6 per
    rung, a third of them with pending sums on either side: mean/max planning time (plan caches
-   cold, mesh tables warm) and how many plans meet the transfer bound.
+   cold, mesh tables warm) and how many plans meet the transfer bound; plans above it are split
+   by cause: the types share an unreduced axis (the bound is not tight there, docs/design.md
+   13.2), the direct exchange is refused by its size limit (``redist.exchange.MAX_CELLS``, 13.3),
+   or neither (a planner miss).
 """
 
 from __future__ import annotations
@@ -23,8 +26,11 @@ import time
 from dataclasses import dataclass
 
 from redist import CostModel
+from redist.atoms import unreduced_atoms
 from redist.caches import clear_caches
 from redist.enumerate import all_types
+from redist.errors import StepError
+from redist.exchange import check_size
 from redist.search import plan_key, search
 from redist.synth import synthesize
 from spmd_types import Mesh, ShardingType
@@ -117,6 +123,8 @@ class LadderRow:
     max_ms: float
     slowest: str
     bound_met: int
+    shared_unreduced: int  # above the bound, types share an unreduced axis (bound not tight)
+    refused: int           # above the bound, the direct exchange refused by its size limit
 
 
 def ladder_pair(rng: random.Random, mesh: Mesh, unreduced: bool) -> tuple[ShardingType, ShardingType]:
@@ -148,23 +156,37 @@ def ladder(pairs: int, seed: int) -> list[LadderRow]:
         rng = random.Random(seed)
         ps = [ladder_pair(rng, mesh, i % 3 == 0) for i in range(pairs)]
         synthesize(*ps[0])  # per-mesh tables (coordinates, groups) are built once per mesh
-        times, met = [], 0
+        times, above = [], []
         for s, d in ps:
             clear_caches("plans")
             t0 = time.perf_counter()
             plan = synthesize(s, d)
             times.append(((time.perf_counter() - t0) * 1e3, f"{s} -> {d}"))
-            met += plan.recv_bytes <= plan.lower_bound_bytes * (1 + 1e-9)
+            if plan.recv_bytes > plan.lower_bound_bytes * (1 + 1e-9):
+                above.append(_above_cause(s, d))
         worst = max(times)
-        rows.append(LadderRow(mesh, len(times), statistics.fmean(t for t, _ in times), worst[0], worst[1], met))
+        rows.append(LadderRow(mesh, len(times), statistics.fmean(t for t, _ in times), worst[0], worst[1],
+                              len(ps) - len(above), above.count("shared"), above.count("refused")))
     return rows
 
 
+def _above_cause(s: ShardingType, d: ShardingType) -> str:
+    """Why a plan is above the transfer bound: ``shared`` (an unreduced axis in both types, where
+    the bound is not tight), ``refused`` (the direct exchange is over its size limit) or ``other``."""
+    if unreduced_atoms(s) & unreduced_atoms(d):
+        return "shared"
+    try:
+        check_size(s, d)
+    except StepError:
+        return "refused"
+    return "other"
+
+
 def ladder_table(pairs: int, seed: int) -> list[str]:
-    out = ["| mesh | devices | axes | pairs | mean ms | max ms | bound met | slowest pair |",
-           "|---|---|---|---|---|---|---|---|"]
+    out = ["| mesh | devices | axes | pairs | mean ms | max ms | bound met | above: shared U (not tight) | "
+           "above: exchange refused | slowest pair |", "|---|---|---|---|---|---|---|---|---|---|"]
     out += [f"| {r.mesh} | {r.mesh.size:,} | {len(r.mesh.axes)} | {r.n} | {r.mean_ms:.2f} | {r.max_ms:.2f} | "
-            f"{r.bound_met}/{r.n} | `{r.slowest}` |" for r in ladder(pairs, seed)]
+            f"{r.bound_met}/{r.n} | {r.shared_unreduced} | {r.refused} | `{r.slowest}` |" for r in ladder(pairs, seed)]
     return out
 
 

@@ -60,8 +60,12 @@ def lower_bound_bytes(src: ShardingType, dst: ShardingType) -> float:
 
 def overlap_total(src: ShardingType, dst: ShardingType) -> int:
     """Elements summed over devices that a device's ``src`` block shares with its ``dst`` block
-    (exact: the per-device counts fit int64, their sum is taken in Python integers)."""
-    return sum(int(x) for x in overlap_elements(src, dst).tolist())
+    (exact: the per-device counts fit int64; their sum is taken in int64 where it cannot overflow,
+    else in Python integers)."""
+    ov = overlap_elements(src, dst)
+    if not len(ov) or int(ov.max()) <= (1 << 62) // len(ov):
+        return int(ov.sum())
+    return sum(int(x) for x in ov.tolist())
 
 
 def _size(atoms: set[Atom] | frozenset[Atom]) -> int:

@@ -18,6 +18,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
+from scipy.sparse import coo_matrix
+from scipy.sparse.csgraph import connected_components
 
 Edge = tuple[int, int]
 """``(sender, receiver)``: device ids; parallel edges (the same pair twice) are allowed."""
@@ -86,7 +88,8 @@ def _flip_path(edges: Sequence[Edge], colour: list[int], at: _At, receiver: int,
         c, o = o, c
 
 
-def _degree(src: np.ndarray, dst: np.ndarray) -> int:
+def degree(src: np.ndarray, dst: np.ndarray) -> int:
+    """``max_degree`` of arrays of senders and receivers."""
     if not len(src):
         return 0
     return int(max(np.bincount(src).max(), np.bincount(dst).max()))
@@ -110,25 +113,106 @@ def offset_classes(src: np.ndarray, dst: np.ndarray, torus: Sequence[int] | None
     first = np.flatnonzero(np.r_[True, ps[1:] != ps[:-1]])
     copy = np.empty(len(src), dtype=np.int64)
     copy[order] = np.arange(len(src)) - np.repeat(first, np.diff(np.r_[first, len(src)]))
-    return np.unique(np.stack([key, copy], axis=1), axis=0, return_inverse=True)[1].reshape(-1)
+    key = (key - int(key.min())) * (int(copy.max()) + 1) + copy
+    return np.unique(key, return_inverse=True)[1].reshape(-1)
 
 
 def colours(src: np.ndarray, dst: np.ndarray, torus: Sequence[int] | None = None) -> np.ndarray:
     """A colour in ``range(max degree)`` per edge (arrays of senders and receivers), no two edges
-    at a vertex alike: the largest offset classes first, each one colour (largest first, the
-    earliest edge on ties), then the remaining edges by alternating-path flips."""
+    at a vertex alike. When the largest ``max degree`` offset classes cover every edge they are the
+    colours (largest first, the earliest edge on ties); up to ``MAX_FLIPPED`` edges outside them are
+    inserted by alternating-path flips; beyond that the whole graph is coloured by ``_colour``."""
     src, dst = np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64)
-    n_col = _degree(src, dst)
+    n_col = degree(src, dst)
     if not n_col:
         return np.zeros(0, dtype=np.int64)
+    colour = _offset_colours(src, dst, torus)
+    left = np.flatnonzero(colour >= n_col)
+    if not len(left):
+        return colour
+    if len(left) > MAX_FLIPPED:
+        return _colour(src, dst, n_col)
+    colour[left] = -1
+    return np.array(_complete(src, dst, colour, left, n_col), dtype=np.int64)
+
+
+MAX_FLIPPED = 256
+"""Leftover edges (outside the offset classes) still inserted by alternating-path flips, which keep
+the offset classes as rounds; more are coloured by Euler splits instead (NumPy passes)."""
+
+
+def _colour(src: np.ndarray, dst: np.ndarray, n_col: int) -> np.ndarray:
+    """``colours`` by Euler splits alone, for a graph of max degree ``n_col``: an even degree is
+    halved (``_euler_halves``) and each half coloured the same way, both at once (the half is
+    folded into the vertex ids); an odd one is split into halves of degree ``(n_col + 1) / 2``,
+    and the smallest of the ``n_col + 1`` colours that gives is re-coloured (``_drop_smallest``)."""
+    if n_col == 1:
+        return np.zeros(len(src), dtype=np.int64)
+    half = _euler_halves(src, dst)
+    n = int(max(src.max(), dst.max())) + 1
+    sub = _colour(half * n + src, half * n + dst, (n_col + 1) // 2)
+    colour = half * ((n_col + 1) // 2) + sub
+    if n_col % 2 == 0:
+        return colour
+    return _drop_smallest(src, dst, colour, n_col)
+
+
+def _offset_colours(src: np.ndarray, dst: np.ndarray, torus: Sequence[int] | None) -> np.ndarray:
+    """The offset classes ranked largest first (the earliest edge on ties)."""
     cls = offset_classes(src, dst, torus)
     sizes = np.bincount(cls)
     first = np.full(len(sizes), len(src), dtype=np.int64)
     np.minimum.at(first, cls, np.arange(len(src)))
     rank = np.empty(len(sizes), dtype=np.int64)
     rank[np.lexsort((first, -sizes))] = np.arange(len(sizes))
-    colour = rank[cls]
-    left = np.flatnonzero(colour >= n_col)
+    return rank[cls]
+
+
+def _euler_halves(src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+    """0 or 1 per edge such that every vertex of degree ``d`` has at most ``ceil(d / 2)`` edges of
+    each: pair the edges at every sender and at every receiver (consecutive in id order); the pairs
+    chain into paths and even cycles, coloured alternately. The alternation is read off the
+    components of the double cover (edge ``e`` as ``(e, 0)`` and ``(e, 1)``, each pair joining
+    opposite copies), one C pass for the whole graph: an even cycle lifts to two components, and
+    ``e`` takes 0 where ``(e, 0)`` lies in the lower-numbered one."""
+    n = len(src)
+    links = [_pairs(src), _pairs(dst)]
+    a = np.concatenate([p[0] for p in links])
+    b = np.concatenate([p[1] for p in links])
+    rows = np.concatenate([2 * a, 2 * a + 1])
+    cols = np.concatenate([2 * b + 1, 2 * b])
+    graph = coo_matrix((np.ones(len(rows), dtype=np.int8), (rows, cols)), shape=(2 * n, 2 * n))
+    label = connected_components(graph, directed=False)[1]
+    return (label[0::2] > label[1::2]).astype(np.int64)
+
+
+def _pairs(vertex: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Edges paired at their vertex: the 1st with the 2nd, the 3rd with the 4th, ... in edge order."""
+    order = np.argsort(vertex, kind="stable")
+    v = vertex[order]
+    rank = np.arange(len(v)) - np.searchsorted(v, v)
+    first = np.flatnonzero((rank % 2 == 0)[:-1] & (v[1:] == v[:-1]))
+    return order[first], order[first + 1]
+
+
+def _drop_smallest(src: np.ndarray, dst: np.ndarray, colour: np.ndarray, n_col: int) -> np.ndarray:
+    """A proper colouring with ``n_col + 1`` colours made one of ``n_col``: the smallest class is
+    renamed last and its edges re-coloured. That class is a matching, so every edge of it whose
+    ends share a free colour takes the lowest such colour at once (no two of them share a vertex);
+    the others are inserted by alternating-path flips."""
+    small = int(np.argmin(np.bincount(colour, minlength=n_col + 1)))
+    colour = colour.copy()
+    is_small, is_last = colour == small, colour == n_col
+    colour[is_small], colour[is_last] = n_col, small
+    left = np.flatnonzero(colour == n_col)
+    rest = colour < n_col
+    busy = [np.zeros((int(v.max()) + 1, n_col), dtype=bool) for v in (src, dst)]
+    busy[0][src[rest], colour[rest]] = True
+    busy[1][dst[rest], colour[rest]] = True
+    common = ~busy[0][src[left]] & ~busy[1][dst[left]]
+    ok = common.any(axis=1)
+    colour[left[ok]] = common[ok].argmax(axis=1)
+    left = left[~ok]
     if not len(left):
         return colour
     colour[left] = -1
@@ -136,7 +220,56 @@ def colours(src: np.ndarray, dst: np.ndarray, torus: Sequence[int] | None = None
 
 
 def _complete(src: np.ndarray, dst: np.ndarray, colour: np.ndarray, left: np.ndarray, n_col: int) -> list[int]:
-    """Insert the uncoloured edges ``left`` into the proper partial colouring ``colour``."""
+    """Insert the uncoloured edges ``left`` into the proper partial colouring ``colour``: per side a
+    flat table ``vertex * n_col + colour -> edge`` (-1 free) over the vertices present, built in
+    one NumPy pass; Python walks only the inserted edges and their alternating paths."""
+    verts, inv = np.unique(np.concatenate([src, dst]), return_inverse=True)
+    if len(verts) * n_col > _MAX_TABLE:
+        return _complete_sparse(src, dst, colour, left, n_col)
+    ends = inv.reshape(2, -1)
+    table = np.full((2, len(verts) * n_col), -1, dtype=np.int64)
+    done = np.flatnonzero(colour >= 0)
+    for side in (0, 1):
+        table[side, ends[side, done] * n_col + colour[done]] = done
+    at = (table[0].tolist(), table[1].tolist())
+    end = (ends[0].tolist(), ends[1].tolist())
+    out = colour.tolist()
+    for e in left.tolist():
+        _insert_flat(end, out, at, e, n_col)
+    return out
+
+
+_MAX_TABLE = 1 << 24
+"""Largest ``vertices x colours`` table ``_complete`` builds; sparser graphs use per-vertex dicts."""
+
+_Flat = tuple[list[int], list[int]]
+
+
+def _insert_flat(end: _Flat, colour: list[int], at: _Flat, e: int, n_col: int) -> None:
+    """``_insert`` on the flat tables of ``_complete`` (the flip as in ``_flip_path``)."""
+    bs, bd = end[0][e] * n_col, end[1][e] * n_col
+    a = next(c for c in range(n_col) if at[0][bs + c] < 0)
+    if at[1][bd + a] >= 0:
+        b = next(c for c in range(n_col) if at[1][bd + c] < 0)
+        side, x, c, o = 1, end[1][e], a, b
+        while True:
+            base = x * n_col
+            out, came = at[side][base + c], at[side][base + o]
+            at[side][base + c], at[side][base + o] = came, out
+            if out < 0:
+                break
+            colour[out] = o
+            side ^= 1
+            x = end[side][out]
+            c, o = o, c
+    colour[e] = a
+    at[0][bs + a] = e
+    at[1][bd + a] = e
+
+
+def _complete_sparse(src: np.ndarray, dst: np.ndarray, colour: np.ndarray, left: np.ndarray,
+                     n_col: int) -> list[int]:
+    """``_complete`` with per-vertex dicts, for graphs too sparse for a dense table."""
     edges = list(zip(src.tolist(), dst.tolist()))
     out = colour.tolist()
     at: _At = ({}, {})

@@ -32,22 +32,25 @@ from typing import NamedTuple
 import numpy as np
 
 from redist.atoms import Atom, unreduced_atoms
-from redist.colouring import colours
+from redist.colouring import colours, degree
 from redist.errors import StepError
 from redist.groups import atoms_index, group_key, replica_index
 from spmd_types import ShardingType
 from spmd_types.layout import block_bounds
 from spmd_types.memo import Scope, memo
 
-MAX_CELLS = 1 << 16
+MAX_CELLS = 1 << 20
 """Exchanges of more (device, cell, reduced partial) triples than this are refused unless each
-device handles at most ``MAX_DEVICE_CELLS`` of them: so 65,536 devices moving one or two cells
-each (the issue-12 pairs on 16 axes of 2) plan at the transfer bound, while candidates whose
-blocks are finer than needed (thousands of cells per device) are not scheduled at all. A refusal
-is ``ExchangeTooFineError``, a ``StepError``: the synthesizer skips that candidate."""
+device handles at most ``MAX_DEVICE_CELLS`` of them. ``schedule`` is NumPy passes over these
+triples (about 1 s at this size on one core; its edge colouring is Euler splits in C), so 8,192
+devices moving 64 cells each are scheduled (every issue-12 ladder pair on 12 and 13 axes of 2
+whose types share no unreduced axis plans at the transfer bound); finer candidates are skipped. A refusal is ``ExchangeTooFineError``,
+a ``StepError``: the synthesizer skips that candidate, and ``redist bench-plan --ladder`` counts
+the plans above the bound because of it (docs/design.md 13.3)."""
 
 MAX_DEVICE_CELLS = 16
-"""(cell, reduced partial) pairs per device always allowed, whatever the mesh size."""
+"""(cell, reduced partial) pairs per device always allowed, whatever the mesh size: 65,536 devices
+moving one to sixteen cells each are scheduled."""
 
 
 class ExchangeTooFineError(StepError):
@@ -135,6 +138,11 @@ def _cell_grid(old: ShardingType, new: ShardingType) -> CellGrid:
     return CellGrid(cell, tuple(n // c for n, c in zip(new.local_shape, cell)))
 
 
+def check_size(old: ShardingType, new: ShardingType) -> None:
+    """Raise ``ExchangeTooFineError`` if ``schedule(old, new)`` would be refused (its size limit)."""
+    _check_size(old, new, _cell_grid(old, new), _partial_axes(old, new))
+
+
 def _check_size(old: ShardingType, new: ShardingType, grid: CellGrid, axes: PartialAxes) -> None:
     cells = math.prod(grid.per_block)
     per_device = cells * axes.n_reduced
@@ -172,22 +180,42 @@ class _NeedRows(NamedTuple):
 
 
 def _need_rows(grid: CellGrid, dev: DeviceTables, shape: Offset) -> _NeedRows:
+    """Rows device-major, cells in ``np.ndindex`` order within a block: each device's cells are
+    its block's first cell plus one shared table of cell offsets (a broadcast sum, not a per-row
+    unravel). Every (global cell, kept) pair is needed by some device, so the needs are numbered
+    in order of first need on dense tables of that size (no sort of the rows)."""
+    rank = len(grid.cell)
     cell = np.array(grid.cell, dtype=np.int64)
     n_cells = math.prod(grid.per_block)
-    row = np.arange(dev.n_devices * n_cells, dtype=np.int64)
-    device, index = np.divmod(row, n_cells)
-    offset = np.stack(np.unravel_index(index, grid.per_block), axis=-1) * cell if len(cell) else \
-        np.zeros((len(row), 0), dtype=np.int64)  # cells in np.ndindex order
-    gcell = (dev.new_start[device] + offset) // cell if len(cell) else offset
+    device = np.repeat(np.arange(dev.n_devices, dtype=np.int64), n_cells)
+    if not rank:  # a scalar: one cell per device
+        idx, base = np.zeros((1, 0), dtype=np.int64), np.zeros((dev.n_devices, 0), dtype=np.int64)
+    else:
+        idx = np.stack(np.unravel_index(np.arange(n_cells), grid.per_block), axis=-1)
+        base = dev.new_start // cell
+    gcell = (base[:, None, :] + idx[None, :, :]).reshape(dev.n_devices * n_cells, rank)
     grid_shape = tuple(n // c for n, c in zip(shape, grid.cell))
-    code = np.ravel_multi_index(tuple(gcell.T), grid_shape) if len(cell) else np.zeros(len(device), np.int64)
+    strides = np.array([math.prod(grid_shape[k + 1:]) for k in range(rank)], dtype=np.int64)
+    code = ((base @ strides)[:, None] + (idx @ strides)[None, :]).reshape(-1)
     n_kept = int(dev.kept.max()) + 1
-    _, first, inverse = np.unique(code * n_kept + dev.kept[device], return_index=True, return_inverse=True)
-    rank = np.empty(len(first), dtype=np.int64)
-    rank[np.argsort(first)] = np.arange(len(first))
-    need = rank[inverse.reshape(-1)]
-    cell_id = need if n_kept == 1 else np.unique(code, return_inverse=True)[1].reshape(-1)
-    return _NeedRows(device, offset, gcell, cell_id, need)
+    need = _first_need_order(code * n_kept + dev.kept[device], math.prod(grid_shape) * n_kept)
+    if n_kept == 1:
+        cell_id = need
+    else:
+        present = np.zeros(math.prod(grid_shape), dtype=bool)
+        present[code] = True
+        cell_id = (np.cumsum(present) - 1)[code]  # the rank of the code among those present
+    return _NeedRows(device, np.tile(idx * cell, (dev.n_devices, 1)), gcell, cell_id, need)
+
+
+def _first_need_order(key: np.ndarray, n_keys: int) -> np.ndarray:
+    """Per row, the rank of its key among the distinct keys ordered by first row."""
+    first = np.full(n_keys, -1, dtype=np.int64)
+    first[key[::-1]] = np.arange(len(key) - 1, -1, -1)  # the earliest row wins (written last)
+    present = np.flatnonzero(first >= 0)
+    rank = np.empty(n_keys, dtype=np.int64)
+    rank[present[np.argsort(first[present], kind="stable")]] = np.arange(len(present))
+    return rank[key]
 
 
 def _choose_replicas(grid: CellGrid, dev: DeviceTables, rows: _NeedRows) -> np.ndarray:
@@ -272,10 +300,14 @@ def _providers(dev: DeviceTables, rows: _NeedRows, holds: np.ndarray) -> np.ndar
     differ only along them) that carry the cell: a holder if the group has one, else its first
     member; the other members keep zeros. Rows stay in their order."""
     d = rows.device
-    order = np.lexsort((dev.group_index[d], ~holds, dev.group[d], rows.need))
-    key = np.stack([rows.need[order], dev.group[d][order]], axis=1)
-    first = np.r_[True, (key[1:] != key[:-1]).any(axis=1)]
-    return np.sort(order[first])
+    n_idx, n_grp = int(dev.group_index.max()) + 1, int(dev.group.max()) + 1
+    pair = rows.need * n_grp + dev.group[d]  # (need, group), exact: both come from int64 tables
+    if (int(rows.need.max()) + 1) * n_grp * 2 * n_idx < 1 << 62:  # one int64 key, unique per row
+        order = np.argsort((pair * 2 + ~holds) * n_idx + dev.group_index[d], kind="stable")  # runs: fast
+    else:
+        order = np.lexsort((dev.group_index[d], ~holds, pair))
+    key = pair[order]
+    return np.sort(order[np.r_[True, key[1:] != key[:-1]]])
 
 
 def _senders(h: _Holders, grp: np.ndarray, dst: np.ndarray) -> np.ndarray:
@@ -331,6 +363,7 @@ class _Routed(NamedTuple):
     local: _Items    # src == dst, in the order each device adds them
     merge: _Items    # phase A: old blocks -> targets / roots
     forward: _Items  # phase B: roots -> other targets
+    level: np.ndarray  # [forward] phase-B level: the rounds of level l follow those of level l-1
 
 
 def _route_direct(dev: DeviceTables, rows: _NeedRows, needs: _Needs, sel: np.ndarray, h: _Holders) -> _Routed:
@@ -344,7 +377,7 @@ def _route_direct(dev: DeviceTables, rows: _NeedRows, needs: _Needs, sel: np.nda
     far = sel[~held]
     s = _senders(h, h.find(needs.code[rows.need[far]]), rows.device[far])
     merge = _items(s, rows.device[far], needs.start[rows.need[far]] - dev.old_start[s], rows.offset[far])
-    return _Routed(local, merge, _Items.of([], dev.old_start.shape[1]))
+    return _Routed(local, merge, _Items.of([], dev.old_start.shape[1]), np.zeros(0, dtype=np.int64))
 
 
 def _route_reduced(dev: DeviceTables, rows: _NeedRows, needs: _Needs, sel: np.ndarray, h: _Holders,
@@ -370,8 +403,35 @@ def _route_reduced(dev: DeviceTables, rows: _NeedRows, needs: _Needs, sel: np.nd
     merge = _items(s, root[need[far]], needs.start[need[far]] - dev.old_start[s], root_off[need[far]])
     rest = order[~is_root]
     rest = rest[np.lexsort((rows.device[rest], rows.need[rest]))]
-    fwd = _items(root[rows.need[rest]], rows.device[rest], root_off[rows.need[rest]], rows.offset[rest])
-    return _Routed(local, merge, fwd if len(rest) else _Items.of([], rank))
+    if not len(rest):
+        return _Routed(local, merge, _Items.of([], rank), np.zeros(0, dtype=np.int64))
+    fwd, level = _forwarding(rows, rest, root, root_off)
+    return _Routed(local, merge, fwd, level)
+
+
+def _forwarding(rows: _NeedRows, rest: np.ndarray, root: np.ndarray, root_off: np.ndarray) -> tuple[_Items, np.ndarray]:
+    """Phase B: each need's sum from its root to its other targets ``rest`` (need-major), and the
+    level of each transfer. A *star* (the root sends to all, one level) unless a *doubling tree*
+    needs fewer rounds: target ``j`` (1-based, per need) receives at level ``floor(log2 j)`` from
+    target ``j - 2**level`` (0: the root), which has the sum from an earlier level. Bytes are the
+    same (one cell per non-root target); rounds are the max degree of the star, against the sum
+    over levels of each level's max degree."""
+    need = rows.need[rest]
+    star = _items(root[need], rows.device[rest], root_off[need], rows.offset[rest])
+    if degree(star.src, star.dst) <= 2:
+        return star, np.zeros(len(rest), dtype=np.int64)
+    j = np.arange(1, len(rest) + 1) - np.searchsorted(need, need)  # 1-based index among the need's targets
+    level = np.floor(np.log2(j)).astype(np.int64)
+    level += (np.left_shift(1, level + 1) <= j).astype(np.int64) - (np.left_shift(1, level) > j)
+    frm = j - np.left_shift(1, level)  # 0: the root, else the need's target number frm
+    row = rest[np.maximum(np.arange(len(rest)) - j + frm, 0)]
+    tree = _items(np.where(frm == 0, root[need], rows.device[row]), rows.device[rest],
+                  np.where((frm == 0)[:, None], root_off[need], rows.offset[row]), rows.offset[rest])
+    star_rounds = degree(star.src, star.dst)
+    tree_rounds = sum(degree(tree.src[level == lv], tree.dst[level == lv]) for lv in range(int(level.max()) + 1))
+    if tree_rounds < star_rounds:
+        return tree, level
+    return star, np.zeros(len(rest), dtype=np.int64)
 
 
 def _device_group(h: _Holders, n_dev: int) -> np.ndarray:
@@ -421,10 +481,22 @@ def _pack(n_dev: int, it: _Items, idx: np.ndarray, from_output: bool = False) ->
 def _coloured_rounds(n_dev: int, it: _Items, from_output: bool, torus: Sequence[int]) -> list[Round]:
     """The fewest rounds in which no device sends or receives two cells (``redist.colouring``,
     seeded with the mesh offsets of ``torus``)."""
+    if not len(it.src):
+        return []
     col = colours(it.src, it.dst, torus)
+    n_rounds, rank = int(col.max()) + 1, it.src_offset.shape[1]
+    send = np.zeros((n_rounds, n_dev, rank), dtype=np.int64)  # every round's arrays in one pass
+    recv = np.zeros((n_rounds, n_dev, rank), dtype=np.int64)
+    valid = np.zeros((n_rounds, n_dev), dtype=bool)
+    send[col, it.src] = it.src_offset
+    recv[col, it.dst] = it.dst_offset
+    valid[col, it.dst] = True
     order = np.argsort(col, kind="stable")
-    classes = np.split(order, np.flatnonzero(np.diff(col[order])) + 1) if len(order) else []
-    return [_pack(n_dev, it, c, from_output) for c in classes]
+    order = order[it.src[order] != it.dst[order]]
+    cuts = np.searchsorted(col[order], np.arange(1, n_rounds))
+    src, dst = np.split(it.src[order], cuts), np.split(it.dst[order], cuts)
+    return [Round(tuple(zip(src[r].tolist(), dst[r].tolist())), send[r], recv[r], valid[r], from_output)
+            for r in range(n_rounds)]
 
 
 def _local_rounds(n_dev: int, it: _Items) -> list[Round]:
@@ -438,7 +510,8 @@ def _local_rounds(n_dev: int, it: _Items) -> list[Round]:
 def _pack_schedule(grid: CellGrid, n_dev: int, routed: _Routed, torus: Sequence[int]) -> Schedule:
     """Local copies, then phase A, then phase B."""
     rounds = _coloured_rounds(n_dev, routed.merge, False, torus)
-    rounds += _coloured_rounds(n_dev, routed.forward, True, torus)
+    for lv in range(int(routed.level.max()) + 1 if len(routed.level) else 0):
+        rounds += _coloured_rounds(n_dev, routed.forward.take(np.flatnonzero(routed.level == lv)), True, torus)
     received = np.concatenate([routed.merge.dst, routed.forward.dst])
     recv_cells = np.bincount(received, minlength=n_dev).astype(np.int64)
     return Schedule(grid.cell, tuple(_local_rounds(n_dev, routed.local)), tuple(rounds), recv_cells)
@@ -472,6 +545,32 @@ def schedule(old: ShardingType, new: ShardingType) -> Schedule:
     ``(k-1) + (|T|-1)`` message bound of ``redist.bounds``. Axes ``new`` adds are provided by one
     member of each group (the first holding a partial), the others keeping zeros.
     """
+    grid, n_dev, routed = _route(old, new)
+    return _pack_schedule(grid, n_dev, routed, tuple(n for _, n in old.mesh.axes))
+
+
+class Routing(NamedTuple):
+    """What ``schedule(old, new)`` will contain, known before its rounds are built."""
+
+    cell: tuple[int, ...]
+    cells: int   # cells received, over all devices
+    rounds: int  # rounds: max degree of phase A plus that of each level of phase B
+
+
+def routing(old: ShardingType, new: ShardingType) -> Routing:
+    """The exact bytes and rounds of ``schedule(old, new)`` from its routing alone (no colouring,
+    no packing; rounds by König's theorem): cheap enough for the synthesizer to prune candidates
+    whose optimistic floor is not tight (pending sums). Raises as ``schedule``."""
+    grid, _, routed = _route(old, new)
+    fwd, level = routed.forward, routed.level
+    rounds = degree(routed.merge.src, routed.merge.dst) + sum(
+        degree(fwd.src[level == lv], fwd.dst[level == lv]) for lv in range(int(level.max()) + 1 if len(level) else 0))
+    return Routing(grid.cell, len(routed.merge.dst) + len(fwd.dst), rounds)
+
+
+@memo(Scope.TYPE)
+def _route(old: ShardingType, new: ShardingType) -> tuple[CellGrid, int, _Routed]:
+    """Every phase of ``schedule`` before the rounds: who sends which cell to whom."""
     axes = _partial_axes(old, new)
     grid = _cell_grid(old, new)
     _check_size(old, new, grid, axes)
@@ -486,4 +585,4 @@ def schedule(old: ShardingType, new: ShardingType) -> Schedule:
         routed = _route_direct(dev, rows, needs, sel, h)
     else:
         routed = _route_reduced(dev, rows, needs, sel, h, axes.n_reduced, codes.n_rep)
-    return _pack_schedule(grid, dev.n_devices, routed, tuple(n for _, n in old.mesh.axes))
+    return grid, dev.n_devices, routed

@@ -31,6 +31,7 @@ from redist.atoms import Atom, atom_axis, atoms_of, dims_atoms, unreduced_atoms
 from redist.bounds import lower_bound_bytes
 from redist.cost import DEFAULT_COST_MODEL, CostModel
 from redist.errors import RedistError, StepError
+from redist.exchange import routing
 from redist.facets import FacetTable
 from redist.measure import closed_form
 from redist.plan import Plan, apply_step, measure_step
@@ -431,9 +432,11 @@ def _pending_sum_rounds(cur: ShardingType, dst: ShardingType, cell: int, mean_ce
     """Rounds the exchange schedule (``redist.exchange``) needs at least, moving one cell per device
     and round: the average receipt (``mean_cells``, from the bound) and, without pending sums in
     ``dst``, every device's missing cells; where partials are summed (``k > 1`` of them per element),
-    the root receives ``k - 1`` cells in the merge phase and then forwards the sum to each other
-    target of the element, one per group of devices that differ only along ``dst``'s unreduced
-    axes, in a separately coloured phase."""
+    the root receives ``k - 1`` cells in the merge phase and then the sum reaches each other target
+    of the element (one per group of devices that differ only along ``dst``'s unreduced axes) in a
+    separately coloured phase: at least ``ceil(log2 targets)`` rounds, since the devices holding
+    the sum at most double per round (the exchange forwards along a doubling tree where that
+    beats a star)."""
     rounds = math.ceil(mean_cells * TIME_SLACK)
     if not dst.unreduced:
         rounds = max(rounds, int(closed_form(cur, dst).missing.max()) // cell)
@@ -443,7 +446,7 @@ def _pending_sum_rounds(cur: ShardingType, dst: ShardingType, cell: int, mean_ce
     if k > 1:
         sharded = {a for d in dims_atoms(dst) for a in d}
         targets = m.size // math.prod(a.size for a in sharded | ud)
-        rounds = max(rounds, k - 1 + targets - 1)
+        rounds = max(rounds, k - 1 + (targets - 1).bit_length())
     return rounds
 
 
@@ -493,6 +496,8 @@ def _exchange_plans(src: ShardingType, dst: ShardingType, cm: CostModel, prefixe
     for floor, prefix in sorted(ranked, key=lambda e: e[0]):
         if best.beaten(floor, cm):
             break
+        if not _exact_floor_open(prefix, dst, cm, best):
+            continue
         new_u = dst.sorted_unreduced() if dst.unreduced != prefix.dst.unreduced else None
         try:
             p = Plan.build(src, prefix.steps + (Exchange(dst.dims, new_u),), cm)
@@ -500,6 +505,24 @@ def _exchange_plans(src: ShardingType, dst: ShardingType, cm: CostModel, prefixe
         except StepError:
             continue
         best.consider(p)
+
+
+def _exact_floor_open(prefix: Plan, dst: ShardingType, cm: CostModel, best: _Best) -> bool:
+    """With pending sums the floor of an exchange (transfer bound, fewest rounds) is not always
+    met, so read its exact bytes and rounds off the routing (``redist.exchange.routing``, no rounds
+    built) and skip it if the best plan so far beats that, each round at the fastest link. False
+    also when the exchange is refused."""
+    cur = prefix.dst
+    if not (cur.unreduced or dst.unreduced):
+        return True  # the closed-form floor is exact already
+    try:
+        r = routing(cur, dst)
+    except StepError:
+        return False
+    lat, inv_bw = _fastest(cm)
+    cell_bytes = math.prod(r.cell) * cur.itemsize
+    floor = (r.cells * cell_bytes / cur.mesh.size, r.rounds * (lat + cell_bytes * inv_bw) * TIME_SLACK)
+    return not best.beaten(_add(prefix, floor, cm), cm)
 
 
 Variants = Callable[[Step], tuple[Step, ...]]

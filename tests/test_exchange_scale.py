@@ -81,12 +81,36 @@ def _at_bound(s: ShardingType, d: ShardingType) -> Schedule:
 
 def test_pending_sum_on_a_binary_mesh_at_the_bound() -> None:
     """The issue-12 pair ``f32[N@a0]{U:a1} -> f32[N@a1]`` on 10 axes of 2: one merge round into
-    each root, then the sum forwarded as a star (``|T| - 1`` rounds, docs/design.md 13.3)."""
+    each root, then the sum forwarded along a doubling tree: ``log2 |T|`` = 9 rounds of 2, 4, ...
+    512 pairs (a star would take ``|T| - 1`` = 511 rounds for the same bytes)."""
     mesh = Mesh({f"a{i}": 2 for i in range(10)})
     sch = _at_bound(parse("f32[1024@a0]{U:a1}", mesh), parse("f32[1024@a1]", mesh))
     _valid(sch)
     assert int(sch.recv_cells.sum()) == 1024
-    assert len(sch.rounds) == 1 + (512 - 1)
+    assert [len(r.pairs) for r in sch.rounds] == [2] + [2 << i for i in range(9)]
+    assert [r.from_output for r in sch.rounds] == [False] + [True] * 9
+
+
+@pytest.mark.parametrize("axes,src,dst,rounds", [
+    ({"x": 2, "y": 4}, "s32[8@x]{U:y}", "s32[8]", 3 + 5),  # 2 sums: tree levels of 1, 2, 2 rounds (star: 7)
+    ({"x": 2, "y": 4}, "s32[4,6]{U:(x,y)}", "s32[4,6]", 7 + 3),  # k = 8 partials, 8 targets
+    ({"x": 2, "y": 2}, "s32[8@x]{U:y}", "s32[8@y]", 1 + 1),      # one target each: no tree
+])
+def test_forwarding_tree_sums_exactly(axes: dict[str, int], src: str, dst: str, rounds: int) -> None:
+    """Tree-forwarded sums (senders that received the sum in an earlier level forward it) are the
+    global sum on every device (simulator against NumPy), at the bound, in the counted rounds."""
+    from redist.plan import Plan
+    from redist.simulate import check, scatter, simulate
+    from redist.steps import Exchange
+
+    mesh = Mesh(axes)
+    s, d = parse(src, mesh), parse(dst, mesh)
+    sch = _at_bound(s, d)
+    _valid(sch)
+    assert len(sch.rounds) == rounds
+    x = np.arange(math.prod(s.shape), dtype=np.int32).reshape(s.shape)
+    p = Plan.build(s, (Exchange(d.dims, d.sorted_unreduced()),))
+    check(simulate(p.steps, p.all_types, scatter(x, s, np.random.default_rng(0))), d, x)
 
 
 @pytest.mark.parametrize("axes,src,dst", [
@@ -96,3 +120,38 @@ def test_pending_sum_on_a_binary_mesh_at_the_bound() -> None:
 def test_realistic_meshes_at_the_bound(axes: dict[str, int], src: str, dst: str) -> None:
     mesh = Mesh(axes)
     _valid(_at_bound(parse(src, mesh), parse(dst, mesh)))
+
+
+def test_ladder_names_why_a_plan_is_above_the_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``redist bench-plan --ladder`` splits plans above the bound by cause: types sharing an
+    unreduced axis (the bound is not tight there) and exchanges refused by ``MAX_CELLS``."""
+    from benchmarks.planning import _above_cause
+    from redist import exchange
+
+    mesh = Mesh({"x": 2, "y": 3})
+    assert _above_cause(parse("s32[12@y,6]{U:x}", mesh), parse("s32[12,6]{U:x}", mesh)) == "shared"
+    s, d = parse("s32[12@y]", mesh), parse("s32[12@x]", mesh)
+    assert _above_cause(s, d) == "other"
+    monkeypatch.setattr(exchange, "MAX_CELLS", 1)
+    monkeypatch.setattr(exchange, "MAX_DEVICE_CELLS", 0)
+    assert _above_cause(s, d) == "refused"
+
+
+@pytest.mark.parametrize("axes,src,dst", [
+    *PLAIN,
+    ({f"a{i}": 2 for i in range(10)}, "f32[1024@a0]{U:a1}", "f32[1024@a1]"),
+    ({"x": 2, "y": 4}, "s32[8@x]{U:y}", "s32[8]"),
+    ({"x": 2, "y": 2, "z": 2}, "s32[4@x,6]{U:(y,z)}", "s32[4,6@x]{U:y}"),
+    ({"data": 4, "model": 2}, "f32[]{U:data}", "f32[]"),
+    ({f"a{i}": 2 for i in range(8)}, "f32[16@a2,4096,32@a3,4096@(a1,a6,a5),256@a4]{U:(a0,a7)}",
+     "f32[16,4096@(a6,a4,a2),32@(a5,a0),4096,256@(a1,a3)]{U:a7}"),
+])
+def test_routing_predicts_the_schedule(axes: dict[str, int], src: str, dst: str) -> None:
+    """``routing`` (what the synthesizer prunes on) gives exactly the schedule's cell, received
+    cells and rounds, without building the rounds."""
+    from redist.exchange import routing
+
+    mesh = Mesh(axes)
+    s, d = parse(src, mesh), parse(dst, mesh)
+    r, sch = routing(s, d), schedule(s, d)
+    assert (r.cell, r.cells, r.rounds) == (sch.cell, sch.n_transfers, len(sch.rounds))
