@@ -428,6 +428,20 @@ def _exchange_floor(cur: ShardingType, dst: ShardingType, cm: CostModel) -> tupl
     return (recv, rounds * (lat + cell * cur.itemsize * inv_bw) * TIME_SLACK)
 
 
+def _any_exchange_floor(cur: ShardingType, dst: ShardingType, cm: CostModel) -> tuple[float, float]:
+    """The floor of an exchange run either way (``VARIANTS``): in rounds (``_exchange_floor``) or
+    as one all-to-all, which receives at least as many bytes (its padding counts) but pays no
+    round latencies, so its time is at least those bytes at the fastest bandwidth any kind has."""
+    recv, time = _exchange_floor(cur, dst, cm)
+    return recv, min(time, recv / _max_bandwidth(cm) * TIME_SLACK)
+
+
+def _max_bandwidth(cm: CostModel) -> float:
+    """The fastest bandwidth of any link or measured kind (a floor must hold for every one)."""
+    kinds = (kc.bandwidth_Bps for _, kc in (*cm.kind_costs, *cm.cross_kind_costs))
+    return max([cm.bandwidth_Bps, *(v for _, v in cm.axis_bandwidth_Bps), *kinds])
+
+
 def _pending_sum_rounds(cur: ShardingType, dst: ShardingType, cell: int, mean_cells: float) -> int:
     """Rounds the exchange schedule (``redist.exchange``) needs at least, moving one cell per device
     and round: the average receipt (``mean_cells``, from the bound) and, without pending sums in
@@ -488,11 +502,11 @@ def _exchange_plans(src: ShardingType, dst: ShardingType, cm: CostModel, prefixe
     receives at least the source's lower bound, and an exchange costs at least one latency; then
     the exchange's own optimistic (bytes, time)."""
     floor_all = lower_bound_bytes(src, dst)
-    lat = _fastest(cm)[0]
+    lat, one = _fastest(cm)[0], 0.0  # one all-to-all (``ExchangeAllToAll``) may cost no latency term
     ranked = []
     for prefix in prefixes:
-        if not best.beaten(cm.order(max(prefix.recv_bytes, floor_all), prefix.time_s + lat), cm):
-            ranked.append((_add(prefix, _exchange_floor(prefix.dst, dst, cm), cm), prefix))
+        if not best.beaten(cm.order(max(prefix.recv_bytes, floor_all), prefix.time_s + min(lat, one)), cm):
+            ranked.append((_add(prefix, _any_exchange_floor(prefix.dst, dst, cm), cm), prefix))
     for floor, prefix in sorted(ranked, key=lambda e: e[0]):
         if best.beaten(floor, cm):
             break
@@ -505,6 +519,7 @@ def _exchange_plans(src: ShardingType, dst: ShardingType, cm: CostModel, prefixe
         except StepError:
             continue
         best.consider(p)
+        _step_variants(p, best)
 
 
 def _exact_floor_open(prefix: Plan, dst: ShardingType, cm: CostModel, best: _Best) -> bool:

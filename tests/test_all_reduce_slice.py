@@ -32,8 +32,9 @@ def test_same_typing_twice_the_ring_traffic() -> None:
 def test_never_chosen_for_bytes_chosen_where_reduce_scatter_is_slow() -> None:
     assert [s.kind for s in redistribute(SRC, DST, MESH, cost_model=CostModel(objective="bytes")).steps] == [
         "reduce_scatter"]
-    # e.g. a calibrated CPU profile: reduce-scatter and point-to-point rounds slower than the model
-    slow_rs = CostModel.make(objective="time", kind_time_factor={"reduce_scatter": 4.0, "exchange": 4.0})
+    # e.g. a calibrated CPU profile: reduce-scatter, point-to-point rounds and all-to-alls (an
+    # exchange run as one prices as all_to_all) slower than the model
+    slow_rs = CostModel.make(objective="time", kind_time_factor={"reduce_scatter": 4.0, "exchange": 4.0, "all_to_all": 4.0})
     plan = redistribute(SRC, DST, MESH, cost_model=slow_rs)
     assert [s.kind for s in plan.steps] == ["all_reduce_slice"]
     # the bytes objective keeps its transfer guarantee whatever the per-kind factors say

@@ -22,8 +22,9 @@ def test_plan_prints_each_step_in_words_and_the_measures(capsys: pytest.CaptureF
     assert rc == 0
     plan = redistribute("f32[512@(x,y),128]", "f32[512,128@(y,x)]", Mesh({"x": 2, "y": 4}),
                         cost_model=CostModel(objective="bytes"))
-    assert out.splitlines()[0] == f"{plan.src} -> {plan.dst} on mesh {{x=2,y=4}}: 1 step, 7 collectives"
-    assert "exchange to f32[512,128@(y,x)]" in out and "7 collective-permutes, one per round" in out
+    assert out.splitlines()[0] == f"{plan.src} -> {plan.dst} on mesh {{x=2,y=4}}: 1 step, 1 collective"
+    assert "exchange as one all-to-all to f32[512,128@(y,x)]" in out
+    assert "one all-to-all replaces the exchange's collective-permute rounds" in out
     assert "28,672 B (28 KiB)" in out and ".0 B" not in out  # whole bytes with units
     for words in ("received per device", "lower bound 28,672 B (28 KiB): met", "peak memory per device",
                   "max(source, destination) 32,768 B (32 KiB): met", "estimated time"):
@@ -151,11 +152,11 @@ def test_output_into_a_closed_pipe_is_not_an_error() -> None:
 def test_plan_objective_flag_and_slow_axes_keep_the_objective(capsys: pytest.CaptureFixture[str]) -> None:
     """The default is the library's (fastest under the measured profile); --objective bytes gives
     the transfer bound; --slow-axes changes the axes' costs, not the objective."""
-    args = ["plan", "f32[512@(x,y),128]", "f32[512,128@(y,x)]", "--mesh", "x=2,y=4"]
+    args = ["plan", "f32[131072]{U:y}", "f32[131072@y]", "--mesh", "x=2,y=4"]
     assert main(args) == 0
     default = capsys.readouterr().out.splitlines()[0]
     assert main(args + ["--objective", "bytes"]) == 0
     by_bytes = capsys.readouterr().out.splitlines()[0]
-    assert by_bytes.endswith("1 step, 7 collectives") and default != by_bytes
+    assert by_bytes.endswith("1 step, 4 collectives") and default.endswith("1 step, 1 collective")
     assert main(args + ["--slow-axes", "x"]) == 0
     assert "measured cost profile, slow axes x" in capsys.readouterr().out

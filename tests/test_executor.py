@@ -208,7 +208,9 @@ def _expected_kinds(plan: Plan) -> Counter[str]:
     names = {AllGather: "all-gather", AllToAll: "all-to-all", ReduceScatter: "reduce-scatter",
              AllReduce: "all-reduce", AllReduceSlice: "all-reduce"}
     for step, before, after in zip(plan.steps, plan.all_types, plan.types):
-        if isinstance(step, (Permute, Exchange)):
+        if step.kind == "exchange_all_to_all":
+            kinds["all-to-all"] += 1  # the exchange's cells in one all-to-all over the crossed axes
+        elif isinstance(step, (Permute, Exchange)):
             kinds["collective-permute"] += sum(1 for r in schedule(before, after).rounds if r.pairs)
         elif type(step) in names and atoms_size(atoms_of_axes(before.mesh, step.group_axes())) > 1:
             kinds[names[type(step)]] += 1

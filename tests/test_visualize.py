@@ -10,7 +10,8 @@ from synth_checks import BYTES
 
 from redist import redistribute
 from redist.render import device_list, fmt_bytes, format_plan, plural
-from redist.steps import Permute
+from redist.plan import Plan
+from redist.steps import Exchange, Permute
 from redist.visualize import display_dims, layout, plan_frames
 from spmd_types import Mesh, parse
 from tests.strategies import type_pairs
@@ -100,7 +101,11 @@ def test_text_helpers() -> None:
 
 
 def test_format_plan_in_words() -> None:
-    text = format_plan(redistribute("f32[512@(x,y),128]", "f32[512,128@(y,x)]", MESH, cost_model=BYTES))
+    one = redistribute("f32[512@(x,y),128]", "f32[512,128@(y,x)]", MESH, cost_model=BYTES)
+    assert [s.kind for s in one.steps] == ["exchange_all_to_all"]  # the same cells in one collective
+    assert "one all-to-all replaces the exchange's collective-permute rounds" in format_plan(one)
+    rounds = Plan.build(one.src, (Exchange(one.dst.dims, None),), BYTES)  # the same move in rounds
+    text = format_plan(rounds)
     assert "1 step, 7 collectives" in text and "28,672 B (28 KiB)" in text and ".0 B" not in text
     assert "exchange to f32[512,128@(y,x)]" in text and "7 cells of 64x16 elements" in text
     assert "7 collective-permutes, one per round" in text and "(the lower bound)" in text
