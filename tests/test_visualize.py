@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 from synth_checks import BYTES
 
 from redist import redistribute
-from redist.render import device_list, fmt_bytes, format_plan, plural
 from redist.plan import Plan
+from redist.render import device_list, fmt_bytes, format_plan, plural
 from redist.steps import Exchange, Permute
 from redist.visualize import display_dims, layout, plan_frames
 from spmd_types import Mesh, parse
