@@ -22,6 +22,12 @@ from redist.groups import coords as mesh_coords
 from spmd_types import ShardingType, axis_name
 from spmd_types.memo import Scope, memo
 
+MAX_DEVICES = 128
+"""Packing the slots reads the whole schedule per device and per cell: beyond this mesh size the
+variant is not offered (planning stays in milliseconds on large meshes, issue 12); the exchange in
+rounds, at the transfer bound, still is. The all-to-all variant only saves launches, which matter
+least where a mesh is large and blocks are big."""
+
 
 @dataclass(frozen=True, eq=False)
 class Slots:
@@ -100,7 +106,12 @@ def _same_replica(old: ShardingType, new: ShardingType, src: np.ndarray, dst: np
 @memo(Scope.TYPE)
 def slots(old: ShardingType, new: ShardingType) -> Slots:
     """The all-to-all slots of the exchange ``old -> new``; ``StepError`` when it has none (no
-    message, a forwarding phase, or buffers above the memory bound)."""
+    message, a forwarding phase, buffers above the memory bound, or a mesh above
+    ``MAX_DEVICES``)."""
+    if old.mesh.size > MAX_DEVICES:
+        raise StepError(f"exchange {old} -> {new}: one all-to-all is packed per device, offered on "
+                        f"meshes of at most {MAX_DEVICES} devices (this one has {old.mesh.size}); "
+                        f"the exchange runs in rounds")
     sch = schedule(old, new)
     if any(r.from_output for r in sch.rounds):
         raise StepError(f"exchange {old} -> {new} forwards completed sums: not one all-to-all")

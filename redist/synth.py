@@ -29,9 +29,10 @@ from collections.abc import Callable
 
 from redist.atoms import Atom, atom_axis, atoms_of, dims_atoms, unreduced_atoms
 from redist.bounds import lower_bound_bytes
-from redist.cost import DEFAULT_COST_MODEL, CostModel
+from redist.cost import DEFAULT_COST_MODEL, CostModel, sized_kind
 from redist.errors import RedistError, StepError
 from redist.exchange import routing
+from redist.exchange_a2a import MAX_DEVICES as A2A_MAX_DEVICES
 from redist.facets import FacetTable
 from redist.measure import closed_form
 from redist.plan import Plan, apply_step, measure_step
@@ -430,16 +431,18 @@ def _exchange_floor(cur: ShardingType, dst: ShardingType, cm: CostModel) -> tupl
 
 def _any_exchange_floor(cur: ShardingType, dst: ShardingType, cm: CostModel) -> tuple[float, float]:
     """The floor of an exchange run either way (``VARIANTS``): in rounds (``_exchange_floor``) or
-    as one all-to-all, which receives at least as many bytes (its padding counts) but pays no
-    round latencies, so its time is at least those bytes at the fastest bandwidth any kind has."""
+    as one all-to-all (``ExchangeAllToAll``), which receives at least as many bytes (its padding
+    counts) and costs at least one all-to-all of them (``_one_all_to_all``)."""
     recv, time = _exchange_floor(cur, dst, cm)
-    return recv, min(time, recv / _max_bandwidth(cm) * TIME_SLACK)
+    if cur.mesh.size > A2A_MAX_DEVICES:  # the all-to-all form is not offered there
+        return recv, time
+    return recv, min(time, _one_all_to_all(cur, recv, cm))
 
 
-def _max_bandwidth(cm: CostModel) -> float:
-    """The fastest bandwidth of any link or measured kind (a floor must hold for every one)."""
-    kinds = (kc.bandwidth_Bps for _, kc in (*cm.kind_costs, *cm.cross_kind_costs))
-    return max([cm.bandwidth_Bps, *(v for _, v in cm.axis_bandwidth_Bps), *kinds])
+def _one_all_to_all(cur: ShardingType, recv: float, cm: CostModel) -> float:
+    """Least time of an all-to-all receiving ``recv`` bytes: one latency term (groups of 2 or
+    more), no slow axis (they only scale costs up)."""
+    return cm.kind_time(sized_kind("all_to_all", cur.itemsize), (), 1, recv) * TIME_SLACK
 
 
 def _pending_sum_rounds(cur: ShardingType, dst: ShardingType, cell: int, mean_cells: float) -> int:
@@ -502,10 +505,12 @@ def _exchange_plans(src: ShardingType, dst: ShardingType, cm: CostModel, prefixe
     receives at least the source's lower bound, and an exchange costs at least one latency; then
     the exchange's own optimistic (bytes, time)."""
     floor_all = lower_bound_bytes(src, dst)
-    lat, one = _fastest(cm)[0], 0.0  # one all-to-all (``ExchangeAllToAll``) may cost no latency term
+    lat = _fastest(cm)[0]
+    if src.mesh.size <= A2A_MAX_DEVICES:  # run as one all-to-all (``ExchangeAllToAll``) its
+        lat = 0.0                         # measured latency may be below the links' least
     ranked = []
     for prefix in prefixes:
-        if not best.beaten(cm.order(max(prefix.recv_bytes, floor_all), prefix.time_s + min(lat, one)), cm):
+        if not best.beaten(cm.order(max(prefix.recv_bytes, floor_all), prefix.time_s + lat), cm):
             ranked.append((_add(prefix, _any_exchange_floor(prefix.dst, dst, cm), cm), prefix))
     for floor, prefix in sorted(ranked, key=lambda e: e[0]):
         if best.beaten(floor, cm):
@@ -519,7 +524,10 @@ def _exchange_plans(src: ShardingType, dst: ShardingType, cm: CostModel, prefixe
         except StepError:
             continue
         best.consider(p)
-        _step_variants(p, best)
+        recv = p.recv_bytes - prefix.recv_bytes  # run as one all-to-all it receives no less
+        if src.mesh.size <= A2A_MAX_DEVICES and not best.beaten(
+                _add(prefix, (recv, _one_all_to_all(prefix.dst, recv, cm)), cm), cm):
+            _step_variants(p, best)
 
 
 def _exact_floor_open(prefix: Plan, dst: ShardingType, cm: CostModel, best: _Best) -> bool:
