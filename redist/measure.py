@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from redist.cost import CostModel, sized_kind
-from redist.exchange import crossed_axes, schedule
+from redist.exchange import check_size, crossed_axes, schedule
 from redist.exchange_a2a import padded_recv_cells, slots
 from redist.facets import FacetTable
 from redist.groups import coords as mesh_coords
@@ -134,9 +134,12 @@ def closed_form(before: ShardingType, after: ShardingType) -> ClosedForm:
 @MEASURE.register(Permute, Exchange)
 def _p2p(step: Step, before: ShardingType, after: ShardingType, cm: CostModel) -> StepMeasure:
     """Without unreduced axes the closed form above, over the axes either layout uses; with
-    unreduced axes, read off the schedule (tests check the two agree where both apply)."""
+    unreduced axes, read off the schedule (tests check the two agree where both apply). A
+    schedule the exchange would refuse (``ExchangeTooFineError``) is refused here too, so the
+    synthesizer never returns a plan it cannot run."""
     if before.unreduced or after.unreduced:
         return schedule_measure(before, after, cm, sized_kind(step.kind, before.itemsize))
+    check_size(before, after)
     cf = closed_form(before, after)
     names = {axis_name(a) for t in (before, after) for axes in t.dims for a in axes}
     rounds = cf.rounds
