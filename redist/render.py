@@ -218,8 +218,8 @@ def _exchange_all_to_all(step: ExchangeAllToAll, before: ShardingType, after: Sh
     cell = "x".join(map(str, sl.cell)) or "1"
     padding = sl.g * (sl.g - 1) * sl.k * (before.mesh.size // sl.g) - sl.received
     moves = (f"the cells an exchange would move in rounds ({cell} elements each) travel in one all-to-all "
-             f"over {', '.join(sl.names)}: each device sends {plural(sl.k, 'cell')} to each of the {sl.g} "
-             f"devices of its group" + (f", {plural(padding, 'slot')} of them padding" if padding else ""))
+             f"over {', '.join(sl.names)}: each device sends {plural(sl.k, 'cell')} to every device of its "
+             f"group of {sl.g} (itself included: its local copies)" + (f", {plural(padding, 'slot')} of them padding" if padding else ""))
     return StepText("exchange as one all-to-all", moves, m.collectives,
                     "one all-to-all replaces the exchange's collective-permute rounds")
 
