@@ -25,6 +25,7 @@ from typing import Any
 import jax
 
 from benchmarks.hlo import parse_collectives
+from benchmarks.markdown import md_table
 from partir_core import models as M
 from partir_core import partition
 from partir_core import strategies as S
@@ -127,14 +128,12 @@ def run_partitioner_bench(mesh: Mesh | None = None, models: tuple[str, ...] = ("
 
 
 def table(rows: list[Row]) -> str:
-    out = ["| model | strategy | hand count | ours: collectives | ours: recv B | ours: temp B | ours: ms "
-           "| XLA: collectives | XLA: recv B | XLA: temp B | XLA: ms |",
-           "|---|---|---|---|---|---|---|---|---|---|---|"]
-    for r in rows:
-        out.append(f"| {r.model} | {r.strategy} | {r.hand} | {r.ours.fmt()} | {r.ours.recv_bytes:,.0f} | "
-                   f"{r.ours.temp_bytes:,} | {r.ours.time_s * 1e3:.2f} | {r.xla.fmt()} | "
-                   f"{r.xla.recv_bytes:,.0f} | {r.xla.temp_bytes:,} | {r.xla.time_s * 1e3:.2f} |")
-    return "\n".join(out)
+    head = ("model", "strategy", "hand count", "ours: collectives", "ours: recv B", "ours: temp B", "ours: ms",
+            "XLA: collectives", "XLA: recv B", "XLA: temp B", "XLA: ms")
+    return "\n".join(md_table(head, ((
+        r.model, r.strategy, r.hand, r.ours.fmt(), f"{r.ours.recv_bytes:,.0f}", f"{r.ours.temp_bytes:,}",
+        f"{r.ours.time_s * 1e3:.2f}", r.xla.fmt(), f"{r.xla.recv_bytes:,.0f}", f"{r.xla.temp_bytes:,}",
+        f"{r.xla.time_s * 1e3:.2f}") for r in rows)))
 
 
 # -- the GPT (scan over layers, remat, dropout, tied embeddings) --------------------------------------
@@ -362,13 +361,12 @@ def run_gpt_bench(mesh: Mesh | None = None, strategies: tuple[str, ...] = GPT_ST
 
 
 def gpt_table(rows: list[GptRow]) -> str:
-    out = ["| strategy | max abs err ours / XLA | hand count | ours: executed (HLO) | simulator | XLA: executed "
-           "| ours recv B | XLA recv B | ours ms | XLA ms | speedup | predicted ms |",
-           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    for r in rows:
-        out.append(f"| {r.strategy} | {r.max_err_ours:.1e} / {r.max_err_xla:.1e} | {r.hand} | {_fmt(r.ours_counts)} "
-                   f"| {_fmt(r.predicted_counts)} | {_fmt(r.xla_counts)} | {r.ours_recv:,.0f} | {r.xla_recv:,.0f} "
-                   f"| {r.ours_ms:.2f} | {r.xla_ms:.2f} | {r.speedup:.2f}x | {r.predicted_ms:.2f} |")
+    head = ("strategy", "max abs err ours / XLA", "hand count", "ours: executed (HLO)", "simulator",
+            "XLA: executed", "ours recv B", "XLA recv B", "ours ms", "XLA ms", "speedup", "predicted ms")
+    out = md_table(head, ((
+        r.strategy, f"{r.max_err_ours:.1e} / {r.max_err_xla:.1e}", r.hand, _fmt(r.ours_counts),
+        _fmt(r.predicted_counts), _fmt(r.xla_counts), f"{r.ours_recv:,.0f}", f"{r.xla_recv:,.0f}",
+        f"{r.ours_ms:.2f}", f"{r.xla_ms:.2f}", f"{r.speedup:.2f}x", f"{r.predicted_ms:.2f}") for r in rows))
     sp = [r.speedup for r in rows]
     gm = math.exp(statistics.mean(math.log(s) for s in sp)) if sp else float("nan")
     rho = spearman([r.predicted_ms for r in rows], [r.ours_ms for r in rows]) if len(rows) > 1 else float("nan")

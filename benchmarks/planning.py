@@ -25,6 +25,7 @@ import statistics
 import time
 from dataclasses import dataclass
 
+from benchmarks.markdown import md_table
 from redist import CostModel
 from redist.atoms import unreduced_atoms
 from redist.caches import clear_caches
@@ -183,11 +184,11 @@ def _above_cause(s: ShardingType, d: ShardingType) -> str:
 
 
 def ladder_table(pairs: int, seed: int) -> list[str]:
-    out = ["| mesh | devices | axes | pairs | mean ms | max ms | bound met | above: shared U (not tight) | "
-           "above: exchange refused | slowest pair |", "|---|---|---|---|---|---|---|---|---|---|"]
-    out += [f"| {r.mesh} | {r.mesh.size:,} | {len(r.mesh.axes)} | {r.n} | {r.mean_ms:.2f} | {r.max_ms:.2f} | "
-            f"{r.bound_met}/{r.n} | {r.shared_unreduced} | {r.refused} | `{r.slowest}` |" for r in ladder(pairs, seed)]
-    return out
+    head = ("mesh", "devices", "axes", "pairs", "mean ms", "max ms", "bound met", "above: shared U (not tight)",
+            "above: exchange refused", "slowest pair")
+    return md_table(head, ((r.mesh, f"{r.mesh.size:,}", len(r.mesh.axes), r.n, f"{r.mean_ms:.2f}", f"{r.max_ms:.2f}",
+                            f"{r.bound_met}/{r.n}", r.shared_unreduced, r.refused, f"`{r.slowest}`")
+                           for r in ladder(pairs, seed)))
 
 
 def main(pairs: int = 500, seed: int = 0, gap_pairs: int = 150, ladder_pairs: int = 0) -> str:
