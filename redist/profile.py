@@ -88,10 +88,12 @@ def load_profile(path: str | Path) -> Profile:
     """Read a profile; a file that is not one raises ``ProfileError`` naming it and what to do."""
     try:
         return Profile.from_json(Path(path).read_text())
+    except OSError as e:  # missing, a directory, unreadable
+        raise ProfileError(f"cannot read cost profile {path} ({e.strerror or type(e).__name__}); write one with "
+                           f"`redist calibrate --out {path}`") from None
     except (ValueError, KeyError, TypeError) as e:  # JSONDecodeError is a ValueError
         raise ProfileError(f"{path} is not a redist cost profile ({type(e).__name__}: {e}); write one with "
                            f"`redist calibrate --out {path}`") from None
-
 
 
 def load_cost_model(path: str | Path, objective: str = "time") -> CostModel:

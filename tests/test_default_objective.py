@@ -118,3 +118,7 @@ def test_a_file_that_is_not_a_profile_is_a_typed_error(tmp_path) -> None:  # typ
     bad.write_text('{"format": 1}')
     with pytest.raises(ProfileError, match="not a redist cost profile"):
         load_cost_model(bad)
+    with pytest.raises(ProfileError, match="cannot read cost profile .*missing.json"):
+        load_cost_model(tmp_path / "missing.json")
+    with pytest.raises(ProfileError, match="cannot read cost profile"):
+        load_cost_model(tmp_path)  # a directory
