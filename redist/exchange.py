@@ -232,12 +232,27 @@ def _choose_replicas(grid: CellGrid, dev: DeviceTables, rows: _NeedRows) -> np.n
     holds = (block == dev.old_block[rows.device]).all(axis=1)
     counts = np.zeros((int(rows.cell_id.max()) + 1, len(values)), dtype=np.int64)
     np.add.at(counts, (rows.cell_id[holds], column.reshape(-1)[rows.device[holds]]), 1)
-    shift = np.arange(len(counts))[:, None] % len(values)  # ties rotate with the cell, spreading the senders
+    shift = _rank_in_block(block, rows.cell_id, len(counts))[:, None] % len(values)  # ties rotate, spreading senders
     rolled = np.take_along_axis(counts, (np.arange(len(values))[None, :] + shift) % len(values), axis=1)
     per_cell = values[(rolled.argmax(axis=1) + shift[:, 0]) % len(values)]
     need_cell = np.zeros(n_needs, dtype=np.int64)
     need_cell[rows.need] = rows.cell_id
     return per_cell[need_cell]
+
+
+def _rank_in_block(block: np.ndarray, cell_id: np.ndarray, n_cells: int) -> np.ndarray:
+    """Per global cell, its rank among the cells of the same old block (ids in order): rotating
+    tied replicas by it gives each replica of a block an equal share of the block's cells (the
+    cell id alone once put 33 of a block's cells on one replica: 33 rounds where 2 do)."""
+    cell_block = np.zeros((n_cells, block.shape[1]), dtype=np.int64)
+    cell_block[cell_id] = block
+    _, grp = np.unique(cell_block, axis=0, return_inverse=True)
+    grp = grp.reshape(-1)
+    order = np.argsort(grp, kind="stable")
+    counts = np.bincount(grp)
+    rank = np.empty(n_cells, dtype=np.int64)
+    rank[order] = np.arange(n_cells) - np.repeat(np.cumsum(counts) - counts, counts)
+    return rank
 
 
 class _Codes(NamedTuple):
