@@ -48,6 +48,7 @@ supported end to end: in JAX 0.10.2 ``PartitionSpec(..., unreduced={...})`` work
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
@@ -448,6 +449,43 @@ def _one_dim_move(send: np.ndarray, recv: np.ndarray, cell: Sequence[int], old: 
     return s, d
 
 
+def _prime_factors(n: int) -> list[int]:
+    out, p = [], 2
+    while n > 1:
+        while n % p == 0:
+            out.append(p)
+            n //= p
+        p += 1
+    return out
+
+
+def _digit_transpose(order: np.ndarray) -> tuple[list[int], list[int]] | None:
+    """``(factors, perm)`` with ``arange(n).reshape(factors).transpose(perm).ravel() == order``:
+    a reorder of slots that is a transpose of mixed-radix digits (axes listed in another order
+    than the mesh's), which XLA fuses into the all-to-all's slices; a gather of the same
+    reorder is a full-size pass of its own. ``None`` when ``order`` is no such transpose."""
+    factors = _prime_factors(len(order))
+    if len(factors) > 6:
+        return None
+    for perm in itertools.permutations(range(len(factors))):
+        if (np.arange(len(order)).reshape(factors).transpose(perm).ravel() == order).all():
+            return factors, list(perm)
+    return None
+
+
+def _reorder(y: jax.Array, order: np.ndarray) -> jax.Array:
+    """``y[order]`` along the leading dimension, as a digit transpose where it is one."""
+    if (order == np.arange(len(order))).all():
+        return y
+    digits = _digit_transpose(order)
+    if digits is None:
+        return y[order]
+    factors, perm = digits
+    rest = list(y.shape[1:])
+    tail = list(range(len(factors), len(factors) + len(rest)))
+    return jnp.transpose(y.reshape([*factors, *rest]), [*perm, *tail]).reshape(y.shape)
+
+
 def _cells_to_slots(x: jax.Array, offsets: np.ndarray, cell: Sequence[int]) -> jax.Array:
     """``[slots, *cell]``: the cells of ``x`` starting at ``offsets`` (slots x rank, the same on
     every device, on the cell grid of ``x``), in slot order, by reshape + transpose (+ a static
@@ -455,16 +493,14 @@ def _cells_to_slots(x: jax.Array, offsets: np.ndarray, cell: Sequence[int]) -> j
     split, perm, grid = _cell_grid_split(x.shape, cell)
     y = jnp.transpose(x.reshape(split), perm).reshape([math.prod(grid), *cell])
     send = np.ravel_multi_index(tuple((offsets // np.asarray(cell)).T), grid)
-    return y[send] if (send != np.arange(len(send))).any() else y
+    return _reorder(y, send) if len(send) == len(set(send.tolist())) == y.shape[0] else y[send]
 
 
 def _slots_to_cells(y: jax.Array, offsets: np.ndarray, cell: Sequence[int], shape: Sequence[int]) -> jax.Array:
     """The inverse of ``_cells_to_slots``: slot ``j`` of ``y`` placed at ``offsets[j]`` of a block of
     ``shape`` that the slots tile exactly."""
     split, perm, grid = _cell_grid_split(shape, cell)
-    recv = np.argsort(np.ravel_multi_index(tuple((offsets // np.asarray(cell)).T), grid))
-    if (recv != np.arange(len(recv))).any():
-        y = y[recv]
+    y = _reorder(y, np.argsort(np.ravel_multi_index(tuple((offsets // np.asarray(cell)).T), grid)))
     return jnp.transpose(y.reshape([*grid, *cell]), list(np.argsort(perm))).reshape(shape) if len(cell) else y.reshape(())
 
 

@@ -150,3 +150,19 @@ def test_random_pair_copies_no_more_than_xla(name: str) -> None:
     assert (got, want) == (ours, theirs)
     assert sorted(kinds) == sorted(xla_kinds)
     assert got[0] <= want[0] and got[1] <= want[1]
+
+
+def test_slot_order_as_a_digit_transpose() -> None:
+    """``f32[128,256@(x,y),8] -> [128@(y,x),256,8]`` on {x=2,y=4} (rand004): the slots go in
+    (y, x) order, cells in (x, y) order; the reorder is a transpose of the two digits, fused into
+    the all-to-all's slices (was: a gather writing the whole block first, 3.0 passes; the 19
+    layout ops are inside those slice fusions, as for ``rank4_move_two_axes``). XLA runs the
+    all-to-all in mesh order and then a collective-permute of the whole block."""
+    mesh, src, dst = XY24, parse("s32[128,256@(x,y),8]", XY24), parse("s32[128@(y,x),256,8]", XY24)
+    plan = Plan.build(src, (ExchangeAllToAll(dst.dims),))
+    agree(plan)
+    x, _ = make_input(src, mesh.to_jax())
+    block = math.prod(src.local_shape) * src.itemsize
+    xla = jax.jit(lambda a: a, out_shardings=NamedSharding(mesh.to_jax(), to_partition_spec(dst)))
+    assert _counts(compile_plan(plan), x, block) == ((2.0, 19), ("all-to-all",))
+    assert _counts(xla, x, block) == ((2.0, 3), ("all-to-all", "collective-permute"))
