@@ -1,6 +1,7 @@
 """Clock comparison against both XLA partitioners, with the measured cost model's predictions.
 
-``python -m benchmarks.speed [--cases NAME...] [--seconds S] [--out DIR]``. For every named case
+``python -m benchmarks.speed [--cases NAME...|none] [--seconds S] [--random N [--seed K]
+[--random-seconds S]] [--out DIR]``. For every named case
 (``benchmarks.cases``) four compiled programs run on the same input, round-robin in one process
 (so a slow phase of the shared machine hits all of them): XLA's ``jit(identity,
 out_shardings=dst)`` under Shardy (JAX's default) and under GSPMD
@@ -10,6 +11,12 @@ the speedup against the *faster* XLA partitioner, the plan's predicted time, com
 of each side, bytes against the transfer bound; overall the geometric mean, the worst case, the
 Spearman rank correlation of predicted vs measured, an A/A control (Shardy's program against
 itself) and the per-call Python overhead of ``plan(x)``.
+
+``--random N`` adds N seeded random pairs (``benchmarks.random_pairs``: odd axis orders, several
+axes moving at once, ranks 1-4, under 1 MiB a global array) run through the same per-case
+machinery with their own time budget; the report gets a random-pairs section (geometric mean,
+minimum, count below 0.9x, the worst 10 with plan and XLA's collectives). ``--cases none`` leaves
+the named cases out.
 """
 
 from __future__ import annotations
@@ -36,6 +43,7 @@ from jax.sharding import NamedSharding  # noqa: E402
 from benchmarks.arrays import check_output, make_input  # noqa: E402
 from benchmarks.cases import NAMED_CASES, Case, select_cases  # noqa: E402
 from benchmarks.hlo import collective_signature, local_writes, parse_collectives  # noqa: E402
+from benchmarks.random_pairs import PairSpec, random_pairs  # noqa: E402
 from benchmarks.xla_side import capture_fd2  # noqa: E402
 from redist import CostModel, Plan, redistribute  # noqa: E402
 from redist.executor import compile_plan  # noqa: E402
@@ -202,6 +210,15 @@ def geomean(v: Sequence[float]) -> float:
     return math.exp(sum(math.log(x) for x in v) / len(v)) if v else math.nan
 
 
+def header(title: str, command: str, load: tuple[float, float], wall_s: float) -> list[str]:
+    """Title, command and machine: what a reader needs to judge the numbers below (the machine is
+    shared, so the load average says how noisy they are)."""
+    return [
+        f"# {title} ({datetime.date.today()})", "",
+        f"Command: `{command}`  ", f"JAX {jax.__version__}, {jax.device_count()} x {jax.devices()[0].platform}, "
+        f"{os.cpu_count()} cores; load average {load[0]:.1f} before, {load[1]:.1f} after; {wall_s:.0f} s.", ""]
+
+
 def report(rows: Sequence[Row], controls: Sequence[float], overhead: tuple[float, float, float], command: str,
            load: tuple[float, float], wall_s: float) -> str:
     sp = [r.speedup for r in rows]
@@ -210,9 +227,7 @@ def report(rows: Sequence[Row], controls: Sequence[float], overhead: tuple[float
     tied = [r for r in rows if r.at_ceiling]
     open_ = [r for r in rows if not r.at_ceiling]
     lines = [
-        f"# Clock comparison against Shardy and GSPMD ({datetime.date.today()})", "",
-        f"Command: `{command}`  ", f"JAX {jax.__version__}, {jax.device_count()} x {jax.devices()[0].platform}, "
-        f"{os.cpu_count()} cores; load average {load[0]:.1f} before, {load[1]:.1f} after; {wall_s:.0f} s.", "",
+        *header("Clock comparison against Shardy and GSPMD", command, load, wall_s),
         "| | value |", "|---|---|",
         f"| named cases | {len(rows)} |",
         f"| geometric-mean speedup vs the faster XLA partitioner | {geomean(sp):.2f}x |",
@@ -242,8 +257,7 @@ def report(rows: Sequence[Row], controls: Sequence[float], overhead: tuple[float
         "temp KiB S/G/ours | ours recv / bound B | plan |", "|" + "---|" * 11,
     ]
     for r in rows:
-        m, t = r.median_s, r.temp_bytes
-        wrong = "" if all(r.ok.values()) else " (" + ",".join(k for k in SIDES if not r.ok[k]) + " wrong)"
+        m, t, wrong = r.median_s, r.temp_bytes, _wrong(r)
         lines.append(
             f"| {r.case} | {m['shardy'] * 1e3:.3f} | {m['gspmd'] * 1e3:.3f} | {m['ours'] * 1e3:.3f} | "
             f"{m['ours_bytes'] * 1e3:.3f} | {r.speedup:.2f}x{wrong} | "
@@ -296,37 +310,175 @@ def temp_reason(r: Row) -> str:
     return "; ".join(why)
 
 
+RANDOM_BAR = 0.9
+"""Issue 11's target for random pairs: no pair below this speedup."""
+
+
+@dataclass(frozen=True)
+class RandomRun:
+    """The random pairs of one run: how they were drawn, their rows and what failed."""
+
+    spec: PairSpec
+    seconds: float  # timing budget per pair
+    cases: tuple[Case, ...]
+    rows: tuple[Row, ...]
+    controls: tuple[float, ...]
+    errors: tuple[tuple[str, str], ...] = ()  # (case, error) of pairs that could not be run
+
+
+def run_random(spec: PairSpec, seconds: float, progress: bool = True) -> RandomRun:
+    """Every pair of ``random_pairs(spec)`` through ``run_case``; a pair that raises is recorded
+    with its error (a random layout may find a bug on either side: the run goes on)."""
+    cases = random_pairs(spec)
+    rows: list[Row] = []
+    controls: list[float] = []
+    errors: list[tuple[str, str]] = []
+    for case in cases:
+        try:
+            row, control = run_case(case, seconds)
+        except Exception as e:  # noqa: BLE001 (recorded in the report, not swallowed)
+            errors.append((case.name, f"{type(e).__name__}: {e}".splitlines()[0][:200]))
+            continue
+        rows.append(row)
+        controls.append(control)
+        if progress:
+            print(f"{row.case:28s} {row.speedup:5.2f}x  ours {row.median_s['ours'] * 1e3:7.3f} ms  "
+                  f"xla {row.xla_best_s * 1e3:7.3f} ms  {row.steps}", file=sys.stderr, flush=True)
+    return RandomRun(spec, seconds, cases, tuple(rows), tuple(controls), tuple(errors))
+
+
+def random_section(run: RandomRun, worst_n: int = 10) -> list[str]:
+    """The random pairs' summary, their worst ``worst_n`` with plans and both sides' collectives,
+    and every pair in one line."""
+    rows, spec = run.rows, run.spec
+    by_name = {c.name: c for c in run.cases}
+    sp = [r.speedup for r in rows]
+    out = ["", f"## Random pairs ({spec.count}, seed {spec.seed})", "",
+           f"`benchmarks.random_pairs.random_pairs({spec})`: meshes 8, 2x4, 4x2, 2x2x2; ranks 1-4; f32, bf16, "
+           f"s32; at most {spec.max_bytes:,} B a global array. Timing budget {run.seconds:g} s a pair "
+           "(at least 15 rounds of the five programs).", ""]
+    if not rows:
+        return out + ["No pair could be run."] + _errors(run.errors)
+    worst = min(rows, key=lambda r: r.speedup)
+    tied = [r for r in rows if r.at_ceiling]
+    out += [
+        "| | value |", "|---|---|",
+        f"| random pairs timed (errors) | {len(rows)} ({len(run.errors)}) |",
+        f"| geometric-mean speedup vs the faster correct XLA partitioner | {geomean(sp):.2f}x |",
+        f"| min / max speedup | {worst.speedup:.2f}x ({worst.case}) / {max(sp):.2f}x |",
+        f"| pairs below {RANDOM_BAR}x | {sum(s < RANDOM_BAR for s in sp)} |",
+        f"| geometric mean vs Shardy / vs GSPMD (pairs where it is correct) | "
+        f"{geomean([r.median_s['shardy'] / r.median_s['ours'] for r in rows if r.ok['shardy']]):.2f}x / "
+        f"{geomean([r.median_s['gspmd'] / r.median_s['ours'] for r in rows if r.ok['gspmd']]):.2f}x |",
+        f"| bytes objective: geometric-mean speedup | "
+        f"{geomean([r.xla_best_s / r.median_s['ours_bytes'] for r in rows]):.2f}x |",
+        f"| A/A control (Shardy vs itself): geomean, min, max | {geomean(run.controls):.3f}, "
+        f"{min(run.controls):.3f}, {max(run.controls):.3f} |",
+        f"| pairs where XLA runs the same collectives as ours: tie ceiling 1.0x | {len(tied)} "
+        f"(geomean speedup there {geomean([r.speedup for r in tied]):.2f}x) |",
+        f"| Spearman rank correlation, predicted vs measured (ours) | "
+        f"{spearman([r.predicted_s for r in rows], [r.median_s['ours'] for r in rows]):.3f} |",
+        f"| plans moving more bytes than the bound (time objective) | "
+        f"{sum(r.recv_bytes > r.bound_bytes * (1 + 1e-9) + 1e-6 for r in rows)} |",
+        *(f"| {k}: results equal to the reference | {sum(r.ok[k] for r in rows)} / {len(rows)} |" for k in SIDES),
+        "", f"### The worst {min(worst_n, len(rows))}", "",
+        "Collectives as compiled (`compiled.as_text()`); local passes: non-collective writes in local "
+        "blocks (ours / the faster correct XLA partitioner's).", "",
+        "| case | src -> dst | Shardy ms | GSPMD ms | ours ms | speedup | predicted us | local passes | "
+        "plan | our collectives | XLA's collectives |", "|" + "---|" * 11,
+    ]
+    for r in sorted(rows, key=lambda r: r.speedup)[:worst_n]:
+        c, m, x, passes = by_name[r.case], r.median_s, r.xla_best, r.local_passes or {}
+        out.append(
+            f"| {r.case} | `{c.src}` -> `{c.dst}` ({c.mesh_text}) | {m['shardy'] * 1e3:.3f} | "
+            f"{m['gspmd'] * 1e3:.3f} | {m['ours'] * 1e3:.3f} | {r.speedup:.2f}x{_wrong(r)} | "
+            f"{r.predicted_s * 1e6:.0f} | {passes.get('ours', 0):.2f} / {passes.get(x, 0):.2f} | {r.steps} | "
+            f"{r.collectives['ours']} | {x}: {r.collectives[x]} |")
+    return out + _all_pairs(rows, by_name) + _errors(run.errors)
+
+
+def _wrong(r: Row) -> str:
+    return "" if all(r.ok.values()) else " (" + ",".join(k for k in SIDES if not r.ok[k]) + " wrong)"
+
+
+def _all_pairs(rows: Sequence[Row], by_name: dict[str, Case]) -> list[str]:
+    out = ["", "### Every pair", "", "| case | src -> dst | XLA ms (faster correct) | ours ms | speedup | plan |",
+           "|---|---|---|---|---|---|"]
+    for r in rows:
+        c = by_name[r.case]
+        out.append(f"| {r.case} | `{c.src}` -> `{c.dst}` ({c.mesh_text}) | {r.xla_best_s * 1e3:.3f} ({r.xla_best}) | "
+                   f"{r.median_s['ours'] * 1e3:.3f} | {r.speedup:.2f}x{_wrong(r)} | {r.steps} |")
+    return out
+
+
+def _errors(errors: Sequence[tuple[str, str]]) -> list[str]:
+    if not errors:
+        return []
+    return ["", "### Pairs that could not be run", "", "| case | error |", "|---|---|",
+            *(f"| {name} | {err.replace('|', '/')} |" for name, err in errors)]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.speed", description=__doc__.split("\n")[0])
-    ap.add_argument("--cases", nargs="*", default=None, help="case names or families (default: all named)")
-    ap.add_argument("--seconds", type=float, default=1.5, help="timing budget per case")
-    ap.add_argument("--out", default=None, help="directory for <date>-speed.md/.json")
+    ap.add_argument("--cases", nargs="*", default=None,
+                    help="case names or families (default: all named; 'none': no named case)")
+    ap.add_argument("--seconds", type=float, default=1.5, help="timing budget per named case")
+    ap.add_argument("--random", type=int, default=0, metavar="N", help="also run N seeded random pairs")
+    ap.add_argument("--seed", type=int, default=0, help="seed of the random pairs")
+    ap.add_argument("--random-seconds", type=float, default=0.5, help="timing budget per random pair")
+    ap.add_argument("--out", default=None,
+                    help="directory for <date>-speed.md/.json (<date>-speed-random.* without named cases)")
     args = ap.parse_args(argv)
     command = "python -m benchmarks.speed " + " ".join(argv if argv is not None else sys.argv[1:])
     load0, start = os.getloadavg()[0], time.perf_counter()
+    named = () if args.cases == ["none"] else select_cases(NAMED_CASES, args.cases)
+    rows, controls = run_named(named, args.seconds)
+    rand = run_random(PairSpec(seed=args.seed, count=args.random), args.random_seconds) if args.random else None
+    overhead = measure_overhead() if rows else (math.nan, math.nan, math.nan)
+    load = (load0, os.getloadavg()[0])
+    wall = time.perf_counter() - start
+    if rows:
+        text = report(rows, controls, overhead, command, load, wall)
+    else:
+        text = "\n".join(header("Clock comparison against Shardy and GSPMD: random pairs", command, load, wall))
+    if rand is not None:
+        text += "\n".join(random_section(rand)) + "\n"
+    print(text)
+    if args.out:
+        write_outputs(Path(args.out), "speed" if rows else "speed-random", text, {
+            "command": command, "rows": [asdict(r) for r in rows], "controls": controls, "overhead_s": overhead,
+            "random": None if rand is None else {
+                "spec": asdict(rand.spec), "seconds": rand.seconds, "rows": [asdict(r) for r in rand.rows],
+                "controls": rand.controls, "errors": rand.errors}})
+    return 0
+
+
+def run_named(cases: Sequence[Case], seconds: float) -> tuple[list[Row], list[float]]:
     rows, controls = [], []
-    for case in select_cases(NAMED_CASES, args.cases):
-        row, control = run_case(case, args.seconds)
+    for case in cases:
+        row, control = run_case(case, seconds)
         rows.append(row)
         controls.append(control)
         print(f"{row.case:28s} {row.speedup:5.2f}x  ours {row.median_s['ours'] * 1e3:7.3f} ms  "
               f"shardy {row.median_s['shardy'] * 1e3:7.3f}  gspmd {row.median_s['gspmd'] * 1e3:7.3f}  "
               f"predicted {row.predicted_s * 1e6:7.0f} us", file=sys.stderr, flush=True)
+    return rows, controls
+
+
+def measure_overhead() -> tuple[float, float, float]:
+    """``plan(x)`` per call, the compiled executable per call, the Python lookup (seconds) on a
+    small named case, where the Python overhead matters most."""
     small = select_cases(NAMED_CASES, ["rank1_gather_minor"])[0]
     x, _ = make_input(small.src_type, small.mesh.to_jax())
     small_plan = redistribute(small.src_type, small.dst_type, small.mesh)
-    overhead = (*call_overhead(small_plan, x), lookup_overhead(small_plan, x))
-    text = report(rows, controls, overhead, command, (load0, os.getloadavg()[0]), time.perf_counter() - start)
-    print(text)
-    if args.out:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        stem = f"{datetime.date.today()}-speed"
-        (out / f"{stem}.md").write_text(text)
-        (out / f"{stem}.json").write_text(json.dumps(
-            {"command": command, "rows": [asdict(r) for r in rows], "controls": controls,
-             "overhead_s": overhead}, indent=1))
-    return 0
+    return (*call_overhead(small_plan, x), lookup_overhead(small_plan, x))
+
+
+def write_outputs(out: Path, suffix: str, text: str, data: dict[str, Any]) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    stem = f"{datetime.date.today()}-{suffix}"
+    (out / f"{stem}.md").write_text(text)
+    (out / f"{stem}.json").write_text(json.dumps(data, indent=1))
 
 
 if __name__ == "__main__":

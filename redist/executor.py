@@ -7,7 +7,7 @@ JAX collective whose per-device semantics are exactly those of ``redist.simulate
 
 =================  =====================================================================
 ``DynSlice``       ``lax.dynamic_slice_in_dim`` at the device's group index (``axis_index``)
-``AllGather``      ``lax.all_gather(tiled=True)``
+``AllGather``      ``lax.all_gather(tiled=True)``; a run of them most minor dimension first
 ``AllToAll``       ``lax.all_to_all`` on ``dst_dim`` reshaped to ``(g, n/g)``, sources moved to ``src_dim``
 ``ReduceScatter``  ``lax.psum_scatter`` on ``dim``'s ``g`` chunks moved to the front
 ``AllReduce``      ``lax.psum``
@@ -15,9 +15,11 @@ JAX collective whose per-device semantics are exactly those of ``redist.simulate
 ``PadUnreduced``   ``dynamic_update_slice`` of the block into zeros
 ``Permute``,       one ``lax.ppermute`` of one cell per round of ``redist.exchange.schedule``,
 ``Exchange``       added into zeros at the receiver's offset (local copies first); a round marked
-                   ``from_output`` forwards a cell of the new block (a completed sum)
+                   ``from_output`` forwards a cell of the new block (a completed sum); whole
+                   blocks: one ``ppermute`` permuting all devices (keepers to themselves)
 ``ExchangeAll``    the exchange's cells as the slots of one ``lax.all_to_all`` over the axes its
-``ToAll``          messages cross (``redist.exchange_a2a``)
+``ToAll``          messages cross (``redist.exchange_a2a``); reshapes and transposes around it
+                   where every device's cells are a translate of one pattern
 =================  =====================================================================
 
 Groups. A step over several (sub-)axes is one collective over the flattened group, members in
@@ -46,6 +48,7 @@ supported end to end: in JAX 0.10.2 ``PartitionSpec(..., unreduced={...})`` work
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
@@ -180,6 +183,35 @@ def _whole_block_swap(sch: Any, before: ShardingType, after: ShardingType) -> bo
     return bool(np.all(keep ^ recv))
 
 
+def _block_permutation(pairs: list[tuple[int, int]], keep: np.ndarray, before: ShardingType,
+                       after: ShardingType) -> list[tuple[int, int]] | None:
+    """A whole-block permute as one permutation of the devices, keepers sending to themselves, so
+    that it is a single ``collective-permute`` (as XLA's partitioner emits) with no select pass.
+    The schedule may pick a keeper as the source of a block that another holder could send; any
+    holder of the same block will do, so such receivers are re-matched to a free holder (kept
+    pairs first, then the schedule's). ``None`` where blocks are partials (their bounds do not
+    name them) or no free holder is left (the select lowering then runs)."""
+    if before.unreduced or after.unreduced:
+        return None
+    src, dst = before.blocks(), after.blocks()
+    assert isinstance(src, np.ndarray) and isinstance(dst, np.ndarray)
+    keepers = [int(d) for d in np.flatnonzero(keep)]
+    perm = [(d, d) for d in keepers]
+    busy, filled = set(keepers), set(keepers)
+    for s, t in pairs:
+        if s not in busy:
+            perm.append((s, t))
+            busy.add(s)
+            filled.add(t)
+    for t in sorted({t for _, t in pairs} - filled):
+        free = next((h for h in range(before.mesh.size) if h not in busy and (src[h] == dst[t]).all()), None)
+        if free is None:
+            return None
+        perm.append((free, t))
+        busy.add(free)
+    return sorted(perm)
+
+
 def _point_to_point(before: ShardingType, after: ShardingType, x: jax.Array) -> jax.Array:
     mesh = before.mesh
     sch = schedule(before, after)
@@ -188,13 +220,11 @@ def _point_to_point(before: ShardingType, after: ShardingType, x: jax.Array) -> 
     if _whole_block_swap(sch, before, after):
         if not sch.rounds:
             return x
-        pairs = list(sch.rounds[0].pairs)
         keep = sch.local_copies[0].recv_valid if sch.local_copies else np.zeros(mesh.size, bool)
-        keepers = [int(d) for d in np.flatnonzero(keep)]
-        if not set(keepers) & {s for s, _ in pairs}:
-            # Keepers that send nothing are self-pairs of the same permute: no select, no copy.
-            return lax.ppermute(x, _axis_name(mesh.names), perm=pairs + [(d, d) for d in keepers])
-        received = lax.ppermute(x, _axis_name(mesh.names), perm=pairs)
+        perm = _block_permutation(list(sch.rounds[0].pairs), keep, before, after)
+        if perm is not None:  # keepers are self-pairs of the same permute: no select, no copy
+            return lax.ppermute(x, _axis_name(mesh.names), perm=perm)
+        received = lax.ppermute(x, _axis_name(mesh.names), perm=list(sch.rounds[0].pairs))
         return jnp.where(_lookup(keep, lin), x, received)
     out = jnp.zeros(after.local_shape, dtype=x.dtype)
     cell = sch.cell
@@ -279,9 +309,16 @@ def _args(step: Step, t: ShardingType) -> dict[str, Any]:
     return _collective_args(t.mesh, _group(step, t)[0])
 
 
-@_one
-def _all_gather(step: AllGather, before: ShardingType, after: ShardingType, x: jax.Array) -> jax.Array:
-    return lax.all_gather(x, axis=step.dim, tiled=True, **_args(step, before))
+def _all_gathers(steps: Sequence[AllGather], before: ShardingType, after: ShardingType, x: jax.Array) -> jax.Array:
+    """A run of gathers, the most minor dimension first: gathers on different dimensions commute
+    (each coarsens only its own dimension's block index), and XLA:CPU gathers a non-leading
+    dimension through a transposing copy before and after the collective, so those copies are
+    cheapest while the block is still small; the major dimension, gathered last, needs none (XLA's
+    partitioner orders them so too). Gathers on one dimension keep their order (stable sort)."""
+    for step in sorted(steps, key=lambda s: -s.dim):
+        if _group(step, before)[1] > 1:
+            x = lax.all_gather(x, axis=step.dim, tiled=True, **_args(step, before))
+    return x
 
 
 @_one
@@ -378,7 +415,7 @@ def _p2p(step: Step, before: ShardingType, after: ShardingType, x: jax.Array) ->
 
 LOWER.register(Discard)(_discard)
 LOWER.register(PadUnreduced)(_pad)
-LOWER.register(AllGather)(_all_gather)
+LOWER.register(AllGather)(Lowering(_all_gathers, joins=True))
 LOWER.register(AllToAll)(_all_to_all)
 LOWER.register(MultiAllToAll)(_multi_all_to_all)
 LOWER.register(ReduceScatter)(_reduce_scatter)
@@ -396,51 +433,128 @@ def _cell_grid_split(shape: Sequence[int], cell: Sequence[int]) -> tuple[list[in
     return split, [2 * i for i in range(rank)] + [2 * i + 1 for i in range(rank)], grid
 
 
-def _one_dim_move(sl: Slots, old: Sequence[int], new: Sequence[int]) -> tuple[int, int] | None:
-    """``(s, d)`` when slot ``j`` is chunk ``j`` of old dimension ``d`` and lands as chunk ``j`` of
-    new dimension ``s`` (``s != d``): exactly an ``AllToAll``'s move."""
-    grids = [[n // c for n, c in zip(shape, sl.cell)] for shape in (old, new)]
+def _one_dim_move(send: np.ndarray, recv: np.ndarray, cell: Sequence[int], old: Sequence[int],
+                  new: Sequence[int]) -> tuple[int, int] | None:
+    """``(s, d)`` when slot ``j`` (cut at ``send[j]`` of the old block, placed at ``recv[j]`` of
+    the new) is chunk ``j`` of old dimension ``d`` and lands as chunk ``j`` of new dimension ``s``
+    (``s != d``): exactly an ``AllToAll``'s move."""
+    grids = [[n // c for n, c in zip(shape, cell)] for shape in (old, new)]
     cut = [[i for i, m in enumerate(grid) if m > 1] for grid in grids]
-    if [len(c) for c in cut] != [1, 1] or cut[0] == cut[1] or sl.slots != grids[0][cut[0][0]]:
+    if [len(c) for c in cut] != [1, 1] or cut[0] == cut[1] or len(send) != grids[0][cut[0][0]]:
         return None
     d, s = cut[0][0], cut[1][0]
-    chunks = np.arange(sl.slots)
-    if (sl.send_offset[0][:, d] // sl.cell[d] != chunks).any() or (sl.recv_offset[0][:, s] // sl.cell[s] != chunks).any():
+    chunks = np.arange(len(send))
+    if (send[:, d] // cell[d] != chunks).any() or (recv[:, s] // cell[s] != chunks).any():
         return None
     return s, d
 
 
-def _static_slots(sl: Slots, before: ShardingType, after: ShardingType, x: jax.Array) -> jax.Array:
-    """Every device cuts its block into cells the same way: reshape + transpose into slot order,
-    one all-to-all, and the inverse reorder into the new block (XLA fuses both into the
-    all-to-all's slices and result, as for ``AllToAll``)."""
-    cell, rank = list(sl.cell), len(sl.cell)
-    moved = _one_dim_move(sl, x.shape, after.local_shape)
-    if moved is not None:  # an all-to-all's move: the form XLA's partitioner emits (``AllToAll``)
-        return _all_to_all_in_place(x, moved[0], moved[1], sl.slots, {"axis_name": _axis_name(sl.names)})
+def _prime_factors(n: int) -> list[int]:
+    out, p = [], 2
+    while n > 1:
+        while n % p == 0:
+            out.append(p)
+            n //= p
+        p += 1
+    return out
+
+
+def _digit_transpose(order: np.ndarray) -> tuple[list[int], list[int]] | None:
+    """``(factors, perm)`` with ``arange(n).reshape(factors).transpose(perm).ravel() == order``:
+    a reorder of slots that is a transpose of mixed-radix digits (axes listed in another order
+    than the mesh's), which XLA fuses into the all-to-all's slices; a gather of the same
+    reorder is a full-size pass of its own. ``None`` when ``order`` is no such transpose."""
+    factors = _prime_factors(len(order))
+    if len(factors) > 6:
+        return None
+    for perm in itertools.permutations(range(len(factors))):
+        if (np.arange(len(order)).reshape(factors).transpose(perm).ravel() == order).all():
+            return factors, list(perm)
+    return None
+
+
+def _reorder(y: jax.Array, order: np.ndarray) -> jax.Array:
+    """``y[order]`` along the leading dimension, as a digit transpose where it is one."""
+    if (order == np.arange(len(order))).all():
+        return y
+    digits = _digit_transpose(order)
+    if digits is None:
+        return y[order]
+    factors, perm = digits
+    rest = list(y.shape[1:])
+    tail = list(range(len(factors), len(factors) + len(rest)))
+    return jnp.transpose(y.reshape([*factors, *rest]), [*perm, *tail]).reshape(y.shape)
+
+
+def _cells_to_slots(x: jax.Array, offsets: np.ndarray, cell: Sequence[int]) -> jax.Array:
+    """``[slots, *cell]``: the cells of ``x`` starting at ``offsets`` (slots x rank, the same on
+    every device, on the cell grid of ``x``), in slot order, by reshape + transpose (+ a static
+    selection where slots are not the grid in order)."""
     split, perm, grid = _cell_grid_split(x.shape, cell)
     y = jnp.transpose(x.reshape(split), perm).reshape([math.prod(grid), *cell])
-    send = np.ravel_multi_index(tuple((sl.send_offset[0] // cell).T), grid)
-    if (send != np.arange(len(send))).any():
-        y = y[send]
-    y = lax.all_to_all(y, split_axis=0, concat_axis=0, tiled=True, axis_name=_axis_name(sl.names))
-    split, perm, grid = _cell_grid_split(after.local_shape, cell)
-    recv = np.argsort(np.ravel_multi_index(tuple((sl.recv_offset[0] // cell).T), grid))
-    if (recv != np.arange(len(recv))).any():
-        y = y[recv]
-    inverse = list(np.argsort(perm))
-    return jnp.transpose(y.reshape([*grid, *cell]), inverse).reshape(after.local_shape) if rank else y.reshape(())
+    send = np.ravel_multi_index(tuple((offsets // np.asarray(cell)).T), grid)
+    return _reorder(y, send) if len(send) == len(set(send.tolist())) == y.shape[0] else y[send]
+
+
+def _slots_to_cells(y: jax.Array, offsets: np.ndarray, cell: Sequence[int], shape: Sequence[int]) -> jax.Array:
+    """The inverse of ``_cells_to_slots``: slot ``j`` of ``y`` placed at ``offsets[j]`` of a block of
+    ``shape`` that the slots tile exactly."""
+    split, perm, grid = _cell_grid_split(shape, cell)
+    y = _reorder(y, np.argsort(np.ravel_multi_index(tuple((offsets // np.asarray(cell)).T), grid)))
+    return jnp.transpose(y.reshape([*grid, *cell]), list(np.argsort(perm))).reshape(shape) if len(cell) else y.reshape(())
+
+
+def _tiles(offsets: np.ndarray, cell: Sequence[int], shape: Sequence[int]) -> bool:
+    """Cells at ``offsets`` (the same on every device) cover a block of ``shape`` exactly once."""
+    if not (offsets == offsets[:1]).all() or any(n % c for n, c in zip(shape, cell)):
+        return False
+    cells = {tuple(o) for o in (offsets[0] // np.asarray(cell, dtype=offsets.dtype)).tolist()}
+    return len(cells) == offsets.shape[1] == math.prod(shape) // max(math.prod(cell), 1)
+
+
+def _send_box(sl: Slots, x: jax.Array, lin: jax.Array) -> tuple[jax.Array, np.ndarray] | None:
+    """The region this device sends from, with slot offsets relative to it that are the same on
+    every device: one ``dynamic_slice`` at a per-device corner (none when the region is the whole
+    block), and then the cells are a static reorder (a cell may fill several slots: a gather run
+    as an all-to-all), as XLA's partitioner does. ``None`` when the devices' send patterns are
+    not translates of one another on the cell grid."""
+    if not sl.slots:
+        return None
+    corner = sl.send_offset.min(axis=1)  # [devices, rank]
+    rel = sl.send_offset - corner[:, None, :]
+    box = tuple(int(v) for v in rel[0].max(axis=0) + np.asarray(sl.cell))
+    if not (rel == rel[:1]).all() or (rel % np.asarray(sl.cell, dtype=rel.dtype)).any():
+        return None
+    if box != tuple(x.shape):
+        x = lax.dynamic_slice(x, _offsets(corner, lin, x.ndim), box)
+    return x, rel[0]
+
+
+def _regular_slots(sl: Slots, box: jax.Array, send: np.ndarray, after: ShardingType) -> jax.Array:
+    """Every device cuts the region it sends (``box``, slot offsets ``send`` in it) and places
+    what it receives alike: reshape + transpose into slot order, one all-to-all, the inverse
+    reorder (XLA fuses both into the all-to-all's slices and result); a move of one dimension's
+    chunks to another is the in-place form XLA's partitioner emits (``AllToAll``)."""
+    args = {"axis_name": _axis_name(sl.names)}
+    moved = _one_dim_move(send, sl.recv_offset[0], sl.cell, box.shape, after.local_shape)
+    if moved is not None:
+        return _all_to_all_in_place(box, moved[0], moved[1], sl.slots, args)
+    y = lax.all_to_all(_cells_to_slots(box, send, sl.cell), split_axis=0, concat_axis=0, tiled=True, **args)
+    return _slots_to_cells(y, sl.recv_offset[0], sl.cell, after.local_shape)
 
 
 def _exchange_all_to_all(steps: Sequence[Any], before: ShardingType, after: ShardingType, x: jax.Array) -> jax.Array:
-    """The exchange's cells as the slots of one all-to-all (``redist.exchange_a2a``): statically
-    when every device cuts its blocks alike and no slot is padding, else each slot cut at this
-    device's offsets and added into zeros where it carries a cell."""
+    """The exchange's cells as the slots of one all-to-all (``redist.exchange_a2a``). Regular
+    (``_regular_slots``) when the devices' send patterns are translates of one another (one
+    ``dynamic_slice`` of the region sent, at a per-device corner, none when it is the whole block)
+    and every slot carries a cell at the same place of every device's new block. Otherwise each
+    slot is cut at this device's offsets and added into zeros where it carries a cell (a
+    full-size pass per slot)."""
     sl = slots(before, after)
-    if sl.static and sl.slots == math.prod(after.local_shape) // math.prod(sl.cell) \
-            == math.prod(before.local_shape) // math.prod(sl.cell):
-        return _static_slots(sl, before, after, x)
     lin, rank = _linear_index(before.mesh), before.rank
+    box = _send_box(sl, x, lin)
+    if box is not None and sl.recv_valid.all() and _tiles(sl.recv_offset, sl.cell, after.local_shape):
+        return _regular_slots(sl, box[0], box[1], after)
     pieces = [lax.dynamic_slice(x, _offsets(sl.send_offset[:, s], lin, rank), sl.cell) for s in range(sl.slots)]
     y = lax.all_to_all(jnp.stack(pieces), split_axis=0, concat_axis=0, tiled=True, axis_name=_axis_name(sl.names))
     out = jnp.zeros(after.local_shape, dtype=x.dtype)
