@@ -1,8 +1,9 @@
 """Timing each kind of step on the running backend, for a measured cost profile (``redist.profile``).
 
 Every sample is one single-step plan compiled by our own executor (so the timed program is
-exactly what plans run, local passes included), timed interleaved against an empty program on
-the same input; the sample is the difference of the medians. Typed collectives are timed over
+exactly what plans run, local passes included), each call paired with an empty program; the
+sample is the median of the pairs' differences. All samples of one block size are timed
+together, round-robin (``samples``), so a load phase of a shared machine hits every kind alike. Typed collectives are timed over
 groups of 2, 4 and 8 devices (as many as exist) and several sizes; permutes and exchanges on
 2-axis meshes, where their rounds vary. The local copy bandwidth comes from a reversal (one pass).
 
@@ -172,11 +173,54 @@ def _crosses(plan: Plan, crossing: Sequence[str]) -> bool:
 
 
 def sample(plan: Plan, reps: int) -> Sample:
-    x = _input(plan.src)
-    secs = _median_diff(compile_plan(plan), _empty(plan.src), x, reps)
+    """One plan's sample, timed on its own against the empty program."""
+    return samples([plan], reps)[0]
+
+
+def samples(plans: Sequence[Plan], reps: int) -> list[Sample]:
+    """The plans' samples, timed together: ``reps`` rounds, each calling every plan once (order
+    reversed every other round), each call paired with the empty program right before it; a sample
+    is the median of its pairs' differences. Why together: on a shared machine the load changes
+    over seconds, and kinds timed one after another were timed under different loads (the shipped
+    profile priced a 4-device all-to-all 22% above a 3-round exchange of the same bytes, where
+    interleaved they run 5-20% *below* it). Every process runs the same calls in the same order."""
+    empties: dict[Mesh, Callable[[Any], Any]] = {}  # one baseline per mesh
+    for plan in plans:
+        if plan.src.mesh not in empties:
+            empties[plan.src.mesh] = _empty(plan.src)
+    progs = [(compile_plan(plan), empties[plan.src.mesh], _input(plan.src)) for plan in plans]
+    diffs: list[list[float]] = [[] for _ in plans]
+    for fn, base, x in progs:
+        fn(x).block_until_ready()
+        base(x).block_until_ready()
+    for r in range(reps):
+        order = range(len(progs)) if r % 2 == 0 else reversed(range(len(progs)))
+        for i in order:
+            fn, base, x = progs[i]
+            diffs[i].append(_call_time(fn, x) - _call_time(base, x))
+    return [_sample(plan, max(statistics.median(d), 0.0)) for plan, d in zip(plans, diffs)]
+
+
+def _call_time(fn: Callable[[Any], Any], x: Any) -> float:
+    t = time.perf_counter()
+    fn(x).block_until_ready()
+    return time.perf_counter() - t
+
+
+def _sample(plan: Plan, secs: float) -> Sample:
     terms, recv = _terms(plan)
     cross = jax.process_count() > 1 and _crosses(plan, process_crossing_axes(plan.src.mesh))
     return Sample(sized_kind(plan.steps[0].kind, plan.src.itemsize), terms, recv, secs, cross)
+
+
+def _size_classes(plans: Sequence[Plan]) -> list[list[Plan]]:
+    """Plans grouped by local block size (elements), smallest first: each group is timed together
+    (plans the planner weighs against each other move blocks of one size; one group's inputs at
+    a time keep memory bounded)."""
+    groups: dict[int, list[Plan]] = {}
+    for plan in plans:
+        groups.setdefault(max(plan.src.local_size, plan.dst.local_size), []).append(plan)
+    return [groups[k] for k in sorted(groups)]
 
 
 def copy_bandwidth(n: int, reps: int, sizes_kib: Sequence[int] = SIZES_KIB) -> float:
@@ -203,17 +247,17 @@ def calibrate(reps: int = 30, kinds: Sequence[str] | None = None,
     local = jax.local_device_count()
     if n < 2:
         raise ValueError(f"calibration needs at least 2 devices, the backend has {n}")
-    samples = []
-    for plan in (*_typed(n, local, sizes_kib), *_p2p(n, local, sizes_kib)):
-        step: Step = plan.steps[0]
-        if kinds and sized_kind(step.kind, plan.src.itemsize) not in kinds:
-            continue
-        s = sample(plan, reps)
-        samples.append(s)
-        if progress:
-            where = " across processes" if s.cross else ""
-            progress(f"{step.kind:18s} {plan.src} -> {plan.dst}{where}: {s.seconds * 1e6:9.1f} us")
-    return _fit(samples, copy_bandwidth(local, reps, sizes_kib))
+    chosen = [plan for plan in (*_typed(n, local, sizes_kib), *_p2p(n, local, sizes_kib))
+              if not kinds or sized_kind(plan.steps[0].kind, plan.src.itemsize) in kinds]
+    timed: list[Sample] = []
+    for group in _size_classes(chosen):
+        for plan, s in zip(group, samples(group, reps)):
+            timed.append(s)
+            if progress:
+                where = " across processes" if s.cross else ""
+                step: Step = plan.steps[0]
+                progress(f"{step.kind:18s} {plan.src} -> {plan.dst}{where}: {s.seconds * 1e6:9.1f} us")
+    return _fit(timed, copy_bandwidth(local, reps, sizes_kib))
 
 
 def _fit(samples: Sequence[Sample], copy_Bps: float) -> Profile:
@@ -277,8 +321,4 @@ def log_fit(samples: Sequence[Sample], iterations: int = 60) -> KindCost:
     return KindCost(float(c[0]), float(c[1]), float(1.0 / c[2]) if c[2] > 0 else 1e15)
 
 
-def predict(kc: KindCost, s: Sample) -> float:
-    return max(kc.overhead_s + s.latency_terms * kc.latency_s + s.recv_bytes / kc.bandwidth_Bps, 1e-7)
-
-
-__all__ = ["SIZES_KIB", "calibrate", "copy_bandwidth", "refit", "robust_fit", "sample"]
+__all__ = ["SIZES_KIB", "calibrate", "copy_bandwidth", "refit", "robust_fit", "sample", "samples"]

@@ -52,6 +52,13 @@ class CostModel:
     cross_kind_costs: tuple[tuple[str, KindCost], ...] = field(default=())
     """Per step kind, (overhead, latency, bandwidth) measured over groups that span processes
     (``redist calibrate`` under ``jax.distributed``): another transport than ``kind_costs``'."""
+    tie_tolerance: float = 0.0
+    """Objective ``"time"`` only: plans whose estimated time is within this fraction of the fastest
+    candidate's are ties, ranked by fewest collective ops, then least bytes, then time
+    (``redist.synth``). A measured profile sets it to its fit's typical error on its own samples
+    (``Profile.fit_error``): inside that error the model cannot tell two plans apart, while every
+    collective op is one more rendezvous of all devices, the term that varies most with load.
+    ``0``: plain least time. The bytes objective ignores it (its transfer guarantee stands)."""
 
     def __post_init__(self) -> None:
         if self.objective not in ("bytes", "time"):
@@ -62,11 +69,18 @@ class CostModel:
         for kind, factor in self.kind_time_factor:
             if not factor > 0:
                 raise ValueError(f"kind_time_factor for {kind!r} must be > 0, got {factor}")
+        if not 0 <= self.tie_tolerance < 1:
+            raise ValueError(f"tie_tolerance must be in [0, 1), got {self.tie_tolerance}")
 
     def order(self, recv_bytes: float, time_s: float) -> tuple[float, float]:
         """The comparison key of a plan's (bytes, time) under this objective."""
         r, t = round(recv_bytes, 6), round(time_s, 15)
         return (r, t) if self.objective == "bytes" else (t, r)
+
+    def tie_window(self, time_s: float) -> float:
+        """The longest time still tied with a plan of ``time_s`` (``tie_tolerance``; the time
+        objective only)."""
+        return time_s * (1 + self.tie_tolerance) if self.objective == "time" else time_s
 
     @staticmethod
     def make(

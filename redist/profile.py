@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -54,12 +56,26 @@ class Profile:
     """Per kind, the fit over groups that span processes (empty for a one-process profile)."""
 
     def cost_model(self, objective: str = "time", cross_axes: Sequence[str] | None = None) -> CostModel:
-        """The planner's model. With cross-process costs, ``cross_axes`` names the mesh axes whose
-        groups span processes (``process_crossing_axes``); ``None`` charges every axis as crossing."""
+        """The planner's model, ties within ``fit_error``. With cross-process costs, ``cross_axes``
+        names the mesh axes whose groups span processes (``process_crossing_axes``); ``None``
+        charges every axis as crossing."""
+        tol = self.fit_error
         if self.cross_kinds and cross_axes is None:
-            return CostModel(objective=objective, kind_costs=self.cross_kinds, copy_Bps=self.copy_Bps)
+            return CostModel(objective=objective, kind_costs=self.cross_kinds, copy_Bps=self.copy_Bps,
+                             tie_tolerance=tol)
         return CostModel(objective=objective, kind_costs=self.kinds, copy_Bps=self.copy_Bps,
-                         cross_axes=tuple(sorted(cross_axes or ())), cross_kind_costs=self.cross_kinds)
+                         cross_axes=tuple(sorted(cross_axes or ())), cross_kind_costs=self.cross_kinds,
+                         tie_tolerance=tol)
+
+    @cached_property
+    def fit_error(self) -> float:
+        """The fitted model's typical relative error on its own samples: ``exp(median |log(predicted
+        / measured)|) - 1``, each sample against its own fit (in-process or across processes);
+        0 without samples. The planner's tie tolerance (``CostModel.tie_tolerance``)."""
+        fits = {False: dict(self.kinds), True: dict(self.cross_kinds)}
+        errs = [abs(math.log(predict(fits[s.cross][s.kind], s) / max(s.seconds, 1e-7)))
+                for s in self.samples if s.kind in fits[s.cross]]
+        return float(min(math.expm1(statistics.median(errs)), MAX_TIE_TOLERANCE)) if errs else 0.0
 
     def to_json(self) -> str:
         d = asdict(self)
@@ -78,6 +94,15 @@ class Profile:
         samples = tuple(Sample(**s) for s in d.get("samples", ()))
         cross = tuple(sorted((k, KindCost(**v)) for k, v in d.get("cross_kinds", {}).items()))
         return Profile(d["backend"], d.get("device_kind", ""), kinds, float(d["copy_Bps"]), samples, cross)
+
+
+MAX_TIE_TOLERANCE = 0.5
+"""A profile whose fit misses its samples by more than this is not trusted to break ties wider."""
+
+
+def predict(kc: KindCost, s: Sample) -> float:
+    """A fit's seconds for a sample (floored at 0.1 us: a log error needs a positive figure)."""
+    return max(kc.overhead_s + s.latency_terms * kc.latency_s + s.recv_bytes / kc.bandwidth_Bps, 1e-7)
 
 
 class ProfileError(RedistError):
@@ -205,5 +230,5 @@ def spearman(a: Sequence[float], b: Sequence[float]) -> float:
     return float(np.corrcoef(ra, rb)[0, 1])
 
 
-__all__ = ["Profile", "Sample", "default_cost_model", "fit_kind", "fit_profile", "ProfileError", "load_cost_model", "load_profile",
+__all__ = ["Profile", "Sample", "default_cost_model", "fit_kind", "fit_profile", "predict", "ProfileError", "load_cost_model", "load_profile",
            "packaged_profile", "process_crossing_axes", "runtime_profile", "runtime_profile_name", "spearman"]

@@ -19,7 +19,9 @@ Candidates add a *relabelling* ``Permute`` (swap axes of equal size in place, e.
 [8@y,8@x]``, or the major half of ``y`` for ``x``), at the start or after the free slices, and an
 ``Exchange`` of exactly the missing cells, alone or after any prefix of a typed plan. Each
 candidate is measured; the plan returned meets the memory bound and has the least received bytes,
-then the least estimated time, then the fewest collectives (a typed collective wins ties).
+then the least estimated time, then the fewest collectives (a typed collective wins ties). Under
+the time objective, time comes first; a measured profile's ``CostModel.tie_tolerance`` makes plans
+within its measured error of the fastest ties, won by the fewest collective ops (``_Best.choice``).
 """
 
 from __future__ import annotations
@@ -474,13 +476,28 @@ class _Best:
         self.dst = dst
         self.bound = max(src.local_bytes, dst.local_bytes)
         self.plan: Plan | None = None
+        self.feasible: list[Plan] = []
+        """Every plan considered that reaches ``dst`` within the bound (for ``choice``'s ties)."""
 
     def consider(self, p: Plan) -> None:
-        if p.dst == self.dst and p.peak_bytes <= self.bound and (self.plan is None or p.key() < self.plan.key()):
-            self.plan = p
+        if p.dst == self.dst and p.peak_bytes <= self.bound:
+            self.feasible.append(p)
+            if self.plan is None or p.key() < self.plan.key():
+                self.plan = p
 
     def beaten(self, floor: tuple[float, float], cm: CostModel) -> bool:
-        return self.plan is not None and floor > cm.order(self.plan.recv_bytes, self.plan.time_s)
+        """No plan above ``floor`` can win: not even a tie (``CostModel.tie_tolerance``)."""
+        return self.plan is not None and floor > cm.order(self.plan.recv_bytes, cm.tie_window(self.plan.time_s))
+
+    def choice(self, best: Plan) -> Plan:
+        """``best`` (the best plan); under a tie tolerance, the tied plan (estimated time within
+        the window of the fastest) with the fewest collective ops, then ``Plan.key`` (least time,
+        then bytes: a tie on ops is no license to pick a slower plan for its bytes)."""
+        window = round(best.cost_model.tie_window(best.time_s), 15)
+        if window == round(best.time_s, 15):
+            return best
+        tied = [p for p in self.feasible if round(p.time_s, 15) <= window]
+        return min(tied, key=lambda p: (p.n_collectives, p.key()))
 
 
 def _typed_plans(src: ShardingType, dst: ShardingType, cm: CostModel, best: _Best) -> list[Plan]:
@@ -605,7 +622,7 @@ def synthesize(src: ShardingType, dst: ShardingType, cm: CostModel = DEFAULT_COS
     if best.plan is None:  # pragma: no cover - an exchange always exists within the bound
         raise RedistError(f"no plan within the memory bound for {src} -> {dst}")
     _with_variants(best.plan, best)
-    return best.plan
+    return best.choice(best.plan)
 
 
 def _add(prefix: Plan, floor: tuple[float, float], cm: CostModel) -> tuple[float, float]:

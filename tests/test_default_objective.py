@@ -82,7 +82,10 @@ def test_default_plans_are_fastest_under_the_model_and_within_memory(case) -> No
     assert fast.peak_bytes <= fast.memory_bound_bytes
     assert fast.recv_bytes >= fast.lower_bound_bytes - 1e-6
     same = Plan.build(by_bytes.src, by_bytes.steps, fast.cost_model)
-    assert fast.time_s <= same.time_s + 1e-12  # the bytes plan is a candidate under the same model
+    # the bytes plan is a candidate under the same model: the default is no slower, or slower only
+    # inside the model's tie window and then with fewer collective ops (``CostModel.tie_tolerance``)
+    assert fast.time_s <= fast.cost_model.tie_window(same.time_s) + 1e-12
+    assert fast.time_s <= same.time_s + 1e-12 or fast.n_collectives < same.n_collectives
 
 
 @given(st.data())
