@@ -31,7 +31,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from redist.atoms import Atom, unreduced_atoms
+from redist.atoms import Atom, dims_atoms, unreduced_atoms
 from redist.colouring import colours, degree
 from redist.errors import StepError
 from redist.groups import atoms_index, group_key, replica_index
@@ -230,14 +230,27 @@ def _choose_replicas(grid: CellGrid, dev: DeviceTables, rows: _NeedRows) -> np.n
     values, column = np.unique(dev.replica, return_inverse=True)
     block = rows.gcell * np.array(grid.cell, dtype=np.int64) // dev.old_local
     holds = (block == dev.old_block[rows.device]).all(axis=1)
-    counts = np.zeros((int(rows.cell_id.max()) + 1, len(values)), dtype=np.int64)
-    np.add.at(counts, (rows.cell_id[holds], column.reshape(-1)[rows.device[holds]]), 1)
-    shift = np.arange(len(counts))[:, None] % len(values)  # ties rotate with the cell, spreading the senders
-    rolled = np.take_along_axis(counts, (np.arange(len(values))[None, :] + shift) % len(values), axis=1)
-    per_cell = values[(rolled.argmax(axis=1) + shift[:, 0]) % len(values)]
+    n_cells = int(rows.cell_id.max()) + 1
+    per_cell = values[_most_held(rows.cell_id[holds], column.reshape(-1)[rows.device[holds]], n_cells, len(values))]
     need_cell = np.zeros(n_needs, dtype=np.int64)
     need_cell[rows.need] = rows.cell_id
     return per_cell[need_cell]
+
+
+def _most_held(cell: np.ndarray, column: np.ndarray, n_cells: int, n_cols: int) -> np.ndarray:
+    """Per cell, the column (replica) named most often by the pairs ``(cell[i], column[i])``; ties
+    (and cells named by no pair) go to the first column at or after ``cell % n_cols``, cyclically.
+    Counted on the distinct pairs (a sort), not on a dense ``cells x columns`` table, which at
+    thousands of cells and replicas would be millions of entries."""
+    out = np.arange(n_cells, dtype=np.int64) % n_cols
+    if not len(cell):
+        return out
+    pair, count = np.unique(cell * n_cols + column, return_counts=True)
+    c, col = pair // n_cols, pair % n_cols
+    order = np.lexsort(((col - c) % n_cols, -count, c))  # per cell: most held, then cyclic from c
+    first = order[np.r_[True, c[order][1:] != c[order][:-1]]]
+    out[c[first]] = col[first]
+    return out
 
 
 class _Codes(NamedTuple):
@@ -549,6 +562,33 @@ def schedule(old: ShardingType, new: ShardingType) -> Schedule:
     return _pack_schedule(grid, n_dev, routed, tuple(n for _, n in old.mesh.axes))
 
 
+def provider_cells(old: ShardingType, new: ShardingType) -> int:
+    """Without unreduced axes in ``old``: the most cells one device receives in ``schedule(old,
+    new)``, without its rows. Each group of devices that differ only along ``new``'s unreduced
+    (fresh) atoms gets every cell no member holds at one provider (``_providers``: its first
+    member), so the figure is the most any group lacks. The members' old blocks are the product
+    over dimensions of the blocks their fresh atoms in that dimension span, so the elements a group
+    holds of its new block are a product, per dimension, of the members' overlaps summed over the
+    fresh atoms of that dimension: per-device NumPy rows, no cells. The synthesizer's round floor
+    (``redist.synth._pending_sum_rounds``); 0 where that sum could leave int64."""
+    if old.unreduced or not new.unreduced:
+        raise ValueError(f"provider_cells needs a plain source and a pending-sum target, got {old} -> {new}")
+    mesh, cell = old.mesh, _cell_grid(old, new).cell
+    fresh = _partial_axes(old, new).fresh
+    bo, bn = block_bounds(old), block_bounds(new)
+    width = np.maximum(np.minimum(bo[..., 1], bn[..., 1]) - np.maximum(bo[..., 0], bn[..., 0]), 0)
+    n_group = math.prod(a.size for a in fresh)
+    if not old.rank or int(np.array(new.local_shape).max()) * n_group >= 1 << 62:
+        return 0
+    group = group_key(mesh, fresh)
+    held = np.ones(mesh.size, dtype=np.int64)
+    for d, atoms in enumerate(dims_atoms(old)):
+        summed = np.zeros(mesh.size, dtype=np.int64)
+        np.add.at(summed, group, width[:, d])
+        held *= summed[group] // (n_group // math.prod(a.size for a in fresh if a in atoms))
+    return (new.local_size - int(held.min())) // math.prod(cell)
+
+
 class Routing(NamedTuple):
     """What ``schedule(old, new)`` will contain, known before its rounds are built."""
 
@@ -557,6 +597,7 @@ class Routing(NamedTuple):
     rounds: int  # rounds: max degree of phase A plus that of each level of phase B
 
 
+@memo(Scope.TYPE)
 def routing(old: ShardingType, new: ShardingType) -> Routing:
     """The exact bytes and rounds of ``schedule(old, new)`` from its routing alone (no colouring,
     no packing; rounds by König's theorem): cheap enough for the synthesizer to prune candidates

@@ -31,7 +31,7 @@ from redist.atoms import Atom, atom_axis, atoms_of, dims_atoms, unreduced_atoms
 from redist.bounds import lower_bound_bytes
 from redist.cost import DEFAULT_COST_MODEL, CostModel, sized_kind
 from redist.errors import RedistError, StepError
-from redist.exchange import routing
+from redist.exchange import provider_cells, routing
 from redist.exchange_a2a import MAX_DEVICES as A2A_MAX_DEVICES
 from redist.facets import FacetTable
 from redist.measure import closed_form
@@ -453,10 +453,13 @@ def _pending_sum_rounds(cur: ShardingType, dst: ShardingType, cell: int, mean_ce
     of the element (one per group of devices that differ only along ``dst``'s unreduced axes) in a
     separately coloured phase: at least ``ceil(log2 targets)`` rounds, since the devices holding
     the sum at most double per round (the exchange forwards along a doubling tree where that
-    beats a star)."""
+    beats a star). A pending sum made from plain blocks needs at least the cells its busiest
+    provider receives (``redist.exchange.provider_cells``)."""
     rounds = math.ceil(mean_cells * TIME_SLACK)
     if not dst.unreduced:
         rounds = max(rounds, int(closed_form(cur, dst).missing.max()) // cell)
+    elif not cur.unreduced:  # a pending sum made from plain blocks: each group's provider receives
+        rounds = max(rounds, provider_cells(cur, dst))  # every cell the group lacks
     m = cur.mesh
     us, ud = unreduced_atoms(cur), unreduced_atoms(dst)
     k = math.prod(a.size for a in us - ud)
