@@ -369,7 +369,8 @@ def _free_slots(slots: np.ndarray, g: np.ndarray, slot: np.ndarray, over: np.nda
 
 
 def _items(src: np.ndarray, dst: np.ndarray, src_offset: np.ndarray, dst_offset: np.ndarray) -> _Items:
-    return _Items(src.astype(np.int64), dst.astype(np.int64), src_offset.astype(np.int64), dst_offset.astype(np.int64))
+    """Fancy-indexed arrays are fresh already: convert, never copy, int64 ones (planning reads these)."""
+    return _Items(*(np.asarray(a, dtype=np.int64) for a in (src, dst, src_offset, dst_offset)))
 
 
 class _Routed(NamedTuple):
@@ -441,10 +442,21 @@ def _forwarding(rows: _NeedRows, rest: np.ndarray, root: np.ndarray, root_off: n
     tree = _items(np.where(frm == 0, root[need], rows.device[row]), rows.device[rest],
                   np.where((frm == 0)[:, None], root_off[need], rows.offset[row]), rows.offset[rest])
     star_rounds = degree(star.src, star.dst)
-    tree_rounds = sum(degree(tree.src[level == lv], tree.dst[level == lv]) for lv in range(int(level.max()) + 1))
+    tree_rounds = _phased_degree(tree.src, tree.dst, level)
     if tree_rounds < star_rounds:
         return tree, level
     return star, np.zeros(len(rest), dtype=np.int64)
+
+
+def _phased_degree(src: np.ndarray, dst: np.ndarray, level: np.ndarray) -> int:
+    """The sum over levels of each level's max degree (its rounds, each level coloured apart): one
+    count over (level, device) pairs instead of a masked pass per level."""
+    if not len(src):
+        return 0
+    n = int(max(src.max(), dst.max())) + 1
+    n_lv = int(level.max()) + 1
+    per = [np.bincount(level * n + v, minlength=n_lv * n).reshape(n_lv, n).max(axis=1) for v in (src, dst)]
+    return int(np.maximum(*per).sum())
 
 
 def _device_group(h: _Holders, n_dev: int) -> np.ndarray:
@@ -604,8 +616,7 @@ def routing(old: ShardingType, new: ShardingType) -> Routing:
     whose optimistic floor is not tight (pending sums). Raises as ``schedule``."""
     grid, _, routed = _route(old, new)
     fwd, level = routed.forward, routed.level
-    rounds = degree(routed.merge.src, routed.merge.dst) + sum(
-        degree(fwd.src[level == lv], fwd.dst[level == lv]) for lv in range(int(level.max()) + 1 if len(level) else 0))
+    rounds = degree(routed.merge.src, routed.merge.dst) + _phased_degree(fwd.src, fwd.dst, level)
     return Routing(grid.cell, len(routed.merge.dst) + len(fwd.dst), rounds)
 
 
