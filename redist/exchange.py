@@ -170,13 +170,29 @@ def _device_tables(old: ShardingType, new: ShardingType, axes: PartialAxes) -> D
 
 
 class _NeedRows(NamedTuple):
-    """Every (device, cell of its new block), device-major: who needs which cell."""
+    """Every (device, cell of its new block), device-major: who needs which cell. Per-row
+    coordinates are read on demand for the rows asked (``offset``, ``gcell``): most rows are only
+    counted, and ``[rows, rank]`` tables of every row cost as much as the rest of the routing."""
 
     device: np.ndarray  # [rows]
-    offset: np.ndarray  # [rows, rank] cell start in the device's new block
-    gcell: np.ndarray   # [rows, rank] global cell grid index
+    base: np.ndarray    # [devices, rank] global cell grid index of each new block's first cell
+    idx: np.ndarray     # [cells per block, rank] cell grid index inside a block
+    cell: np.ndarray    # [rank] cell size
     cell_id: np.ndarray  # [rows] dense id of the global cell
     need: np.ndarray    # [rows] index of the row's (cell, kept) in order of first need
+
+    def offset(self, sel: np.ndarray) -> np.ndarray:
+        """``[len(sel), rank]``: start of each row's cell in its device's new block."""
+        return self.idx[sel % len(self.idx)] * self.cell
+
+    def gcell(self, sel: np.ndarray) -> np.ndarray:
+        """``[len(sel), rank]``: global cell grid index of each row's cell."""
+        return self.base[self.device[sel]] + self.idx[sel % len(self.idx)]
+
+    def holds_old(self, dev: DeviceTables) -> np.ndarray:
+        """``[rows]``: whether each row's device holds the row's cell in its old block."""
+        block = (self.base[:, None, :] + self.idx[None, :, :]) * self.cell // dev.old_local
+        return (block == dev.old_block[:, None, :]).all(axis=2).reshape(-1)
 
 
 def _need_rows(grid: CellGrid, dev: DeviceTables, shape: Offset) -> _NeedRows:
@@ -193,7 +209,6 @@ def _need_rows(grid: CellGrid, dev: DeviceTables, shape: Offset) -> _NeedRows:
     else:
         idx = np.stack(np.unravel_index(np.arange(n_cells), grid.per_block), axis=-1)
         base = dev.new_start // cell
-    gcell = (base[:, None, :] + idx[None, :, :]).reshape(dev.n_devices * n_cells, rank)
     grid_shape = tuple(n // c for n, c in zip(shape, grid.cell))
     strides = np.array([math.prod(grid_shape[k + 1:]) for k in range(rank)], dtype=np.int64)
     code = ((base @ strides)[:, None] + (idx @ strides)[None, :]).reshape(-1)
@@ -205,7 +220,7 @@ def _need_rows(grid: CellGrid, dev: DeviceTables, shape: Offset) -> _NeedRows:
         present = np.zeros(math.prod(grid_shape), dtype=bool)
         present[code] = True
         cell_id = (np.cumsum(present) - 1)[code]  # the rank of the code among those present
-    return _NeedRows(device, np.tile(idx * cell, (dev.n_devices, 1)), gcell, cell_id, need)
+    return _NeedRows(device, base, idx, cell, cell_id, need)
 
 
 def _first_need_order(key: np.ndarray, n_keys: int) -> np.ndarray:
@@ -228,8 +243,7 @@ def _choose_replicas(grid: CellGrid, dev: DeviceTables, rows: _NeedRows) -> np.n
     if not dev.replica.any():  # one replica (always so without unreduced axes)
         return np.zeros(n_needs, dtype=np.int64)
     values, column = np.unique(dev.replica, return_inverse=True)
-    block = rows.gcell * np.array(grid.cell, dtype=np.int64) // dev.old_local
-    holds = (block == dev.old_block[rows.device]).all(axis=1)
+    holds = rows.holds_old(dev)
     n_cells = int(rows.cell_id.max()) + 1
     per_cell = values[_most_held(rows.cell_id[holds], column.reshape(-1)[rows.device[holds]], n_cells, len(values))]
     need_cell = np.zeros(n_needs, dtype=np.int64)
@@ -301,7 +315,7 @@ def _needs(grid: CellGrid, dev: DeviceTables, rows: _NeedRows, codes: _Codes) ->
     n_needs = int(rows.need.max()) + 1
     first = np.zeros(n_needs, dtype=np.int64)
     first[rows.need[::-1]] = np.arange(len(rows.need))[::-1]  # the earliest row of each need
-    start = rows.gcell[first] * np.array(grid.cell, dtype=np.int64)
+    start = rows.gcell(first) * rows.cell
     kept = dev.kept[rows.device[first]]
     code = codes.of(start // dev.old_local, kept, kept * 0, _choose_replicas(grid, dev, rows))
     dev_code = codes.of(dev.old_block, dev.kept, dev.kept * 0, dev.replica)
@@ -387,10 +401,10 @@ def _route_direct(dev: DeviceTables, rows: _NeedRows, needs: _Needs, sel: np.nda
     held = needs.holds[sel]
     mine = sel[held]
     local = _items(rows.device[mine], rows.device[mine],
-                   needs.start[rows.need[mine]] - dev.old_start[rows.device[mine]], rows.offset[mine])
+                   needs.start[rows.need[mine]] - dev.old_start[rows.device[mine]], rows.offset(mine))
     far = sel[~held]
     s = _senders(h, h.find(needs.code[rows.need[far]]), rows.device[far])
-    merge = _items(s, rows.device[far], needs.start[rows.need[far]] - dev.old_start[s], rows.offset[far])
+    merge = _items(s, rows.device[far], needs.start[rows.need[far]] - dev.old_start[s], rows.offset(far))
     return _Routed(local, merge, _Items.of([], dev.old_start.shape[1]), np.zeros(0, dtype=np.int64))
 
 
@@ -404,7 +418,7 @@ def _route_reduced(dev: DeviceTables, rows: _NeedRows, needs: _Needs, sel: np.nd
     is_root = np.r_[True, rows.need[order][1:] != rows.need[order][:-1]]
     root_row = np.empty(len(needs.code), dtype=np.int64)
     root_row[rows.need[order[is_root]]] = order[is_root]
-    root, root_off = rows.device[root_row], rows.offset[root_row]
+    root, root_off = rows.device[root_row], rows.offset(root_row)
     n_needs = len(needs.code)
     need = np.repeat(np.arange(n_needs), n_red)
     code = needs.code[need] + np.tile(np.arange(n_red), n_needs) * n_rep  # partial u of the need
@@ -431,7 +445,8 @@ def _forwarding(rows: _NeedRows, rest: np.ndarray, root: np.ndarray, root_off: n
     same (one cell per non-root target); rounds are the max degree of the star, against the sum
     over levels of each level's max degree."""
     need = rows.need[rest]
-    star = _items(root[need], rows.device[rest], root_off[need], rows.offset[rest])
+    rest_off = rows.offset(rest)
+    star = _items(root[need], rows.device[rest], root_off[need], rest_off)
     if degree(star.src, star.dst) <= 2:
         return star, np.zeros(len(rest), dtype=np.int64)
     j = np.arange(1, len(rest) + 1) - np.searchsorted(need, need)  # 1-based index among the need's targets
@@ -440,7 +455,7 @@ def _forwarding(rows: _NeedRows, rest: np.ndarray, root: np.ndarray, root_off: n
     frm = j - np.left_shift(1, level)  # 0: the root, else the need's target number frm
     row = rest[np.maximum(np.arange(len(rest)) - j + frm, 0)]
     tree = _items(np.where(frm == 0, root[need], rows.device[row]), rows.device[rest],
-                  np.where((frm == 0)[:, None], root_off[need], rows.offset[row]), rows.offset[rest])
+                  np.where((frm == 0)[:, None], root_off[need], rows.offset(row)), rest_off)
     star_rounds = degree(star.src, star.dst)
     tree_rounds = _phased_degree(tree.src, tree.dst, level)
     if tree_rounds < star_rounds:
