@@ -57,14 +57,23 @@ def check_index_range(t: ShardingType) -> None:
         )
 
 
+@memo(Scope.MESH, maxsize=256)
+def dim_block_index(mesh: Mesh, axes: tuple[Axis, ...]) -> np.ndarray:
+    """Per device, its block number along a dimension sharded over ``axes`` (major first). Shared
+    by every type with that dimension: the types a planner compares differ in a dimension or two."""
+    out = np.zeros(mesh.size, dtype=np.int64)
+    for a in axes:
+        out = out * mesh.axis_size(a) + axis_coords(mesh, a)
+    out.setflags(write=False)  # cached: shared by every caller
+    return out
+
+
 def block_indices(t: ShardingType) -> np.ndarray:
     """int64 ``[devices, rank]``: the block number each device holds along each dimension."""
     t.mesh.check_enumerable()
-    out = np.zeros((t.mesh.size, t.rank), dtype=np.int64)
-    for d, axes in enumerate(t.dims):
-        for a in axes:
-            out[:, d] = out[:, d] * t.mesh.axis_size(a) + axis_coords(t.mesh, a)
-    return out
+    if not t.rank:
+        return np.zeros((t.mesh.size, 0), dtype=np.int64)
+    return np.stack([dim_block_index(t.mesh, axes) for axes in t.dims], axis=1)
 
 
 @memo(Scope.TYPE, maxsize=8192)
@@ -78,12 +87,30 @@ def block_bounds(t: ShardingType) -> np.ndarray:
     return out
 
 
+@memo(Scope.TYPE, maxsize=1024)
+def _dim_overlap(mesh: Mesh, axes_a: tuple[Axis, ...], local_a: int, axes_b: tuple[Axis, ...], local_b: int) -> np.ndarray:
+    """Per device, the length shared by its blocks along one dimension of two types (their axes
+    and local sizes there); a dimension both types cut alike overlaps fully."""
+    if (axes_a, local_a) == (axes_b, local_b):
+        out = np.full(mesh.size, local_a, dtype=np.int64)
+    else:
+        sa, sb = dim_block_index(mesh, axes_a) * local_a, dim_block_index(mesh, axes_b) * local_b
+        out = np.maximum(np.minimum(sa + local_a, sb + local_b) - np.maximum(sa, sb), 0)
+    out.setflags(write=False)
+    return out
+
+
 def overlap_elements(a: ShardingType, b: ShardingType) -> np.ndarray:
-    """Per device: number of elements in both its block of ``a`` and its block of ``b``."""
-    ba, bb = block_bounds(a), block_bounds(b)
-    width = np.minimum(ba[..., 1], bb[..., 1]) - np.maximum(ba[..., 0], bb[..., 0])
-    np.maximum(width, 0, out=width)
-    return width.prod(axis=-1)
+    """Per device: number of elements in both its block of ``a`` and its block of ``b``: the product
+    over dimensions of per-dimension overlaps, each shared by every pair of types that cut that
+    dimension alike (the prefixes a planner compares differ from their target in a dimension or two)."""
+    check_index_range(a)
+    check_index_range(b)
+    a.mesh.check_enumerable()
+    out = np.ones(a.mesh.size, dtype=np.int64)
+    for axes_a, la, axes_b, lb in zip(a.dims, a.local_shape, b.dims, b.local_shape):
+        out = out * _dim_overlap(a.mesh, axes_a, la, axes_b, lb)
+    return out
 
 
 def reduction_group_coords(t: ShardingType) -> np.ndarray:
