@@ -17,7 +17,8 @@ devices or (device, cell) rows, with no Python loop per device or cell: split th
 provider per fresh group (``_providers``), route the cells (``_route_direct``, or
 ``_route_reduced``: phase A merges partials at a root, phase B forwards merged sums), spread the
 requests evenly over each cell's holders (``_senders``) and pack the transfers into rounds
-(``_pack_schedule``).
+(``_pack_schedule``). Planning stops before the packing: ``routing`` gives the cells received and
+the rounds (each phase's max degree, which the colouring attains), ``provider_cells`` a floor.
 """
 
 from __future__ import annotations
@@ -42,11 +43,13 @@ from spmd_types.memo import Scope, memo
 MAX_CELLS = 1 << 20
 """Exchanges of more (device, cell, reduced partial) triples than this are refused unless each
 device handles at most ``MAX_DEVICE_CELLS`` of them. ``schedule`` is NumPy passes over these
-triples (about 1 s at this size on one core; its edge colouring is Euler splits in C), so 8,192
-devices moving 64 cells each are scheduled (every issue-12 ladder pair on 12 and 13 axes of 2
-whose types share no unreduced axis plans at the transfer bound); finer candidates are skipped. A refusal is ``ExchangeTooFineError``,
-a ``StepError``: the synthesizer skips that candidate, and ``redist bench-plan --ladder`` counts
-the plans above the bound because of it (docs/design.md 13.3)."""
+triples (about 1 s at this size on one core; its edge colouring is Euler splits in C) and its
+rounds hold ``rounds x devices x rank`` offsets, so 8,192 devices moving 64 cells each are
+scheduled (every issue-12 ladder pair on 12 and 13 axes of 2 whose types share no unreduced axis
+plans at the transfer bound); finer candidates are skipped. Planning reads only the routing, but
+the limit applies there too, so no plan claims figures its schedule could not be built for. A
+refusal is ``ExchangeTooFineError``, a ``StepError``: the synthesizer skips that candidate, and
+``redist bench-plan --ladder`` counts the plans above the bound because of it (docs/design.md 13.3)."""
 
 MAX_DEVICE_CELLS = 16
 """(cell, reduced partial) pairs per device always allowed, whatever the mesh size: 65,536 devices
@@ -589,31 +592,56 @@ def schedule(old: ShardingType, new: ShardingType) -> Schedule:
     return _pack_schedule(grid, n_dev, routed, tuple(n for _, n in old.mesh.axes))
 
 
+def group_missing(old: ShardingType, new: ShardingType) -> np.ndarray | None:
+    """Per device, the elements of its new block that no device of its *group* (those differing
+    only along ``new``'s fresh unreduced atoms, one device without any) holds in its old block,
+    whatever partial or replica: each must reach the group in at least one received cell, so the
+    sum over groups bounds any exchange's traffic from below. The members' old blocks are the
+    product over dimensions of the blocks their fresh atoms in that dimension span, so what a group
+    holds of its new block is a product, per dimension, of the members' overlaps summed over the
+    fresh atoms of that dimension: per-device NumPy rows, no cells. ``None`` where those sums could
+    leave int64."""
+    mesh = old.mesh
+    fresh = _partial_axes(old, new).fresh
+    n_group = math.prod(a.size for a in fresh)
+    if max(new.local_shape, default=1) * n_group >= 1 << 62:
+        return None
+    bo, bn = block_bounds(old), block_bounds(new)
+    width = np.maximum(np.minimum(bo[..., 1], bn[..., 1]) - np.maximum(bo[..., 0], bn[..., 0]), 0)
+    group = group_key(mesh, fresh)
+    held = np.ones(mesh.size, dtype=np.int64)
+    for d, atoms in enumerate(dims_atoms(old)):
+        if n_group == 1:
+            held *= width[:, d]
+            continue
+        summed = np.zeros(mesh.size, dtype=np.int64)
+        np.add.at(summed, group, width[:, d])
+        held *= summed[group] // (n_group // math.prod(a.size for a in fresh if a in atoms))
+    return new.local_size - held
+
+
 def provider_cells(old: ShardingType, new: ShardingType) -> int:
     """Without unreduced axes in ``old``: the most cells one device receives in ``schedule(old,
     new)``, without its rows. Each group of devices that differ only along ``new``'s unreduced
     (fresh) atoms gets every cell no member holds at one provider (``_providers``: its first
-    member), so the figure is the most any group lacks. The members' old blocks are the product
-    over dimensions of the blocks their fresh atoms in that dimension span, so the elements a group
-    holds of its new block are a product, per dimension, of the members' overlaps summed over the
-    fresh atoms of that dimension: per-device NumPy rows, no cells. The synthesizer's round floor
-    (``redist.synth._pending_sum_rounds``); 0 where that sum could leave int64."""
+    member), so the figure is the most any group lacks (``group_missing``). The synthesizer's
+    round floor (``redist.synth._pending_sum_rounds``); 0 where ``group_missing`` cannot tell."""
     if old.unreduced or not new.unreduced:
         raise ValueError(f"provider_cells needs a plain source and a pending-sum target, got {old} -> {new}")
-    mesh, cell = old.mesh, _cell_grid(old, new).cell
-    fresh = _partial_axes(old, new).fresh
-    bo, bn = block_bounds(old), block_bounds(new)
-    width = np.maximum(np.minimum(bo[..., 1], bn[..., 1]) - np.maximum(bo[..., 0], bn[..., 0]), 0)
-    n_group = math.prod(a.size for a in fresh)
-    if not old.rank or int(np.array(new.local_shape).max()) * n_group >= 1 << 62:
+    missing = group_missing(old, new)
+    return 0 if missing is None else int(missing.max()) // math.prod(_cell_grid(old, new).cell)
+
+
+def group_missing_total(old: ShardingType, new: ShardingType) -> int:
+    """Elements summed over groups that ``group_missing`` says each group must receive (0 where it
+    cannot tell): a floor on the elements any exchange ``old -> new`` receives in all."""
+    missing = group_missing(old, new)
+    if missing is None:
         return 0
-    group = group_key(mesh, fresh)
-    held = np.ones(mesh.size, dtype=np.int64)
-    for d, atoms in enumerate(dims_atoms(old)):
-        summed = np.zeros(mesh.size, dtype=np.int64)
-        np.add.at(summed, group, width[:, d])
-        held *= summed[group] // (n_group // math.prod(a.size for a in fresh if a in atoms))
-    return (new.local_size - int(held.min())) // math.prod(cell)
+    n_group = math.prod(a.size for a in _partial_axes(old, new).fresh)
+    if int(missing.max()) <= (1 << 62) // len(missing):
+        return int(missing.sum()) // n_group
+    return sum(int(x) for x in missing.tolist()) // n_group
 
 
 class Routing(NamedTuple):

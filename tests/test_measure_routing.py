@@ -20,7 +20,7 @@ from redist import CostModel
 from redist.atoms import unreduced_atoms
 from redist.cost import KindCost
 from redist.errors import StepError
-from redist.exchange import _most_held, _route, provider_cells, schedule
+from redist.exchange import _most_held, _route, group_missing_total, provider_cells, schedule
 from redist.groups import atoms_index, replica_index
 from redist.measure import routed_measure, schedule_measure, scheduled_measure, uniform_links
 from redist.plan import Plan
@@ -103,15 +103,17 @@ def test_provider_cells_is_the_busiest_receiver(pair: tuple[ShardingType, Shardi
     assert provider_cells(s, d) == int(sch.recv_cells.max())
 
 
-@given(_pending_pairs(plain_src=True))
-def test_the_provider_floor_bounds_the_exchange(pair: tuple[ShardingType, ShardingType]) -> None:
-    """The synthesizer prunes on this floor: it must never exceed what the exchange measures."""
+@given(st.one_of(_pending_pairs(plain_src=True), _pending_pairs()))
+def test_the_exchange_floor_bounds_the_exchange(pair: tuple[ShardingType, ShardingType]) -> None:
+    """The synthesizer prunes on this floor (the transfer bound or the cells each group of devices
+    lacks, the provider's cells): it must never exceed what the exchange measures."""
     s, d = pair
-    if not d.unreduced:
+    if not (s.unreduced or d.unreduced):
         return
+    assert group_missing_total(s, d) * s.itemsize / s.mesh.size <= _exchange_floor(s, d, CostModel())[0]
     for cm in (CostModel(), CostModel(objective="time"), CostModel.with_slow_axes([s.mesh.names[0]])):
         try:
-            ex = Plan.build(s, (Exchange(d.dims, d.sorted_unreduced()),), cm)
+            ex = Plan.build(s, (Exchange(d.dims, d.sorted_unreduced() if d.unreduced != s.unreduced else None),), cm)
         except StepError:
             return
         floor = _exchange_floor(s, d, cm)
