@@ -37,7 +37,7 @@ from redist.colouring import colours, degree
 from redist.errors import StepError
 from redist.groups import atoms_index, group_key, replica_index
 from spmd_types import ShardingType
-from spmd_types.layout import block_bounds
+from spmd_types.layout import block_bounds, overlap_widths
 from spmd_types.memo import Scope, memo
 
 MAX_CELLS = 1 << 20
@@ -606,17 +606,18 @@ def group_missing(old: ShardingType, new: ShardingType) -> np.ndarray | None:
     n_group = math.prod(a.size for a in fresh)
     if max(new.local_shape, default=1) * n_group >= 1 << 62:
         return None
-    bo, bn = block_bounds(old), block_bounds(new)
-    width = np.maximum(np.minimum(bo[..., 1], bn[..., 1]) - np.maximum(bo[..., 0], bn[..., 0]), 0)
+    widths = overlap_widths(old, new)  # checks sizes and the mesh first
     group = group_key(mesh, fresh)
     held = np.ones(mesh.size, dtype=np.int64)
-    for d, atoms in enumerate(dims_atoms(old)):
-        if n_group == 1:
-            held *= width[:, d]
-            continue
-        summed = np.zeros(mesh.size, dtype=np.int64)
-        np.add.at(summed, group, width[:, d])
-        held *= summed[group] // (n_group // math.prod(a.size for a in fresh if a in atoms))
+    for width, atoms in zip(widths, dims_atoms(old)):
+        if n_group > 1:  # float sums are exact below 2**53; past it, int64 ones
+            if max(new.local_shape) * n_group < 1 << 53:
+                summed = np.bincount(group, weights=width, minlength=mesh.size).astype(np.int64)
+            else:
+                summed = np.zeros(mesh.size, dtype=np.int64)
+                np.add.at(summed, group, width)
+            width = summed[group] // (n_group // math.prod(a.size for a in fresh if a in atoms))
+        held = held * width
     return new.local_size - held
 
 

@@ -57,15 +57,27 @@ def check_index_range(t: ShardingType) -> None:
         )
 
 
-@memo(Scope.MESH, maxsize=256)
+CACHED_DEVICES = 1 << 17
+"""Per-dimension tables (``dim_block_index``, ``overlap_widths``) are memoised on meshes of at most
+this many devices (1 MiB an entry, 128 entries a table); larger meshes recompute them, so a run
+over many huge meshes cannot fill memory with them."""
+
+
 def dim_block_index(mesh: Mesh, axes: tuple[Axis, ...]) -> np.ndarray:
     """Per device, its block number along a dimension sharded over ``axes`` (major first). Shared
     by every type with that dimension: the types a planner compares differ in a dimension or two."""
+    return (_dim_block_index_memo if mesh.size <= CACHED_DEVICES else _dim_block_index)(mesh, axes)
+
+
+def _dim_block_index(mesh: Mesh, axes: tuple[Axis, ...]) -> np.ndarray:
     out = np.zeros(mesh.size, dtype=np.int64)
     for a in axes:
         out = out * mesh.axis_size(a) + axis_coords(mesh, a)
     out.setflags(write=False)  # cached: shared by every caller
     return out
+
+
+_dim_block_index_memo = memo(Scope.MESH, maxsize=128)(_dim_block_index)
 
 
 def block_indices(t: ShardingType) -> np.ndarray:
@@ -87,7 +99,6 @@ def block_bounds(t: ShardingType) -> np.ndarray:
     return out
 
 
-@memo(Scope.TYPE, maxsize=1024)
 def _dim_overlap(mesh: Mesh, axes_a: tuple[Axis, ...], local_a: int, axes_b: tuple[Axis, ...], local_b: int) -> np.ndarray:
     """Per device, the length shared by its blocks along one dimension of two types (their axes
     and local sizes there); a dimension both types cut alike overlaps fully."""
@@ -100,16 +111,28 @@ def _dim_overlap(mesh: Mesh, axes_a: tuple[Axis, ...], local_a: int, axes_b: tup
     return out
 
 
+_dim_overlap_memo = memo(Scope.TYPE, maxsize=128)(_dim_overlap)
+
+
+def overlap_widths(a: ShardingType, b: ShardingType) -> list[np.ndarray]:
+    """Per dimension, per device: the length its blocks of ``a`` and ``b`` share along it (cached
+    per pair of dimension cuts, read-only)."""
+    check_index_range(a)
+    check_index_range(b)
+    a.mesh.check_enumerable()
+    overlap = _dim_overlap_memo if a.mesh.size <= CACHED_DEVICES else _dim_overlap
+    return [overlap(a.mesh, axes_a, la, axes_b, lb)
+            for axes_a, la, axes_b, lb in zip(a.dims, a.local_shape, b.dims, b.local_shape)]
+
+
 def overlap_elements(a: ShardingType, b: ShardingType) -> np.ndarray:
     """Per device: number of elements in both its block of ``a`` and its block of ``b``: the product
     over dimensions of per-dimension overlaps, each shared by every pair of types that cut that
     dimension alike (the prefixes a planner compares differ from their target in a dimension or two)."""
-    check_index_range(a)
-    check_index_range(b)
-    a.mesh.check_enumerable()
+    widths = overlap_widths(a, b)  # checks the sizes and the mesh before anything is allocated
     out = np.ones(a.mesh.size, dtype=np.int64)
-    for axes_a, la, axes_b, lb in zip(a.dims, a.local_shape, b.dims, b.local_shape):
-        out = out * _dim_overlap(a.mesh, axes_a, la, axes_b, lb)
+    for width in widths:
+        out = out * width
     return out
 
 
