@@ -622,13 +622,13 @@ def group_missing(old: ShardingType, new: ShardingType) -> np.ndarray | None:
 
 
 def provider_cells(old: ShardingType, new: ShardingType) -> int:
-    """Without unreduced axes in ``old``: the most cells one device receives in ``schedule(old,
-    new)``, without its rows. Each group of devices that differ only along ``new``'s unreduced
-    (fresh) atoms gets every cell no member holds at one provider (``_providers``: its first
-    member), so the figure is the most any group lacks (``group_missing``). The synthesizer's
-    round floor (``redist.synth._pending_sum_rounds``); 0 where ``group_missing`` cannot tell."""
-    if old.unreduced or not new.unreduced:
-        raise ValueError(f"provider_cells needs a plain source and a pending-sum target, got {old} -> {new}")
+    """A floor on the most cells one device receives in ``schedule(old, new)``, without its rows
+    (0 where ``group_missing`` cannot tell). Every cell a group lacks entirely goes to one member
+    (``_providers``: the first, as no member holds it; without fresh atoms the group is the device
+    itself), which receives at least one cell for it: a partial as the root, or the forwarded sum.
+    Exact without unreduced axes in ``old`` (each such cell is one cell received). Phases are
+    coloured apart, so the schedule has at least this many rounds (the synthesizer's round floor,
+    ``redist.synth._pending_sum_rounds``)."""
     missing = group_missing(old, new)
     return 0 if missing is None else int(missing.max()) // math.prod(_cell_grid(old, new).cell)
 

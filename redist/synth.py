@@ -453,13 +453,12 @@ def _pending_sum_rounds(cur: ShardingType, dst: ShardingType, cell: int, mean_ce
     of the element (one per group of devices that differ only along ``dst``'s unreduced axes) in a
     separately coloured phase: at least ``ceil(log2 targets)`` rounds, since the devices holding
     the sum at most double per round (the exchange forwards along a doubling tree where that
-    beats a star). A pending sum made from plain blocks needs at least the cells its busiest
-    provider receives (``redist.exchange.provider_cells``)."""
+    beats a star). And at least the cells of the busiest receiver: one device per group of
+    devices receives every cell the group lacks (``redist.exchange.provider_cells``)."""
     rounds = math.ceil(mean_cells * TIME_SLACK)
     if not dst.unreduced:
         rounds = max(rounds, int(closed_form(cur, dst).missing.max()) // cell)
-    elif not cur.unreduced:  # a pending sum made from plain blocks: each group's provider receives
-        rounds = max(rounds, provider_cells(cur, dst))  # every cell the group lacks
+    rounds = max(rounds, provider_cells(cur, dst))  # one device receives each cell its group lacks
     m = cur.mesh
     us, ud = unreduced_atoms(cur), unreduced_atoms(dst)
     k = math.prod(a.size for a in us - ud)

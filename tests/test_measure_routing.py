@@ -89,18 +89,21 @@ def test_non_uniform_models_read_the_schedule() -> None:
     assert schedule_measure(s, d, slow).time_s > routed_measure(s, d, slow).time_s
 
 
-@given(_pending_pairs(plain_src=True))
+@given(st.one_of(_pending_pairs(plain_src=True), _pending_pairs()))
 def test_provider_cells_is_the_busiest_receiver(pair: tuple[ShardingType, ShardingType]) -> None:
-    """A plain source made a pending sum: the most cells a device receives equals the closed form
-    the synthesizer's round floor uses."""
+    """The synthesizer's round floor: at most the cells the busiest device receives, and exactly
+    that when a plain source is made a pending sum."""
     s, d = pair
-    if not d.unreduced:
+    if not (s.unreduced or d.unreduced):
         return
     try:
         sch = schedule(s, d)
     except StepError:
         return
-    assert provider_cells(s, d) == int(sch.recv_cells.max())
+    busiest = int(sch.recv_cells.max()) if len(sch.recv_cells) else 0
+    assert provider_cells(s, d) <= busiest
+    if not s.unreduced:
+        assert provider_cells(s, d) == busiest
 
 
 @given(st.one_of(_pending_pairs(plain_src=True), _pending_pairs()))
