@@ -592,6 +592,7 @@ def schedule(old: ShardingType, new: ShardingType) -> Schedule:
     return _pack_schedule(grid, n_dev, routed, tuple(n for _, n in old.mesh.axes))
 
 
+@memo(Scope.TYPE, maxsize=64)  # read twice per floor (bytes and rounds)
 def group_missing(old: ShardingType, new: ShardingType) -> np.ndarray | None:
     """Per device, the elements of its new block that no device of its *group* (those differing
     only along ``new``'s fresh unreduced atoms, one device without any) holds in its old block,
@@ -618,7 +619,9 @@ def group_missing(old: ShardingType, new: ShardingType) -> np.ndarray | None:
                 np.add.at(summed, group, width)
             width = summed[group] // (n_group // math.prod(a.size for a in fresh if a in atoms))
         held = held * width
-    return new.local_size - held
+    out = new.local_size - held
+    out.setflags(write=False)  # cached: shared by every caller
+    return out
 
 
 def provider_cells(old: ShardingType, new: ShardingType) -> int:
