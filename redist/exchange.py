@@ -17,7 +17,8 @@ devices or (device, cell) rows, with no Python loop per device or cell: split th
 provider per fresh group (``_providers``), route the cells (``_route_direct``, or
 ``_route_reduced``: phase A merges partials at a root, phase B forwards merged sums), spread the
 requests evenly over each cell's holders (``_senders``) and pack the transfers into rounds
-(``_pack_schedule``).
+(``_pack_schedule``). Planning stops before the packing: ``routing`` gives the cells received and
+the rounds (each phase's max degree, which the colouring attains), ``provider_cells`` a floor.
 """
 
 from __future__ import annotations
@@ -31,22 +32,24 @@ from typing import NamedTuple
 
 import numpy as np
 
-from redist.atoms import Atom, unreduced_atoms
+from redist.atoms import Atom, dims_atoms, unreduced_atoms
 from redist.colouring import colours, degree
 from redist.errors import StepError
 from redist.groups import atoms_index, group_key, replica_index
 from spmd_types import ShardingType
-from spmd_types.layout import block_bounds
+from spmd_types.layout import block_bounds, overlap_widths
 from spmd_types.memo import Scope, memo
 
 MAX_CELLS = 1 << 20
 """Exchanges of more (device, cell, reduced partial) triples than this are refused unless each
 device handles at most ``MAX_DEVICE_CELLS`` of them. ``schedule`` is NumPy passes over these
-triples (about 1 s at this size on one core; its edge colouring is Euler splits in C), so 8,192
-devices moving 64 cells each are scheduled (every issue-12 ladder pair on 12 and 13 axes of 2
-whose types share no unreduced axis plans at the transfer bound); finer candidates are skipped. A refusal is ``ExchangeTooFineError``,
-a ``StepError``: the synthesizer skips that candidate, and ``redist bench-plan --ladder`` counts
-the plans above the bound because of it (docs/design.md 13.3)."""
+triples (about 1 s at this size on one core; its edge colouring is Euler splits in C) and its
+rounds hold ``rounds x devices x rank`` offsets, so 8,192 devices moving 64 cells each are
+scheduled (every issue-12 ladder pair on 12 and 13 axes of 2 whose types share no unreduced axis
+plans at the transfer bound); finer candidates are skipped. Planning reads only the routing, but
+the limit applies there too, so no plan claims figures its schedule could not be built for. A
+refusal is ``ExchangeTooFineError``, a ``StepError``: the synthesizer skips that candidate, and
+``redist bench-plan --ladder`` counts the plans above the bound because of it (docs/design.md 13.3)."""
 
 MAX_DEVICE_CELLS = 16
 """(cell, reduced partial) pairs per device always allowed, whatever the mesh size: 65,536 devices
@@ -170,13 +173,29 @@ def _device_tables(old: ShardingType, new: ShardingType, axes: PartialAxes) -> D
 
 
 class _NeedRows(NamedTuple):
-    """Every (device, cell of its new block), device-major: who needs which cell."""
+    """Every (device, cell of its new block), device-major: who needs which cell. Per-row
+    coordinates are read on demand for the rows asked (``offset``, ``gcell``): most rows are only
+    counted, and ``[rows, rank]`` tables of every row cost as much as the rest of the routing."""
 
     device: np.ndarray  # [rows]
-    offset: np.ndarray  # [rows, rank] cell start in the device's new block
-    gcell: np.ndarray   # [rows, rank] global cell grid index
+    base: np.ndarray    # [devices, rank] global cell grid index of each new block's first cell
+    idx: np.ndarray     # [cells per block, rank] cell grid index inside a block
+    cell: np.ndarray    # [rank] cell size
     cell_id: np.ndarray  # [rows] dense id of the global cell
     need: np.ndarray    # [rows] index of the row's (cell, kept) in order of first need
+
+    def offset(self, sel: np.ndarray) -> np.ndarray:
+        """``[len(sel), rank]``: start of each row's cell in its device's new block."""
+        return self.idx[sel % len(self.idx)] * self.cell
+
+    def gcell(self, sel: np.ndarray) -> np.ndarray:
+        """``[len(sel), rank]``: global cell grid index of each row's cell."""
+        return self.base[self.device[sel]] + self.idx[sel % len(self.idx)]
+
+    def holds_old(self, dev: DeviceTables) -> np.ndarray:
+        """``[rows]``: whether each row's device holds the row's cell in its old block."""
+        block = (self.base[:, None, :] + self.idx[None, :, :]) * self.cell // dev.old_local
+        return (block == dev.old_block[:, None, :]).all(axis=2).reshape(-1)
 
 
 def _need_rows(grid: CellGrid, dev: DeviceTables, shape: Offset) -> _NeedRows:
@@ -193,7 +212,6 @@ def _need_rows(grid: CellGrid, dev: DeviceTables, shape: Offset) -> _NeedRows:
     else:
         idx = np.stack(np.unravel_index(np.arange(n_cells), grid.per_block), axis=-1)
         base = dev.new_start // cell
-    gcell = (base[:, None, :] + idx[None, :, :]).reshape(dev.n_devices * n_cells, rank)
     grid_shape = tuple(n // c for n, c in zip(shape, grid.cell))
     strides = np.array([math.prod(grid_shape[k + 1:]) for k in range(rank)], dtype=np.int64)
     code = ((base @ strides)[:, None] + (idx @ strides)[None, :]).reshape(-1)
@@ -205,7 +223,7 @@ def _need_rows(grid: CellGrid, dev: DeviceTables, shape: Offset) -> _NeedRows:
         present = np.zeros(math.prod(grid_shape), dtype=bool)
         present[code] = True
         cell_id = (np.cumsum(present) - 1)[code]  # the rank of the code among those present
-    return _NeedRows(device, np.tile(idx * cell, (dev.n_devices, 1)), gcell, cell_id, need)
+    return _NeedRows(device, base, idx, cell, cell_id, need)
 
 
 def _first_need_order(key: np.ndarray, n_keys: int) -> np.ndarray:
@@ -228,31 +246,44 @@ def _choose_replicas(grid: CellGrid, dev: DeviceTables, rows: _NeedRows) -> np.n
     if not dev.replica.any():  # one replica (always so without unreduced axes)
         return np.zeros(n_needs, dtype=np.int64)
     values, column = np.unique(dev.replica, return_inverse=True)
-    block = rows.gcell * np.array(grid.cell, dtype=np.int64) // dev.old_local
-    holds = (block == dev.old_block[rows.device]).all(axis=1)
-    counts = np.zeros((int(rows.cell_id.max()) + 1, len(values)), dtype=np.int64)
-    np.add.at(counts, (rows.cell_id[holds], column.reshape(-1)[rows.device[holds]]), 1)
-    shift = _rank_in_block(block, rows.cell_id, len(counts))[:, None] % len(values)  # ties rotate, spreading senders
-    rolled = np.take_along_axis(counts, (np.arange(len(values))[None, :] + shift) % len(values), axis=1)
-    per_cell = values[(rolled.argmax(axis=1) + shift[:, 0]) % len(values)]
+    holds = rows.holds_old(dev)
+    n_cells = int(rows.cell_id.max()) + 1
+    rot = _rank_in_block(rows, dev, n_cells)  # ties rotate within each old block, spreading senders
+    per_cell = values[_most_held(rows.cell_id[holds], column.reshape(-1)[rows.device[holds]], rot, len(values))]
     need_cell = np.zeros(n_needs, dtype=np.int64)
     need_cell[rows.need] = rows.cell_id
     return per_cell[need_cell]
 
 
-def _rank_in_block(block: np.ndarray, cell_id: np.ndarray, n_cells: int) -> np.ndarray:
+def _rank_in_block(rows: _NeedRows, dev: DeviceTables, n_cells: int) -> np.ndarray:
     """Per global cell, its rank among the cells of the same old block (ids in order): rotating
     tied replicas by it gives each replica of a block an equal share of the block's cells (the
-    cell id alone once put 33 of a block's cells on one replica: 33 rounds where 2 do)."""
-    cell_block = np.zeros((n_cells, block.shape[1]), dtype=np.int64)
-    cell_block[cell_id] = block
-    _, grp = np.unique(cell_block, axis=0, return_inverse=True)
-    grp = grp.reshape(-1)
-    order = np.argsort(grp, kind="stable")
-    counts = np.bincount(grp)
+    cell id alone once put 33 of a block's cells on one replica: 33 rounds where 3 do)."""
+    row = np.zeros(n_cells, dtype=np.int64)
+    row[rows.cell_id] = np.arange(len(rows.cell_id))  # a row of each cell
+    block = rows.gcell(row) * rows.cell // dev.old_local
+    key = np.ravel_multi_index(tuple(block.T), tuple(block.max(axis=0) + 1)) if block.shape[1] else row * 0
+    order = np.argsort(key, kind="stable")
+    start = np.r_[True, key[order][1:] != key[order][:-1]]
     rank = np.empty(n_cells, dtype=np.int64)
-    rank[order] = np.arange(n_cells) - np.repeat(np.cumsum(counts) - counts, counts)
+    rank[order] = np.arange(n_cells) - np.maximum.accumulate(np.where(start, np.arange(n_cells), 0))
     return rank
+
+
+def _most_held(cell: np.ndarray, column: np.ndarray, rot: np.ndarray, n_cols: int) -> np.ndarray:
+    """Per cell, the column (replica) named most often by the pairs ``(cell[i], column[i])``; ties
+    (and cells named by no pair) go to the first column at or after ``rot[cell] % n_cols``,
+    cyclically. Counted on the distinct pairs (a sort), not on a dense ``cells x columns`` table,
+    which at thousands of cells and replicas would be millions of entries."""
+    out = rot % n_cols
+    if not len(cell):
+        return out
+    pair, count = np.unique(cell * n_cols + column, return_counts=True)
+    c, col = pair // n_cols, pair % n_cols
+    order = np.lexsort(((col - rot[c]) % n_cols, -count, c))  # per cell: most held, then cyclic from rot
+    first = order[np.r_[True, c[order][1:] != c[order][:-1]]]
+    out[c[first]] = col[first]
+    return out
 
 
 class _Codes(NamedTuple):
@@ -303,7 +334,7 @@ def _needs(grid: CellGrid, dev: DeviceTables, rows: _NeedRows, codes: _Codes) ->
     n_needs = int(rows.need.max()) + 1
     first = np.zeros(n_needs, dtype=np.int64)
     first[rows.need[::-1]] = np.arange(len(rows.need))[::-1]  # the earliest row of each need
-    start = rows.gcell[first] * np.array(grid.cell, dtype=np.int64)
+    start = rows.gcell(first) * rows.cell
     kept = dev.kept[rows.device[first]]
     code = codes.of(start // dev.old_local, kept, kept * 0, _choose_replicas(grid, dev, rows))
     dev_code = codes.of(dev.old_block, dev.kept, dev.kept * 0, dev.replica)
@@ -371,7 +402,8 @@ def _free_slots(slots: np.ndarray, g: np.ndarray, slot: np.ndarray, over: np.nda
 
 
 def _items(src: np.ndarray, dst: np.ndarray, src_offset: np.ndarray, dst_offset: np.ndarray) -> _Items:
-    return _Items(src.astype(np.int64), dst.astype(np.int64), src_offset.astype(np.int64), dst_offset.astype(np.int64))
+    """Fancy-indexed arrays are fresh already: convert, never copy, int64 ones (planning reads these)."""
+    return _Items(*(np.asarray(a, dtype=np.int64) for a in (src, dst, src_offset, dst_offset)))
 
 
 class _Routed(NamedTuple):
@@ -388,10 +420,10 @@ def _route_direct(dev: DeviceTables, rows: _NeedRows, needs: _Needs, sel: np.nda
     held = needs.holds[sel]
     mine = sel[held]
     local = _items(rows.device[mine], rows.device[mine],
-                   needs.start[rows.need[mine]] - dev.old_start[rows.device[mine]], rows.offset[mine])
+                   needs.start[rows.need[mine]] - dev.old_start[rows.device[mine]], rows.offset(mine))
     far = sel[~held]
     s = _senders(h, h.find(needs.code[rows.need[far]]), rows.device[far])
-    merge = _items(s, rows.device[far], needs.start[rows.need[far]] - dev.old_start[s], rows.offset[far])
+    merge = _items(s, rows.device[far], needs.start[rows.need[far]] - dev.old_start[s], rows.offset(far))
     return _Routed(local, merge, _Items.of([], dev.old_start.shape[1]), np.zeros(0, dtype=np.int64))
 
 
@@ -405,7 +437,7 @@ def _route_reduced(dev: DeviceTables, rows: _NeedRows, needs: _Needs, sel: np.nd
     is_root = np.r_[True, rows.need[order][1:] != rows.need[order][:-1]]
     root_row = np.empty(len(needs.code), dtype=np.int64)
     root_row[rows.need[order[is_root]]] = order[is_root]
-    root, root_off = rows.device[root_row], rows.offset[root_row]
+    root, root_off = rows.device[root_row], rows.offset(root_row)
     n_needs = len(needs.code)
     need = np.repeat(np.arange(n_needs), n_red)
     code = needs.code[need] + np.tile(np.arange(n_red), n_needs) * n_rep  # partial u of the need
@@ -432,7 +464,8 @@ def _forwarding(rows: _NeedRows, rest: np.ndarray, root: np.ndarray, root_off: n
     same (one cell per non-root target); rounds are the max degree of the star, against the sum
     over levels of each level's max degree."""
     need = rows.need[rest]
-    star = _items(root[need], rows.device[rest], root_off[need], rows.offset[rest])
+    rest_off = rows.offset(rest)
+    star = _items(root[need], rows.device[rest], root_off[need], rest_off)
     if degree(star.src, star.dst) <= 2:
         return star, np.zeros(len(rest), dtype=np.int64)
     j = np.arange(1, len(rest) + 1) - np.searchsorted(need, need)  # 1-based index among the need's targets
@@ -441,12 +474,23 @@ def _forwarding(rows: _NeedRows, rest: np.ndarray, root: np.ndarray, root_off: n
     frm = j - np.left_shift(1, level)  # 0: the root, else the need's target number frm
     row = rest[np.maximum(np.arange(len(rest)) - j + frm, 0)]
     tree = _items(np.where(frm == 0, root[need], rows.device[row]), rows.device[rest],
-                  np.where((frm == 0)[:, None], root_off[need], rows.offset[row]), rows.offset[rest])
+                  np.where((frm == 0)[:, None], root_off[need], rows.offset(row)), rest_off)
     star_rounds = degree(star.src, star.dst)
-    tree_rounds = sum(degree(tree.src[level == lv], tree.dst[level == lv]) for lv in range(int(level.max()) + 1))
+    tree_rounds = _phased_degree(tree.src, tree.dst, level)
     if tree_rounds < star_rounds:
         return tree, level
     return star, np.zeros(len(rest), dtype=np.int64)
+
+
+def _phased_degree(src: np.ndarray, dst: np.ndarray, level: np.ndarray) -> int:
+    """The sum over levels of each level's max degree (its rounds, each level coloured apart): one
+    count over (level, device) pairs instead of a masked pass per level."""
+    if not len(src):
+        return 0
+    n = int(max(src.max(), dst.max())) + 1
+    n_lv = int(level.max()) + 1
+    per = [np.bincount(level * n + v, minlength=n_lv * n).reshape(n_lv, n).max(axis=1) for v in (src, dst)]
+    return int(np.maximum(*per).sum())
 
 
 def _device_group(h: _Holders, n_dev: int) -> np.ndarray:
@@ -564,6 +608,62 @@ def schedule(old: ShardingType, new: ShardingType) -> Schedule:
     return _pack_schedule(grid, n_dev, routed, tuple(n for _, n in old.mesh.axes))
 
 
+@memo(Scope.TYPE, maxsize=64)  # read twice per floor (bytes and rounds)
+def group_missing(old: ShardingType, new: ShardingType) -> np.ndarray | None:
+    """Per device, the elements of its new block that no device of its *group* (those differing
+    only along ``new``'s fresh unreduced atoms, one device without any) holds in its old block,
+    whatever partial or replica: each must reach the group in at least one received cell, so the
+    sum over groups bounds any exchange's traffic from below. The members' old blocks are the
+    product over dimensions of the blocks their fresh atoms in that dimension span, so what a group
+    holds of its new block is a product, per dimension, of the members' overlaps summed over the
+    fresh atoms of that dimension: per-device NumPy rows, no cells. ``None`` where those sums could
+    leave int64."""
+    mesh = old.mesh
+    fresh = _partial_axes(old, new).fresh
+    n_group = math.prod(a.size for a in fresh)
+    if max(new.local_shape, default=1) * n_group >= 1 << 62:
+        return None
+    widths = overlap_widths(old, new)  # checks sizes and the mesh first
+    group = group_key(mesh, fresh)
+    held = np.ones(mesh.size, dtype=np.int64)
+    for width, atoms in zip(widths, dims_atoms(old)):
+        if n_group > 1:  # float sums are exact below 2**53; past it, int64 ones
+            if max(new.local_shape) * n_group < 1 << 53:
+                summed = np.bincount(group, weights=width, minlength=mesh.size).astype(np.int64)
+            else:
+                summed = np.zeros(mesh.size, dtype=np.int64)
+                np.add.at(summed, group, width)
+            width = summed[group] // (n_group // math.prod(a.size for a in fresh if a in atoms))
+        held = held * width
+    out = new.local_size - held
+    out.setflags(write=False)  # cached: shared by every caller
+    return out
+
+
+def provider_cells(old: ShardingType, new: ShardingType) -> int:
+    """A floor on the most cells one device receives in ``schedule(old, new)``, without its rows
+    (0 where ``group_missing`` cannot tell). Every cell a group lacks entirely goes to one member
+    (``_providers``: the first, as no member holds it; without fresh atoms the group is the device
+    itself), which receives at least one cell for it: a partial as the root, or the forwarded sum.
+    Exact without unreduced axes in ``old`` (each such cell is one cell received). Phases are
+    coloured apart, so the schedule has at least this many rounds (the synthesizer's round floor,
+    ``redist.synth._pending_sum_rounds``)."""
+    missing = group_missing(old, new)
+    return 0 if missing is None else int(missing.max()) // math.prod(_cell_grid(old, new).cell)
+
+
+def group_missing_total(old: ShardingType, new: ShardingType) -> int:
+    """Elements summed over groups that ``group_missing`` says each group must receive (0 where it
+    cannot tell): a floor on the elements any exchange ``old -> new`` receives in all."""
+    missing = group_missing(old, new)
+    if missing is None:
+        return 0
+    n_group = math.prod(a.size for a in _partial_axes(old, new).fresh)
+    if int(missing.max()) <= (1 << 62) // len(missing):
+        return int(missing.sum()) // n_group
+    return sum(int(x) for x in missing.tolist()) // n_group
+
+
 class Routing(NamedTuple):
     """What ``schedule(old, new)`` will contain, known before its rounds are built."""
 
@@ -572,14 +672,14 @@ class Routing(NamedTuple):
     rounds: int  # rounds: max degree of phase A plus that of each level of phase B
 
 
+@memo(Scope.TYPE)
 def routing(old: ShardingType, new: ShardingType) -> Routing:
     """The exact bytes and rounds of ``schedule(old, new)`` from its routing alone (no colouring,
     no packing; rounds by König's theorem): cheap enough for the synthesizer to prune candidates
     whose optimistic floor is not tight (pending sums). Raises as ``schedule``."""
     grid, _, routed = _route(old, new)
     fwd, level = routed.forward, routed.level
-    rounds = degree(routed.merge.src, routed.merge.dst) + sum(
-        degree(fwd.src[level == lv], fwd.dst[level == lv]) for lv in range(int(level.max()) + 1 if len(level) else 0))
+    rounds = degree(routed.merge.src, routed.merge.dst) + _phased_degree(fwd.src, fwd.dst, level)
     return Routing(grid.cell, len(routed.merge.dst) + len(fwd.dst), rounds)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 
 import numpy as np
@@ -64,11 +65,15 @@ def replica_index(old: ShardingType) -> np.ndarray:
     n = old.mesh.size
     if not old.unreduced:
         return np.zeros(n, dtype=np.int64)
-    partial = atoms_index(old.mesh, tuple(sorted(unreduced_atoms(old))))
-    key = np.column_stack([block_indices(old), partial])
-    group = np.unique(key, axis=0, return_inverse=True)[1].reshape(-1)
-    order = np.argsort(group, kind="stable")
-    sizes = np.bincount(group)
+    unred = tuple(sorted(unreduced_atoms(old)))
+    blocks = block_indices(old)
+    key = np.zeros(n, dtype=np.int64)  # (block, partial) in one mixed-radix int: the block counts
+    for d, size in enumerate(old.shape):  # and the partials are products of distinct mesh axes,
+        key = key * (size // old.local_shape[d]) + blocks[:, d]  # so it stays below devices**2
+    key = key * math.prod(a.size for a in unred) + atoms_index(old.mesh, unred)
+    order = np.argsort(key, kind="stable")
+    k = key[order]
+    start = np.flatnonzero(np.r_[True, k[1:] != k[:-1]])
     rank = np.empty(n, dtype=np.int64)
-    rank[order] = np.arange(n) - np.repeat(np.cumsum(sizes) - sizes, sizes)
+    rank[order] = np.arange(n) - np.repeat(start, np.diff(np.r_[start, n]))
     return rank

@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from redist.cost import CostModel, sized_kind
-from redist.exchange import check_size, crossed_axes, schedule
+from redist.exchange import check_size, crossed_axes, routing, schedule
 from redist.exchange_a2a import padded_recv_cells, slots
 from redist.facets import FacetTable
 from redist.groups import coords as mesh_coords
@@ -161,7 +161,27 @@ def _exchange_all_to_all(step: Step, before: ShardingType, after: ShardingType, 
 
 
 def schedule_measure(before: ShardingType, after: ShardingType, cm: CostModel, kind: str = "exchange") -> StepMeasure:
-    """Measures read off the concrete point-to-point schedule (pairs actually used per round)."""
+    """Measures of the concrete point-to-point schedule. Under a cost model that prices every axis
+    alike (``uniform_links``) a round costs the same whichever links it crosses, so bytes, rounds
+    and time follow from the routing (``routed_measure``) and planning never colours the rounds;
+    otherwise the links each round crosses are read off the built schedule (``scheduled_measure``)."""
+    if uniform_links(cm):
+        return routed_measure(before, after, cm, kind)
+    return scheduled_measure(before, after, cm, kind)
+
+
+def routed_measure(before: ShardingType, after: ShardingType, cm: CostModel, kind: str = "exchange") -> StepMeasure:
+    """``scheduled_measure`` under a ``uniform_links`` model, from ``redist.exchange.routing``:
+    cells received, and rounds as each phase's max degree (Konig's theorem; the colouring of
+    ``redist.colouring`` attains it). Tests check the two agree exactly."""
+    r = routing(before, after)
+    cell_bytes = math.prod(r.cell) * before.itemsize
+    time = _rounds_time(cm, kind, r.rounds, cell_bytes)
+    return StepMeasure(r.cells * cell_bytes / before.mesh.size, time, r.rounds, r.rounds)
+
+
+def scheduled_measure(before: ShardingType, after: ShardingType, cm: CostModel, kind: str = "exchange") -> StepMeasure:
+    """Measures read off the built schedule: each round priced over the mesh axes its messages cross."""
     sch = schedule(before, after)
     mesh = before.mesh
     cell_bytes = math.prod(sch.cell) * before.itemsize
@@ -174,4 +194,22 @@ def schedule_measure(before: ShardingType, after: ShardingType, cm: CostModel, k
     return StepMeasure(sch.n_transfers * cell_bytes / mesh.size, time, rounds, rounds)
 
 
-__all__ = ["MEASURE", "ClosedForm", "StepMeasure", "closed_form", "group_size", "measure", "schedule_measure"]
+def uniform_links(cm: CostModel) -> bool:
+    """Whether ``cm`` prices a round the same over any mesh axes: no per-axis latency or bandwidth
+    and no axes whose groups span processes (their measured costs differ)."""
+    return not (cm.axis_latency_s or cm.axis_bandwidth_Bps or cm.cross_axes)
+
+
+def _rounds_time(cm: CostModel, kind: str, rounds: int, cell_bytes: int) -> float:
+    """``rounds`` rounds of one cell each, summed in the order (and with the overhead rule) of the
+    schedule path above, so both give the same float."""
+    first = cm.kind_time(kind, (), 1, cell_bytes, overhead=True)
+    rest = cm.kind_time(kind, (), 1, cell_bytes, overhead=False)
+    time = 0.0
+    for _ in range(rounds):
+        time += first if time == 0.0 else rest
+    return time
+
+
+__all__ = ["MEASURE", "ClosedForm", "StepMeasure", "closed_form", "group_size", "measure", "routed_measure",
+           "schedule_measure", "scheduled_measure", "uniform_links"]

@@ -33,7 +33,7 @@ from redist.atoms import Atom, atom_axis, atoms_of, dims_atoms, unreduced_atoms
 from redist.bounds import lower_bound_bytes
 from redist.cost import DEFAULT_COST_MODEL, CostModel, sized_kind
 from redist.errors import RedistError, StepError
-from redist.exchange import routing
+from redist.exchange import group_missing_total, provider_cells, routing
 from redist.exchange_a2a import MAX_DEVICES as A2A_MAX_DEVICES
 from redist.facets import FacetTable
 from redist.measure import closed_form
@@ -425,7 +425,7 @@ def _exchange_floor(cur: ShardingType, dst: ShardingType, cm: CostModel) -> tupl
     if not (cur.unreduced or dst.unreduced):
         cf = closed_form(cur, dst)
         return (float(cf.missing.mean()) * cur.itemsize, cf.rounds * lat)
-    recv = lower_bound_bytes(cur, dst)
+    recv = max(lower_bound_bytes(cur, dst), group_missing_total(cur, dst) * cur.itemsize / cur.mesh.size)
     cell = math.prod(math.gcd(a, b) for a, b in zip(cur.local_shape, dst.local_shape))
     rounds = _pending_sum_rounds(cur, dst, cell, recv / (cell * cur.itemsize))
     return (recv, rounds * (lat + cell * cur.itemsize * inv_bw) * TIME_SLACK)
@@ -455,10 +455,12 @@ def _pending_sum_rounds(cur: ShardingType, dst: ShardingType, cell: int, mean_ce
     of the element (one per group of devices that differ only along ``dst``'s unreduced axes) in a
     separately coloured phase: at least ``ceil(log2 targets)`` rounds, since the devices holding
     the sum at most double per round (the exchange forwards along a doubling tree where that
-    beats a star)."""
+    beats a star). And at least the cells of the busiest receiver: one device per group of
+    devices receives every cell the group lacks (``redist.exchange.provider_cells``)."""
     rounds = math.ceil(mean_cells * TIME_SLACK)
     if not dst.unreduced:
         rounds = max(rounds, int(closed_form(cur, dst).missing.max()) // cell)
+    rounds = max(rounds, provider_cells(cur, dst))  # one device receives each cell its group lacks
     m = cur.mesh
     us, ud = unreduced_atoms(cur), unreduced_atoms(dst)
     k = math.prod(a.size for a in us - ud)

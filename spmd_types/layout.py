@@ -57,14 +57,35 @@ def check_index_range(t: ShardingType) -> None:
         )
 
 
+CACHED_DEVICES = 1 << 17
+"""Per-dimension tables (``dim_block_index``, ``overlap_widths``) are memoised on meshes of at most
+this many devices (1 MiB an entry, 128 entries a table); larger meshes recompute them, so a run
+over many huge meshes cannot fill memory with them."""
+
+
+def dim_block_index(mesh: Mesh, axes: tuple[Axis, ...]) -> np.ndarray:
+    """Per device, its block number along a dimension sharded over ``axes`` (major first). Shared
+    by every type with that dimension: the types a planner compares differ in a dimension or two."""
+    return (_dim_block_index_memo if mesh.size <= CACHED_DEVICES else _dim_block_index)(mesh, axes)
+
+
+def _dim_block_index(mesh: Mesh, axes: tuple[Axis, ...]) -> np.ndarray:
+    out = np.zeros(mesh.size, dtype=np.int64)
+    for a in axes:
+        out = out * mesh.axis_size(a) + axis_coords(mesh, a)
+    out.setflags(write=False)  # cached: shared by every caller
+    return out
+
+
+_dim_block_index_memo = memo(Scope.MESH, maxsize=128)(_dim_block_index)
+
+
 def block_indices(t: ShardingType) -> np.ndarray:
     """int64 ``[devices, rank]``: the block number each device holds along each dimension."""
     t.mesh.check_enumerable()
-    out = np.zeros((t.mesh.size, t.rank), dtype=np.int64)
-    for d, axes in enumerate(t.dims):
-        for a in axes:
-            out[:, d] = out[:, d] * t.mesh.axis_size(a) + axis_coords(t.mesh, a)
-    return out
+    if not t.rank:
+        return np.zeros((t.mesh.size, 0), dtype=np.int64)
+    return np.stack([dim_block_index(t.mesh, axes) for axes in t.dims], axis=1)
 
 
 @memo(Scope.TYPE, maxsize=8192)
@@ -78,12 +99,41 @@ def block_bounds(t: ShardingType) -> np.ndarray:
     return out
 
 
+def _dim_overlap(mesh: Mesh, axes_a: tuple[Axis, ...], local_a: int, axes_b: tuple[Axis, ...], local_b: int) -> np.ndarray:
+    """Per device, the length shared by its blocks along one dimension of two types (their axes
+    and local sizes there); a dimension both types cut alike overlaps fully."""
+    if (axes_a, local_a) == (axes_b, local_b):
+        out = np.full(mesh.size, local_a, dtype=np.int64)
+    else:
+        sa, sb = dim_block_index(mesh, axes_a) * local_a, dim_block_index(mesh, axes_b) * local_b
+        out = np.maximum(np.minimum(sa + local_a, sb + local_b) - np.maximum(sa, sb), 0)
+    out.setflags(write=False)
+    return out
+
+
+_dim_overlap_memo = memo(Scope.TYPE, maxsize=128)(_dim_overlap)
+
+
+def overlap_widths(a: ShardingType, b: ShardingType) -> list[np.ndarray]:
+    """Per dimension, per device: the length its blocks of ``a`` and ``b`` share along it (cached
+    per pair of dimension cuts, read-only)."""
+    check_index_range(a)
+    check_index_range(b)
+    a.mesh.check_enumerable()
+    overlap = _dim_overlap_memo if a.mesh.size <= CACHED_DEVICES else _dim_overlap
+    return [overlap(a.mesh, axes_a, la, axes_b, lb)
+            for axes_a, la, axes_b, lb in zip(a.dims, a.local_shape, b.dims, b.local_shape)]
+
+
 def overlap_elements(a: ShardingType, b: ShardingType) -> np.ndarray:
-    """Per device: number of elements in both its block of ``a`` and its block of ``b``."""
-    ba, bb = block_bounds(a), block_bounds(b)
-    width = np.minimum(ba[..., 1], bb[..., 1]) - np.maximum(ba[..., 0], bb[..., 0])
-    np.maximum(width, 0, out=width)
-    return width.prod(axis=-1)
+    """Per device: number of elements in both its block of ``a`` and its block of ``b``: the product
+    over dimensions of per-dimension overlaps, each shared by every pair of types that cut that
+    dimension alike (the prefixes a planner compares differ from their target in a dimension or two)."""
+    widths = overlap_widths(a, b)  # checks the sizes and the mesh before anything is allocated
+    out = np.ones(a.mesh.size, dtype=np.int64)
+    for width in widths:
+        out = out * width
+    return out
 
 
 def reduction_group_coords(t: ShardingType) -> np.ndarray:

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from redist import CostModel, redistribute
 from redist.bounds import lower_bound_bytes
+from redist.exchange import group_missing_total
 from redist.plan import Plan
 from redist.steps import Exchange
 from redist.synth import _exchange_floor, synthesize
@@ -127,4 +128,6 @@ def test_pending_sum_exchange_floor_bounds_the_exchange(src: str, dst: str, mesh
         ex = Plan.build(s, (Exchange(d.dims, d.sorted_unreduced() if d.unreduced != s.unreduced else None),), cm)
         floor = _exchange_floor(s, d, cm)
         assert 0 < floor[0] <= ex.recv_bytes and 0 < floor[1] <= ex.time_s
-        assert floor[0] == lower_bound_bytes(s, d)
+        # the transfer bound, or the cells some group of devices lacks where that is more (a
+        # shared unreduced axis: the bound is not tight there, docs/design.md 13.2)
+        assert floor[0] == max(lower_bound_bytes(s, d), group_missing_total(s, d) * s.itemsize / m.size)

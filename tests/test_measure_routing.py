@@ -1,0 +1,162 @@
+"""Planning measures exchanges from their routing, never from coloured rounds (issue 12).
+
+``redist.measure.routed_measure`` reads bytes, rounds and time off ``redist.exchange.routing``
+(cells received; rounds as each phase's max degree, Konig's theorem) where the cost model prices
+every axis alike; ``scheduled_measure`` reads them off the built schedule. These tests pin that the
+two agree exactly (floats included) on random pairs with pending sums on either side, and that
+the helpers planning now leans on (the provider floor, the sparse replica choice, the scalar
+replica key) equal their slower references.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from strategies import meshes, shapes_for, sharding_types
+
+from redist import CostModel
+from redist.atoms import unreduced_atoms
+from redist.cost import KindCost
+from redist.errors import StepError
+from redist.exchange import _most_held, _route, group_missing_total, provider_cells, schedule
+from redist.groups import atoms_index, replica_index
+from redist.measure import routed_measure, schedule_measure, scheduled_measure, uniform_links
+from redist.plan import Plan
+from redist.steps import Exchange
+from redist.synth import _exchange_floor
+from spmd_types import Mesh, ShardingType, parse
+from spmd_types.layout import block_indices
+
+UNIFORM = (
+    CostModel(),
+    CostModel(latency_s=0.0, objective="time"),
+    CostModel(kind_costs=(("exchange", KindCost(3e-6, 7e-6, 11e9)),), kind_time_factor=(("exchange", 1.7),)),
+)
+
+FORWARDING = [  # (mesh, src, dst): merge then forward, in one level (a star) or a doubling tree
+    ({f"a{i}": 2 for i in range(6)}, "f32[4096@a0]{U:a1}", "f32[4096@a1]"),     # 5 tree levels
+    ({f"a{i}": 2 for i in range(6)}, "f32[64@a0]{U:(a1,a2)}", "f32[64]"),       # 6 tree levels
+    ({"x": 2, "y": 8}, "f32[16]{U:x}", "f32[16]"),
+    ({"x": 3, "y": 8}, "f32[16@y]{U:x}", "f32[16]{U:y}"),                      # a star
+    ({"x": 2, "y": 3, "z": 2}, "f32[64@x,48]{U:y}", "f32[64,48@x]{U:z}"),
+    ({"x": 2, "y": 4, "z": 2}, "f32[8@y,6]{U:x}", "f32[8,6]"),
+]
+
+
+def _agree(s: ShardingType, d: ShardingType) -> None:
+    for cm in UNIFORM:
+        assert uniform_links(cm)
+        assert routed_measure(s, d, cm) == scheduled_measure(s, d, cm)
+        assert schedule_measure(s, d, cm) == scheduled_measure(s, d, cm)
+
+
+@pytest.mark.parametrize("axes,src,dst", FORWARDING)
+def test_routed_measure_equals_the_schedule_with_forwarding(axes: dict[str, int], src: str, dst: str) -> None:
+    mesh = Mesh(axes)
+    s, d = parse(src, mesh), parse(dst, mesh)
+    assert len(_route(s, d)[2].forward.src)  # the case has a forwarding phase
+    _agree(s, d)
+
+
+@st.composite
+def _pending_pairs(draw: st.DrawFn, plain_src: bool = False) -> tuple[ShardingType, ShardingType]:
+    mesh = draw(meshes(max_axes=4, max_size=4, max_devices=48))
+    shape = draw(shapes_for(mesh, draw(st.integers(0, 3))))
+    s = draw(sharding_types(mesh, shape=shape, dtype="f32", unreduced=not plain_src))
+    d = draw(sharding_types(mesh, shape=shape, dtype="f32", unreduced=True))
+    return s, d
+
+
+@given(_pending_pairs())
+def test_routed_measure_equals_the_schedule(pair: tuple[ShardingType, ShardingType]) -> None:
+    """Bytes, rounds, collectives and time (the same float) on random pairs, pending sums on either side."""
+    try:
+        _agree(*pair)
+    except StepError:  # a refused exchange is refused by both paths
+        with pytest.raises(StepError):
+            schedule(*pair)
+
+
+def test_non_uniform_models_read_the_schedule() -> None:
+    """Per-axis prices depend on the links each round crosses: those still come from the rounds."""
+    mesh = Mesh({"x": 2, "y": 4})
+    s, d = parse("f32[8@y]{U:x}", mesh), parse("f32[8@x]", mesh)
+    slow = CostModel.with_slow_axes(["x"])
+    assert not uniform_links(slow)
+    assert schedule_measure(s, d, slow) == scheduled_measure(s, d, slow)
+    assert schedule_measure(s, d, slow).time_s > routed_measure(s, d, slow).time_s
+
+
+@given(st.one_of(_pending_pairs(plain_src=True), _pending_pairs()))
+def test_provider_cells_is_the_busiest_receiver(pair: tuple[ShardingType, ShardingType]) -> None:
+    """The synthesizer's round floor: at most the cells the busiest device receives, and exactly
+    that when a plain source is made a pending sum."""
+    s, d = pair
+    if not (s.unreduced or d.unreduced):
+        return
+    try:
+        sch = schedule(s, d)
+    except StepError:
+        return
+    busiest = int(sch.recv_cells.max()) if len(sch.recv_cells) else 0
+    assert provider_cells(s, d) <= busiest
+    if not s.unreduced:
+        assert provider_cells(s, d) == busiest
+
+
+@given(st.one_of(_pending_pairs(plain_src=True), _pending_pairs()))
+def test_the_exchange_floor_bounds_the_exchange(pair: tuple[ShardingType, ShardingType]) -> None:
+    """The synthesizer prunes on this floor (the transfer bound or the cells each group of devices
+    lacks, the provider's cells): it must never exceed what the exchange measures."""
+    s, d = pair
+    if not (s.unreduced or d.unreduced):
+        return
+    assert group_missing_total(s, d) * s.itemsize / s.mesh.size <= _exchange_floor(s, d, CostModel())[0]
+    for cm in (CostModel(), CostModel(objective="time"), CostModel.with_slow_axes([s.mesh.names[0]])):
+        try:
+            ex = Plan.build(s, (Exchange(d.dims, d.sorted_unreduced() if d.unreduced != s.unreduced else None),), cm)
+        except StepError:
+            return
+        floor = _exchange_floor(s, d, cm)
+        assert floor[0] <= ex.recv_bytes + 1e-9 and floor[1] <= ex.time_s
+
+
+def _dense_most_held(cell: np.ndarray, column: np.ndarray, rot: np.ndarray, n_cols: int) -> np.ndarray:
+    """The dense ``cells x columns`` table ``_most_held`` replaced, as it was."""
+    counts = np.zeros((len(rot), n_cols), dtype=np.int64)
+    np.add.at(counts, (cell, column), 1)
+    shift = rot[:, None] % n_cols
+    rolled = np.take_along_axis(counts, (np.arange(n_cols)[None, :] + shift) % n_cols, axis=1)
+    return (rolled.argmax(axis=1) + shift[:, 0]) % n_cols
+
+
+@given(st.integers(1, 12), st.integers(1, 6), st.lists(st.tuples(st.integers(0, 11), st.integers(0, 5)), max_size=60),
+       st.randoms(use_true_random=False))
+def test_most_held_equals_the_dense_table(n_cells: int, n_cols: int, pairs: list[tuple[int, int]], rnd) -> None:  # type: ignore[no-untyped-def]
+    cell = np.array([c % n_cells for c, _ in pairs], dtype=np.int64)
+    column = np.array([k % n_cols for _, k in pairs], dtype=np.int64)
+    rot = np.array([rnd.randrange(20) for _ in range(n_cells)], dtype=np.int64)
+    assert _most_held(cell, column, rot, n_cols).tolist() == _dense_most_held(cell, column, rot, n_cols).tolist()
+
+
+def _replica_reference(old: ShardingType) -> np.ndarray:
+    """``replica_index`` as it was: rank within ``np.unique`` rows of (block indices, partial)."""
+    n = old.mesh.size
+    if not old.unreduced:
+        return np.zeros(n, dtype=np.int64)
+    partial = atoms_index(old.mesh, tuple(sorted(unreduced_atoms(old))))
+    group = np.unique(np.column_stack([block_indices(old), partial]), axis=0, return_inverse=True)[1].reshape(-1)
+    order = np.argsort(group, kind="stable")
+    sizes = np.bincount(group)
+    rank = np.empty(n, dtype=np.int64)
+    rank[order] = np.arange(n) - np.repeat(np.cumsum(sizes) - sizes, sizes)
+    return rank
+
+
+@given(st.data())
+def test_replica_index_equals_the_row_unique_reference(data: st.DataObject) -> None:
+    mesh = data.draw(meshes(max_axes=4, max_size=6, max_devices=96))
+    t = data.draw(sharding_types(mesh, unreduced=True, subaxes=True))
+    assert replica_index(t).tolist() == _replica_reference(t).tolist()
