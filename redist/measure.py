@@ -133,6 +133,23 @@ def closed_form(before: ShardingType, after: ShardingType) -> ClosedForm:
 
 @MEASURE.register(Permute, Exchange)
 def _p2p(step: Step, before: ShardingType, after: ShardingType, cm: CostModel) -> StepMeasure:
+    """The traffic of ``_p2p_traffic``; a move without rounds (every device holds its new block's
+    data) still writes the new block in one local pass (``redist.executor._point_to_point``: a
+    zero-filled block and a copy into it) unless nothing changes, priced as ``DynSlice`` is, so a
+    local slice is no cheaper spelled as an exchange than as a slice."""
+    m = _p2p_traffic(step, before, after, cm)
+    if m.rounds == 0 and not _in_place(before, after):
+        return m._replace(time_s=m.time_s + cm.copy_time(after.local_bytes))
+    return m
+
+
+def _in_place(before: ShardingType, after: ShardingType) -> bool:
+    """A move without rounds that lowers to nothing: same block shape and pending sums, so each
+    device already holds exactly its new block (overlap is whole, and a box of the same shape)."""
+    return before.local_shape == after.local_shape and before.unreduced == after.unreduced
+
+
+def _p2p_traffic(step: Step, before: ShardingType, after: ShardingType, cm: CostModel) -> StepMeasure:
     """Without unreduced axes the closed form above, over the axes either layout uses; with
     unreduced axes, read off the schedule (tests check the two agree where both apply). A
     schedule the exchange would refuse (``ExchangeTooFineError``) is refused here too, so the

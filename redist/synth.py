@@ -332,20 +332,41 @@ def _reorder_candidates(src: ShardingType, dst: ShardingType, cm: CostModel) -> 
     first (in its order) and the rest stay minor, then the greedy pass: one permute and plain
     collectives where the wanted atoms sit minor, as XLA's partitioner does for
     ``f32[768@(data,model)] -> f32[768@model]`` on ``{data=2, model=3}``. ``relabel`` cannot
-    express it when the atoms' sizes differ; the same local shape is kept, so it is a permute."""
-    g = _Greedy(src, dst)
-    new = []
-    for d, want in zip(g.dims, g.D):
-        front = [a for a in want if a in d]
-        new.append(front + [a for a in d if a not in front])
-    if new == g.dims:
-        return []
-    try:
-        perm = Permute(_axes_dims(src.mesh, new))
-        cur = Plan.build(src, (perm,), cm).dst
-        return [_merge(src, [perm, *_Greedy(cur, dst).run()], cm)]
-    except (StepError, RedistError):
-        return []
+    express it when the atoms' sizes differ; the same local shape is kept, so it is a permute.
+    Also with the free atoms each dimension wants sliced onto its minor end first: the permute
+    then moves the smaller block (``s32[262144@y] -> s32[262144@(x,y)]``: slice ``x``, permute
+    half the bytes, as XLA does)."""
+    out = []
+    for pre_slice in (False, True):
+        g = _Greedy(src, dst)
+        if pre_slice and not _slice_free_wanted(g):
+            continue
+        new = []
+        for d, want in zip(g.dims, g.D):
+            front = [a for a in want if a in d]
+            new.append(front + [a for a in d if a not in front])
+        if new == g.dims:
+            continue
+        try:
+            perm = Permute(_axes_dims(src.mesh, new))
+            cur = Plan.build(src, (*g.steps, perm), cm).dst
+            out.append(_merge(src, [*g.steps, perm, *_Greedy(cur, dst).run()], cm))
+        except (StepError, RedistError):
+            continue
+    return out
+
+
+def _slice_free_wanted(g: _Greedy) -> bool:
+    """Slice every atom no layout uses onto the minor end of the dimension the destination wants
+    it in; whether any was."""
+    used = g.used()
+    for j, want in enumerate(g.D):
+        for a in want:
+            if a not in used:
+                g.dims[j].append(a)
+                used.add(a)
+                g.steps.append(DynSlice(j, g.ax(a)))
+    return bool(g.steps)
 
 
 def _split_reduction_candidates(src: ShardingType, dst: ShardingType, cm: CostModel) -> list[tuple[Step, ...]]:
@@ -509,12 +530,26 @@ def _typed_plans(src: ShardingType, dst: ShardingType, cm: CostModel, best: _Bes
         best.consider(full)
         _step_variants(full, best)
         for k in range(len(steps) + 1):
-            prefix = Plan(src, full.types[k - 1] if k else src, steps[:k], full.types[:k], cm)
-            if prefix.dst == dst or steps[:k] in seen:
-                continue
-            seen.add(steps[:k])
-            prefixes.append(prefix)
+            for head in _variant_heads(steps[:k]):
+                prefix = Plan(src, full.types[k - 1] if k else src, head, full.types[:k], cm)
+                if prefix.dst == dst or head in seen:
+                    continue
+                seen.add(head)
+                prefixes.append(prefix)
     return prefixes
+
+
+def _variant_heads(head: tuple[Step, ...]) -> list[tuple[Step, ...]]:
+    """``head`` and each copy of it with one step run another way (``VARIANTS``; same types). Each
+    is an exchange start of its own: the floor that prunes an exchange after ``head`` counts
+    ``head``'s own time, so it bounds neither the exchange after a faster variant of ``head``
+    nor, therefore, the variants ``_step_variants`` would try on that exchange (golden
+    ``seed10_rand034``: reduce-scatter + exchange pruned at 419 us hid all-reduce-slice +
+    exchange at 272 us)."""
+    out = [head]
+    for i, step in enumerate(head):
+        out.extend(head[:i] + (v,) + head[i + 1:] for v in VARIANTS[type(step)](step))
+    return out
 
 
 def _exchange_plans(src: ShardingType, dst: ShardingType, cm: CostModel, prefixes: list[Plan], best: _Best) -> None:
