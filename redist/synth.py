@@ -31,12 +31,12 @@ from collections.abc import Callable
 
 from redist.atoms import Atom, atom_axis, atoms_of, dims_atoms, unreduced_atoms
 from redist.bounds import lower_bound_bytes
-from redist.cost import DEFAULT_COST_MODEL, CostModel, sized_kind
+from redist.cost import DEFAULT_COST_MODEL, CostModel
 from redist.errors import RedistError, StepError
 from redist.exchange import routing
 from redist.exchange_a2a import MAX_DEVICES as A2A_MAX_DEVICES
 from redist.facets import FacetTable
-from redist.measure import closed_form
+from redist.measure import closed_form, moved_kind
 from redist.plan import Plan, apply_step, measure_step
 from redist.steps import (
     AllGather,
@@ -465,7 +465,7 @@ def _any_exchange_floor(cur: ShardingType, dst: ShardingType, cm: CostModel) -> 
 def _one_all_to_all(cur: ShardingType, recv: float, cm: CostModel) -> float:
     """Least time of an all-to-all receiving ``recv`` bytes: one latency term (groups of 2 or
     more), no slow axis (they only scale costs up)."""
-    return cm.kind_time(sized_kind("all_to_all", cur.itemsize), (), 1, recv) * TIME_SLACK
+    return cm.kind_time(moved_kind("all_to_all", cur), (), 1, recv) * TIME_SLACK
 
 
 def _pending_sum_rounds(cur: ShardingType, dst: ShardingType, cell: int, mean_cells: float) -> int:

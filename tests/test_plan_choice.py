@@ -8,6 +8,7 @@ recalibration cannot change them), the plan chosen, and local passes counted in 
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 
@@ -17,9 +18,10 @@ from redist import CostModel, Plan, redistribute
 from redist.cost import KindCost
 from redist.executor import compile_plan
 from redist.measure import measure
-from redist.steps import AllReduceSlice, DynSlice, Exchange, ExchangeAllToAll, Permute, Step
+from redist.steps import AllGather, AllReduceSlice, DynSlice, Exchange, ExchangeAllToAll, Permute, Step
 from redist.synth import synthesize
 from spmd_types import Mesh, parse
+from tests.test_executor import agree
 
 COPY = CostModel(objective="time", copy_Bps=1e9)
 """The unmeasured model with local passes priced (1 GB/s): only the copy term is nonzero for a
@@ -108,3 +110,40 @@ def test_pruning_floor_covers_step_variants() -> None:
     assert round(want.time_s * 1e6, 3) == 296.608
     assert got.time_s <= want.time_s
     assert math.isclose(got.time_s, want.time_s)
+
+
+@pytest.mark.parametrize(("src", "dst", "step"), [
+    ("bf16[524288@(x,y)]", "bf16[524288@y]", Exchange),            # rand015's exchange, 2 rounds
+    ("bf16[2048@x,256]", "bf16[2048,256@(y,x)]", ExchangeAllToAll),  # rand040
+])
+def test_16_bit_moves_run_on_bit_patterns(src: str, dst: str, step: type[Step]) -> None:
+    """A move without sums on bf16 runs on uint16: XLA:CPU widens bf16 collectives to f32 (twice
+    the wire bytes) and converted the whole block at every cell. The compiled program holds no
+    f32 array at all, only uint16 collectives, and agrees with the simulator."""
+    mesh = Mesh.parse("x=2,y=4" if step is Exchange else "x=4,y=2")
+    s, d = parse(src, mesh), parse(dst, mesh)
+    plan = Plan.build(s, (step(d.dims, None),))  # type: ignore[call-arg]
+    agree(plan)
+    x, _ = make_input(s, mesh.to_jax())
+    text = compile_plan(plan).lower(x).compile().as_text()
+    kinds = re.findall(r"= \(?(\w+)\[[^=]*? (?:collective-permute|all-to-all)\(", text)
+    assert kinds and set(kinds) == {"u16"}
+    assert "f32[" not in text
+
+
+def test_non_leading_gather_one_pass_and_priced() -> None:
+    """rand031's gather on the minor dimension: stacked on a new leading dimension, then one pass
+    moves the blocks into place (XLA:CPU's own form copies the block and the result, each a
+    transpose: 1.5 passes). The measure charges that pass, as ``_reduce_scatter`` charges its
+    transpose; a gather on the leading dimension has none."""
+    mesh = Mesh.parse("x=2,y=2,z=2")
+    s = parse("f32[64@y,16,256@z]", mesh)
+    plan = Plan.build(s, (AllGather(2, ("z",)),), COPY)
+    agree(plan)
+    ring = 0.5 * plan.dst.local_bytes / COPY.bandwidth_Bps + COPY.latency_s
+    assert math.isclose(plan.time_s, ring + COPY.copy_time(plan.dst.local_bytes))
+    x, _ = make_input(s, mesh.to_jax())
+    w = local_writes(compile_plan(plan).lower(x).compile().as_text())
+    assert round(w.passes(plan.dst.local_bytes), 3) == 1.0
+    lead = Plan.build(parse("f32[64@z,16,256@y]", mesh), (AllGather(0, ("z",)),), COPY)
+    assert math.isclose(lead.time_s, 0.5 * lead.dst.local_bytes / COPY.bandwidth_Bps + COPY.latency_s)
