@@ -335,11 +335,13 @@ def _reorder_candidates(src: ShardingType, dst: ShardingType, cm: CostModel) -> 
     express it when the atoms' sizes differ; the same local shape is kept, so it is a permute.
     Also with the free atoms each dimension wants sliced onto its minor end first: the permute
     then moves the smaller block (``s32[262144@y] -> s32[262144@(x,y)]``: slice ``x``, permute
-    half the bytes, as XLA does)."""
+    half the bytes, as XLA does), and then also with the wanted atoms that sit on the minor end of
+    another dimension moved over by all-to-alls (``s32[64@x,64,64@y] -> s32[64@(y,x),64,64]``:
+    an all-to-all of ``y`` into dimension 0, then one permute swapping the order, as XLA does)."""
     out = []
-    for pre_slice in (False, True):
+    for pre in (0, 1, 2):
         g = _Greedy(src, dst)
-        if pre_slice and not _slice_free_wanted(g):
+        if pre and not (_slice_free_wanted(g) if pre == 1 else _move_wanted(g)):
             continue
         new = []
         for d, want in zip(g.dims, g.D):
@@ -354,6 +356,31 @@ def _reorder_candidates(src: ShardingType, dst: ShardingType, cm: CostModel) -> 
         except (StepError, RedistError):
             continue
     return out
+
+
+def _move_wanted(g: _Greedy) -> bool:
+    """``_slice_free_wanted``, then each wanted atom found on the removable minor end of another
+    dimension moved into the dimension that wants it by an all-to-all, until none is; whether any
+    all-to-all was added."""
+    _slice_free_wanted(g)
+    moved = False
+    changed = True
+    while changed:
+        changed = False
+        for i, d in enumerate(g.dims):
+            want = g.needed_at.get(d[-1]) if g.removable(i) else None
+            if want is None or want == i:
+                continue
+            n = 1  # the longest removable tail wanted there, moved at once (atoms keep their order)
+            while n < len(d) - g.plen(i) and g.needed_at.get(d[-n - 1]) == want:
+                n += 1
+            run = d[-n:]
+            del d[-n:]
+            g.dims[want].extend(run)
+            axes = tuple(atom_axis(g.t.mesh, a) for a in run)
+            g.steps.append(AllToAll(i, want, canonical_axes(g.t.mesh, axes)))
+            moved = changed = True
+    return moved
 
 
 def _slice_free_wanted(g: _Greedy) -> bool:

@@ -147,3 +147,11 @@ def test_non_leading_gather_one_pass_and_priced() -> None:
     assert round(w.passes(plan.dst.local_bytes), 3) == 1.0
     lead = Plan.build(parse("f32[64@z,16,256@y]", mesh), (AllGather(0, ("z",)),), COPY)
     assert math.isclose(lead.time_s, 0.5 * lead.dst.local_bytes / COPY.bandwidth_Bps + COPY.latency_s)
+
+
+def test_all_to_all_then_one_permute_is_offered() -> None:
+    """rand036: XLA's plan (an all-to-all of the whole ``y`` into dimension 0, then one permute
+    swapping the order) is a candidate and, under the frozen CPU-like model, the chosen plan."""
+    mesh = Mesh.parse("x=2,y=4")
+    plan = redistribute("s32[64@x,64,64@y]", "s32[64@(y,x),64,64]", mesh, cost_model=CPU_LIKE)
+    assert [str(s) for s in plan.steps] == ["all_to_all(dim 2 -> 0, axes=(y))", "permute(-> [(y,x),(),()])"]
