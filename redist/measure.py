@@ -69,19 +69,41 @@ def _local(step: Step, before: ShardingType, after: ShardingType, cm: CostModel)
     return StepMeasure(0.0, cm.copy_time(after.local_bytes), 0, 0)
 
 
+ProfileKind = Callable[[Any, ShardingType], str]
+PROFILE_KIND: FacetTable[ProfileKind] = FacetTable("profile kind", "redist.measure.PROFILE_KIND")
+"""The profile key a step's time is read from (and ``redist.calibrate`` files its samples under).
+Moves that only copy values run on 16-bit floats' bit patterns (``redist.executor._on_bits``:
+XLA:CPU widens 16-bit float collectives to f32), so they read the plain kind at their own bytes;
+steps that add in the dtype read ``sized_kind``."""
+
+
 def profile_kind(step: Step, before: ShardingType) -> str:
-    """The profile key a step's time is read from (and ``redist.calibrate`` files its samples
-    under). Moves that only copy values run on 16-bit floats' bit patterns
-    (``redist.executor._on_bits``: XLA:CPU widens 16-bit float collectives to f32), so they are
-    the plain kind at their own bytes: typed gathers and all-to-alls always, point-to-point moves
-    without pending sums (an exchange that adds partials runs in the dtype). Reductions add in
-    the dtype: ``sized_kind``."""
-    kind = "all_to_all" if isinstance(step, (MultiAllToAll, ExchangeAllToAll)) else step.kind
-    if isinstance(step, (AllGather, AllToAll, MultiAllToAll)):
-        return kind
-    if isinstance(step, (Permute, Exchange, ExchangeAllToAll)):
-        return moved_kind(kind, before)
-    return sized_kind(kind, before.itemsize)
+    return PROFILE_KIND[type(step)](step, before)
+
+
+@PROFILE_KIND.register(DynSlice, Discard, PadUnreduced, ReduceScatter, AllReduceSlice, AllReduce)
+def _sized_kind(step: Step, before: ShardingType) -> str:
+    return sized_kind(step.kind, before.itemsize)
+
+
+@PROFILE_KIND.register(AllGather, AllToAll)
+def _plain_kind(step: Step, before: ShardingType) -> str:
+    return step.kind
+
+
+@PROFILE_KIND.register(MultiAllToAll)
+def _all_to_all_kind(step: Step, before: ShardingType) -> str:
+    return "all_to_all"  # one all-to-all over the flattened group
+
+
+@PROFILE_KIND.register(Permute, Exchange)
+def _p2p_kind(step: Step, before: ShardingType) -> str:
+    return moved_kind(step.kind, before)
+
+
+@PROFILE_KIND.register(ExchangeAllToAll)
+def _exchange_all_to_all_kind(step: Step, before: ShardingType) -> str:
+    return moved_kind("all_to_all", before)
 
 
 def _ring(fraction_of: Callable[[ShardingType, ShardingType], int], phases: int) -> Measure:
@@ -226,4 +248,4 @@ def schedule_measure(before: ShardingType, after: ShardingType, cm: CostModel, k
     return StepMeasure(sch.n_transfers * cell_bytes / mesh.size, time, rounds, rounds)
 
 
-__all__ = ["MEASURE", "ClosedForm", "StepMeasure", "closed_form", "group_size", "measure", "moved_kind", "profile_kind", "schedule_measure"]
+__all__ = ["MEASURE", "ClosedForm", "StepMeasure", "closed_form", "group_size", "measure", "moved_kind", "PROFILE_KIND", "profile_kind", "schedule_measure"]
