@@ -37,7 +37,7 @@ from redist.steps import (
     Step,
 )
 from spmd_types import ShardingType, axis_name
-from spmd_types.layout import overlap_elements
+from spmd_types.layout import check_index_range, overlap_elements
 
 
 class StepMeasure(NamedTuple):
@@ -210,7 +210,10 @@ def _p2p_traffic(step: Step, before: ShardingType, after: ShardingType, cm: Cost
     """Without unreduced axes the closed form above, over the axes either layout uses; with
     unreduced axes, read off the schedule (tests check the two agree where both apply). A
     schedule the exchange would refuse (``ExchangeTooFineError``) is refused here too, so the
-    synthesizer never returns a plan it cannot run."""
+    synthesizer never returns a plan it cannot run; sizes past int64 are ``SizeLimitError`` before
+    any table is built (``check_index_range``)."""
+    check_index_range(before)
+    check_index_range(after)
     if before.unreduced or after.unreduced:
         return schedule_measure(before, after, cm, profile_kind(step, before))
     check_size(before, after)
