@@ -28,9 +28,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import NamedSharding
 
-from redist.cost import CostModel, KindCost, sized_kind
+from redist.cost import CostModel, KindCost
 from redist.executor import compile_plan
-from redist.measure import closed_form
+from redist.measure import closed_form, profile_kind
 from redist.plan import Plan
 from redist.profile import Profile, Sample, fit_kind, process_crossing_axes
 from redist.steps import (
@@ -165,6 +165,12 @@ def _exchanges(n: int, local: int, sizes_kib: Sequence[int] = SIZES_KIB) -> Iter
                     yield Plan.build(src, (Exchange(dst.dims, None),))
 
 
+def _own_key(plan: Plan) -> bool:
+    """Whether a plan's data type has a profile key of its own: 16-bit data only where the step
+    adds in it (``redist.measure.profile_kind``; moves run on bit patterns, the plain kind)."""
+    return plan.src.itemsize == 4 or ":" in profile_kind(plan.steps[0], plan.src)
+
+
 def _crosses(plan: Plan, crossing: Sequence[str]) -> bool:
     """Whether the step's axes (those either layout names, as ``redist.measure`` charges them)
     include one whose groups span processes."""
@@ -210,7 +216,7 @@ def _call_time(fn: Callable[[Any], Any], x: Any) -> float:
 def _sample(plan: Plan, secs: float) -> Sample:
     terms, recv = _terms(plan)
     cross = jax.process_count() > 1 and _crosses(plan, process_crossing_axes(plan.src.mesh))
-    return Sample(sized_kind(plan.steps[0].kind, plan.src.itemsize), terms, recv, secs, cross)
+    return Sample(profile_kind(plan.steps[0], plan.src), terms, recv, secs, cross)
 
 
 def _size_classes(plans: Sequence[Plan]) -> list[list[Plan]]:
@@ -248,7 +254,7 @@ def calibrate(reps: int = 30, kinds: Sequence[str] | None = None,
     if n < 2:
         raise ValueError(f"calibration needs at least 2 devices, the backend has {n}")
     chosen = [plan for plan in (*_typed(n, local, sizes_kib), *_p2p(n, local, sizes_kib))
-              if not kinds or sized_kind(plan.steps[0].kind, plan.src.itemsize) in kinds]
+              if _own_key(plan) and (not kinds or profile_kind(plan.steps[0], plan.src) in kinds)]
     timed: list[Sample] = []
     for group in _size_classes(chosen):
         for plan, s in zip(group, samples(group, reps)):

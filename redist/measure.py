@@ -37,7 +37,7 @@ from redist.steps import (
     Step,
 )
 from spmd_types import ShardingType, axis_name
-from spmd_types.layout import overlap_elements
+from spmd_types.layout import check_index_range, overlap_elements
 
 
 class StepMeasure(NamedTuple):
@@ -69,6 +69,43 @@ def _local(step: Step, before: ShardingType, after: ShardingType, cm: CostModel)
     return StepMeasure(0.0, cm.copy_time(after.local_bytes), 0, 0)
 
 
+ProfileKind = Callable[[Any, ShardingType], str]
+PROFILE_KIND: FacetTable[ProfileKind] = FacetTable("profile kind", "redist.measure.PROFILE_KIND")
+"""The profile key a step's time is read from (and ``redist.calibrate`` files its samples under).
+Moves that only copy values run on 16-bit floats' bit patterns (``redist.executor._on_bits``:
+XLA:CPU widens 16-bit float collectives to f32), so they read the plain kind at their own bytes;
+steps that add in the dtype read ``sized_kind``."""
+
+
+def profile_kind(step: Step, before: ShardingType) -> str:
+    return PROFILE_KIND[type(step)](step, before)
+
+
+@PROFILE_KIND.register(DynSlice, Discard, PadUnreduced, ReduceScatter, AllReduceSlice, AllReduce)
+def _sized_kind(step: Step, before: ShardingType) -> str:
+    return sized_kind(step.kind, before.itemsize)
+
+
+@PROFILE_KIND.register(AllGather, AllToAll)
+def _plain_kind(step: Step, before: ShardingType) -> str:
+    return step.kind
+
+
+@PROFILE_KIND.register(MultiAllToAll)
+def _all_to_all_kind(step: Step, before: ShardingType) -> str:
+    return "all_to_all"  # one all-to-all over the flattened group
+
+
+@PROFILE_KIND.register(Permute, Exchange)
+def _p2p_kind(step: Step, before: ShardingType) -> str:
+    return moved_kind(step.kind, before)
+
+
+@PROFILE_KIND.register(ExchangeAllToAll)
+def _exchange_all_to_all_kind(step: Step, before: ShardingType) -> str:
+    return moved_kind("all_to_all", before)
+
+
 def _ring(fraction_of: Callable[[ShardingType, ShardingType], int], phases: int) -> Measure:
     """A ring collective receiving ``phases * (p-1)/p`` of ``fraction_of(before, after)`` bytes."""
 
@@ -77,13 +114,25 @@ def _ring(fraction_of: Callable[[ShardingType, ShardingType], int], phases: int)
         if p <= 1:
             return FREE
         recv = phases * (p - 1) / p * fraction_of(before, after)
-        time = cm.collective_time(step.group_axes(), p, recv, phases, kind=sized_kind(step.kind, before.itemsize))
+        time = cm.collective_time(step.group_axes(), p, recv, phases, kind=profile_kind(step, before))
         return StepMeasure(recv, time, phases * math.ceil(math.log2(p)), 1)
 
     return ring
 
 
-MEASURE.register(AllGather)(_ring(lambda before, after: after.local_bytes, 1))
+_all_gather_ring = _ring(lambda before, after: after.local_bytes, 1)
+
+
+@MEASURE.register(AllGather)
+def _all_gather(step: AllGather, before: ShardingType, after: ShardingType, cm: CostModel) -> StepMeasure:
+    """A ring, plus the copy that moves the stacked blocks into ``dim`` (``redist.executor``)
+    unless every dimension before ``dim`` has local extent 1 (as ``_reduce_scatter``)."""
+    m = _all_gather_ring(step, before, after, cm)
+    if m.rounds and math.prod(before.local_shape[: step.dim]) > 1:
+        return m._replace(time_s=m.time_s + cm.copy_time(after.local_bytes))
+    return m
+
+
 MEASURE.register(AllToAll)(_ring(lambda before, after: before.local_bytes, 1))
 @MEASURE.register(MultiAllToAll)
 def _multi_all_to_all(step: MultiAllToAll, before: ShardingType, after: ShardingType, cm: CostModel) -> StepMeasure:
@@ -92,7 +141,7 @@ def _multi_all_to_all(step: MultiAllToAll, before: ShardingType, after: Sharding
     if p <= 1:
         return FREE
     recv = (p - 1) / p * before.local_bytes
-    time = cm.collective_time(step.group_axes(), p, recv, 1, kind=sized_kind("all_to_all", before.itemsize))
+    time = cm.collective_time(step.group_axes(), p, recv, 1, kind=profile_kind(step, before))
     return StepMeasure(recv, time, math.ceil(math.log2(p)), 1)
 
 
@@ -133,17 +182,45 @@ def closed_form(before: ShardingType, after: ShardingType) -> ClosedForm:
 
 @MEASURE.register(Permute, Exchange)
 def _p2p(step: Step, before: ShardingType, after: ShardingType, cm: CostModel) -> StepMeasure:
+    """The traffic of ``_p2p_traffic``; a move without rounds (every device holds its new block's
+    data) still writes the new block in one local pass (``redist.executor._point_to_point``: a
+    zero-filled block and a copy into it) unless nothing changes, priced as ``DynSlice`` is, so a
+    local slice is no cheaper spelled as an exchange than as a slice."""
+    m = _p2p_traffic(step, before, after, cm)
+    if m.rounds == 0 and not _in_place(before, after):
+        return m._replace(time_s=m.time_s + cm.copy_time(after.local_bytes))
+    return m
+
+
+def _in_place(before: ShardingType, after: ShardingType) -> bool:
+    """A move without rounds that lowers to nothing: same block shape and pending sums, so each
+    device already holds exactly its new block (overlap is whole, and a box of the same shape)."""
+    return before.local_shape == after.local_shape and before.unreduced == after.unreduced
+
+
+def moved_kind(kind: str, t: ShardingType) -> str:
+    """The profile key of a point-to-point move of ``t`` (``Permute``, ``Exchange``,
+    ``ExchangeAllToAll``): without pending sums it runs on 16-bit floats' bit patterns
+    (``redist.executor._as_bits``), unwidened, so at the plain kind's bytes; a move that adds
+    partial sums runs in the dtype (``sized_kind``)."""
+    return sized_kind(kind, t.itemsize) if t.unreduced else kind
+
+
+def _p2p_traffic(step: Step, before: ShardingType, after: ShardingType, cm: CostModel) -> StepMeasure:
     """Without unreduced axes the closed form above, over the axes either layout uses; with
     unreduced axes, read off the schedule (tests check the two agree where both apply). A
     schedule the exchange would refuse (``ExchangeTooFineError``) is refused here too, so the
-    synthesizer never returns a plan it cannot run."""
+    synthesizer never returns a plan it cannot run; sizes past int64 are ``SizeLimitError`` before
+    any table is built (``check_index_range``)."""
+    check_index_range(before)
+    check_index_range(after)
     if before.unreduced or after.unreduced:
-        return schedule_measure(before, after, cm, sized_kind(step.kind, before.itemsize))
+        return schedule_measure(before, after, cm, profile_kind(step, before))
     check_size(before, after)
     cf = closed_form(before, after)
     names = {axis_name(a) for t in (before, after) for axes in t.dims for a in axes}
     rounds = cf.rounds
-    time = cm.kind_time(sized_kind(step.kind, before.itemsize), names, rounds, rounds * cf.cell * before.itemsize) if rounds else 0.0
+    time = cm.kind_time(profile_kind(step, before), names, rounds, rounds * cf.cell * before.itemsize) if rounds else 0.0
     return StepMeasure(float(cf.missing.mean()) * before.itemsize, time, rounds, rounds)
 
 
@@ -154,7 +231,7 @@ def _exchange_all_to_all(step: Step, before: ShardingType, after: ShardingType, 
     a pass writing the new block (its slots are added into zeros at per-device offsets)."""
     sl = slots(before, after)
     recv = padded_recv_cells(sl) * sl.cell_bytes(before.itemsize)
-    time = cm.collective_time(sl.names, sl.g, recv, 1, kind=sized_kind("all_to_all", before.itemsize))
+    time = cm.collective_time(sl.names, sl.g, recv, 1, kind=profile_kind(step, before))
     if not sl.static:
         time += cm.copy_time(after.local_bytes)
     return StepMeasure(float(recv), time, math.ceil(math.log2(sl.g)), 1)
@@ -211,5 +288,5 @@ def _rounds_time(cm: CostModel, kind: str, rounds: int, cell_bytes: int) -> floa
     return time
 
 
-__all__ = ["MEASURE", "ClosedForm", "StepMeasure", "closed_form", "group_size", "measure", "routed_measure",
-           "schedule_measure", "scheduled_measure", "uniform_links"]
+__all__ = ["MEASURE", "PROFILE_KIND", "ClosedForm", "StepMeasure", "closed_form", "group_size", "measure", "moved_kind",
+           "profile_kind", "routed_measure", "schedule_measure", "scheduled_measure", "uniform_links"]

@@ -31,12 +31,12 @@ from collections.abc import Callable
 
 from redist.atoms import Atom, atom_axis, atoms_of, dims_atoms, unreduced_atoms
 from redist.bounds import lower_bound_bytes
-from redist.cost import DEFAULT_COST_MODEL, CostModel, sized_kind
+from redist.cost import DEFAULT_COST_MODEL, CostModel
 from redist.errors import RedistError, StepError
 from redist.exchange import group_missing_total, provider_cells, routing
 from redist.exchange_a2a import MAX_DEVICES as A2A_MAX_DEVICES
 from redist.facets import FacetTable
-from redist.measure import closed_form
+from redist.measure import closed_form, moved_kind
 from redist.plan import Plan, apply_step, measure_step
 from redist.steps import (
     AllGather,
@@ -332,20 +332,68 @@ def _reorder_candidates(src: ShardingType, dst: ShardingType, cm: CostModel) -> 
     first (in its order) and the rest stay minor, then the greedy pass: one permute and plain
     collectives where the wanted atoms sit minor, as XLA's partitioner does for
     ``f32[768@(data,model)] -> f32[768@model]`` on ``{data=2, model=3}``. ``relabel`` cannot
-    express it when the atoms' sizes differ; the same local shape is kept, so it is a permute."""
-    g = _Greedy(src, dst)
-    new = []
-    for d, want in zip(g.dims, g.D):
-        front = [a for a in want if a in d]
-        new.append(front + [a for a in d if a not in front])
-    if new == g.dims:
-        return []
-    try:
-        perm = Permute(_axes_dims(src.mesh, new))
-        cur = Plan.build(src, (perm,), cm).dst
-        return [_merge(src, [perm, *_Greedy(cur, dst).run()], cm)]
-    except (StepError, RedistError):
-        return []
+    express it when the atoms' sizes differ; the same local shape is kept, so it is a permute.
+    Also with the free atoms each dimension wants sliced onto its minor end first: the permute
+    then moves the smaller block (``s32[262144@y] -> s32[262144@(x,y)]``: slice ``x``, permute
+    half the bytes, as XLA does), and then also with the wanted atoms that sit on the minor end of
+    another dimension moved over by all-to-alls (``s32[64@x,64,64@y] -> s32[64@(y,x),64,64]``:
+    an all-to-all of ``y`` into dimension 0, then one permute swapping the order, as XLA does)."""
+    out = []
+    for pre in (0, 1, 2):
+        g = _Greedy(src, dst)
+        if pre and not (_slice_free_wanted(g) if pre == 1 else _move_wanted(g)):
+            continue
+        new = []
+        for d, want in zip(g.dims, g.D):
+            front = [a for a in want if a in d]
+            new.append(front + [a for a in d if a not in front])
+        if new == g.dims:
+            continue
+        try:
+            perm = Permute(_axes_dims(src.mesh, new))
+            cur = Plan.build(src, (*g.steps, perm), cm).dst
+            out.append(_merge(src, [*g.steps, perm, *_Greedy(cur, dst).run()], cm))
+        except (StepError, RedistError):
+            continue
+    return out
+
+
+def _move_wanted(g: _Greedy) -> bool:
+    """``_slice_free_wanted``, then each wanted atom found on the removable minor end of another
+    dimension moved into the dimension that wants it by an all-to-all, until none is; whether any
+    all-to-all was added."""
+    _slice_free_wanted(g)
+    moved = False
+    changed = True
+    while changed:
+        changed = False
+        for i, d in enumerate(g.dims):
+            want = g.needed_at.get(d[-1]) if g.removable(i) else None
+            if want is None or want == i:
+                continue
+            n = 1  # the longest removable tail wanted there, moved at once (atoms keep their order)
+            while n < len(d) - g.plen(i) and g.needed_at.get(d[-n - 1]) == want:
+                n += 1
+            run = d[-n:]
+            del d[-n:]
+            g.dims[want].extend(run)
+            axes = tuple(atom_axis(g.t.mesh, a) for a in run)
+            g.steps.append(AllToAll(i, want, canonical_axes(g.t.mesh, axes)))
+            moved = changed = True
+    return moved
+
+
+def _slice_free_wanted(g: _Greedy) -> bool:
+    """Slice every atom no layout uses onto the minor end of the dimension the destination wants
+    it in; whether any was."""
+    used = g.used()
+    for j, want in enumerate(g.D):
+        for a in want:
+            if a not in used:
+                g.dims[j].append(a)
+                used.add(a)
+                g.steps.append(DynSlice(j, g.ax(a)))
+    return bool(g.steps)
 
 
 def _split_reduction_candidates(src: ShardingType, dst: ShardingType, cm: CostModel) -> list[tuple[Step, ...]]:
@@ -444,7 +492,7 @@ def _any_exchange_floor(cur: ShardingType, dst: ShardingType, cm: CostModel) -> 
 def _one_all_to_all(cur: ShardingType, recv: float, cm: CostModel) -> float:
     """Least time of an all-to-all receiving ``recv`` bytes: one latency term (groups of 2 or
     more), no slow axis (they only scale costs up)."""
-    return cm.kind_time(sized_kind("all_to_all", cur.itemsize), (), 1, recv) * TIME_SLACK
+    return cm.kind_time(moved_kind("all_to_all", cur), (), 1, recv) * TIME_SLACK
 
 
 def _pending_sum_rounds(cur: ShardingType, dst: ShardingType, cell: int, mean_cells: float) -> int:
@@ -511,12 +559,26 @@ def _typed_plans(src: ShardingType, dst: ShardingType, cm: CostModel, best: _Bes
         best.consider(full)
         _step_variants(full, best)
         for k in range(len(steps) + 1):
-            prefix = Plan(src, full.types[k - 1] if k else src, steps[:k], full.types[:k], cm)
-            if prefix.dst == dst or steps[:k] in seen:
-                continue
-            seen.add(steps[:k])
-            prefixes.append(prefix)
+            for head in _variant_heads(steps[:k]):
+                prefix = Plan(src, full.types[k - 1] if k else src, head, full.types[:k], cm)
+                if prefix.dst == dst or head in seen:
+                    continue
+                seen.add(head)
+                prefixes.append(prefix)
     return prefixes
+
+
+def _variant_heads(head: tuple[Step, ...]) -> list[tuple[Step, ...]]:
+    """``head`` and each copy of it with one step run another way (``VARIANTS``; same types). Each
+    is an exchange start of its own: the floor that prunes an exchange after ``head`` counts
+    ``head``'s own time, so it bounds neither the exchange after a faster variant of ``head``
+    nor, therefore, the variants ``_step_variants`` would try on that exchange (golden
+    ``seed10_rand034``: reduce-scatter + exchange pruned at 419 us hid all-reduce-slice +
+    exchange at 272 us)."""
+    out = [head]
+    for i, step in enumerate(head):
+        out.extend(head[:i] + (v,) + head[i + 1:] for v in VARIANTS[type(step)](step))
+    return out
 
 
 def _exchange_plans(src: ShardingType, dst: ShardingType, cm: CostModel, prefixes: list[Plan], best: _Best) -> None:

@@ -26,13 +26,17 @@ from spmd_types import Mesh, parse
 from spmd_types.jax_interop import to_partition_spec
 from tests.test_executor import agree
 
-# case -> (our step, our passes, our layout ops, XLA's passes, XLA's layout ops)
+# case -> (our step, our passes, our layout ops, XLA's passes, XLA's layout ops). The bf16 cases
+# (sp_to_tp_gather_seq, seq_to_hidden, hidden_to_seq, size3_seq_to_hidden, zero3_full_gather) move
+# bit patterns (uint16): XLA:CPU widens its own bf16 collectives to f32, one more convert pass.
 EXPECTED: dict[str, tuple[str, float, int, float, int]] = {
-    "sp_to_tp_gather_seq": ("AllGather", 1.5, 2, 1.5, 2),
+    "sp_to_tp_gather_seq": ("AllGather", 1.25, 2, 1.5, 2),
     "tp_allreduce": ("AllReduce", 3.0, 0, 3.0, 0),
-    "seq_to_hidden": ("AllToAll", 3.0, 3, 3.0, 3),
-    "hidden_to_seq": ("AllToAll", 3.0, 3, 3.0, 3),
-    "hidden_gather": ("AllGather", 1.25, 1, 1.25, 1),
+    "seq_to_hidden": ("AllToAll", 2.0, 3, 3.0, 3),
+    "hidden_to_seq": ("AllToAll", 2.0, 3, 3.0, 3),
+    # a non-leading gather stacks on a new leading dimension and moves it in one fused
+    # transpose + copy (2 ops, one pass) instead of XLA:CPU's transposing copies before and after
+    "hidden_gather": ("AllGather", 1.0, 2, 1.25, 1),
     "ulysses_seq_to_heads": ("AllToAll", 2.0, 3, 2.0, 3),
     "ulysses_heads_to_seq": ("AllToAll", 2.0, 3, 2.0, 3),
     "moe_dispatch": ("AllToAll", 2.0, 1, 2.0, 1),
@@ -40,11 +44,11 @@ EXPECTED: dict[str, tuple[str, float, int, float, int]] = {
     "moe_rank4_dispatch": ("AllToAll", 2.0, 3, 2.0, 3),
     "moe_2d_experts": ("AllToAll", 2.0, 1, 2.0, 1),
     "fsdp_tp_seq_to_hidden": ("AllToAll", 2.0, 3, 2.0, 3),
-    "size3_seq_to_hidden": ("AllToAll", 3.0, 3, 3.0, 3),
+    "size3_seq_to_hidden": ("AllToAll", 2.0, 3, 3.0, 3),
     "tp2d_flat_order_swap": ("Permute", 0.0, 0, 0.0, 0),
     "rank1_order_swap": ("Permute", 0.0, 0, 0.0, 0),
     "fsdp_gather_2d": ("AllGather", 0.0, 0, 0.0, 0),
-    "zero3_full_gather": ("AllGather", 1.25, 0, 1.25, 0),
+    "zero3_full_gather": ("AllGather", 1.12, 0, 1.25, 0),
     "rank4_move_two_axes": ("MultiAllToAll", 2.0, 19, 2.0, 19),  # one all-to-all over 8, as XLA
 }
 CASES = {c.name: c for c in NAMED_CASES}
@@ -71,7 +75,14 @@ def test_no_copy_beyond_xla(name: str) -> None:
     _, passes, layout, xla_passes, xla_layout = EXPECTED[name]
     ours, xla = _writes(CASES[name], ours=True), _writes(CASES[name], ours=False)
     assert (ours, xla) == ((passes, layout), (xla_passes, xla_layout))
-    assert ours[0] <= xla[0] and ours[1] <= xla[1]
+    _no_more_than(ours, xla)
+
+
+def _no_more_than(ours: tuple[float, int], xla: tuple[float, int]) -> None:
+    """No more bytes written than XLA; more layout ops only where they write fewer bytes (a
+    transpose and its copy fused into one pass count as two ops)."""
+    assert ours[0] <= xla[0]
+    assert ours[1] <= xla[1] or ours[0] < xla[0]
 
 
 @pytest.mark.parametrize("name", ["ulysses_seq_to_heads", "ulysses_heads_to_seq"])
@@ -111,19 +122,21 @@ def test_reduce_scatter_one_pass_at_most(name: str, passes: float) -> None:
 XY24, XY42, XYZ = Mesh({"x": 2, "y": 4}), Mesh({"x": 4, "y": 2}), Mesh({"x": 2, "y": 2, "z": 2})
 RANDOM_PAIRS: dict[str, tuple[Mesh, str, str, tuple[Step, ...], tuple[float, int], tuple[float, int]]] = {
     # per-device send offsets (the x half of the block), static receive: one dynamic_slice and
-    # the in-place all-to-all (was: a slice per slot and four full-size add-into-zeros passes, 5.5)
+    # the in-place all-to-all (was: a slice per slot and four full-size add-into-zeros passes, 5.5);
+    # on the bf16 bit patterns (uint16), so XLA:CPU's f32 widening and its convert pass are gone (was 2.0)
     "rand052": (XY24, "bf16[64,128,64@y]", "bf16[64@x,128@y,64]",
-                (ExchangeAllToAll((("x",), ("y",), ())),), (2.0, 3), (2.0, 3)),
+                (ExchangeAllToAll((("x",), ("y",), ())),), (1.0, 3), (2.0, 3)),
     "rand040": (XY42, "bf16[2048@x,256]", "bf16[2048,256@(y,x)]",
-                (ExchangeAllToAll(((), ("y", "x"))),), (2.0, 3), (2.0, 7)),
+                (ExchangeAllToAll(((), ("y", "x"))),), (1.0, 3), (2.0, 7)),
     "rand058": (XYZ, "bf16[16@x,256,128@y]", "bf16[16,256@(z,x),128@y]",
-                (ExchangeAllToAll(((), ("z", "x"), ("y",))),), (2.0, 3), (2.0, 5)),
+                (ExchangeAllToAll(((), ("z", "x"), ("y",))),), (1.0, 3), (2.0, 5)),
     # a whole-block permute whose schedule sends from keepers: re-matched to one permutation, no
     # select (was: 1.0 pass)
     "rand002": (XYZ, "s32[64,128@y,32]", "s32[64,128@x,32]", (Permute(((), ("x",), ())),), (0.0, 0), (0.0, 0)),
-    # two gathers, the minor dimension first (was: dimension 0 first, its copies on twice the bytes: 1.5)
+    # two gathers, the minor dimension first (was: dimension 0 first, its copies on twice the bytes: 1.5),
+    # that one stacked and moved in place in one fused pass (was 0.75, 1: XLA's transposing copies)
     "rand018": (XYZ, "s32[128@z,2048@(x,y)]", "s32[128,2048@z]",
-                (Permute((("x",), ("z", "y"))), AllGather(0, ("x",)), AllGather(1, ("y",))), (0.75, 1), (0.75, 1)),
+                (Permute((("x",), ("z", "y"))), AllGather(0, ("x",)), AllGather(1, ("y",))), (0.5, 2), (0.75, 1)),
 }
 
 
@@ -149,7 +162,7 @@ def test_random_pair_copies_no_more_than_xla(name: str) -> None:
     want, xla_kinds = _counts(xla, x, block)
     assert (got, want) == (ours, theirs)
     assert sorted(kinds) == sorted(xla_kinds)
-    assert got[0] <= want[0] and got[1] <= want[1]
+    _no_more_than(got, want)
 
 
 def test_slot_order_as_a_digit_transpose() -> None:

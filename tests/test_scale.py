@@ -131,3 +131,14 @@ def test_pending_sum_exchange_floor_bounds_the_exchange(src: str, dst: str, mesh
         # the transfer bound, or the cells some group of devices lacks where that is more (a
         # shared unreduced axis: the bound is not tight there, docs/design.md 13.2)
         assert floor[0] == max(lower_bound_bytes(s, d), group_missing_total(s, d) * s.itemsize / m.size)
+
+
+def test_a_pending_sum_exchange_past_int64_is_a_typed_error() -> None:
+    """Found by the property above: an exchange between pending sums on size-1 axes built int64
+    tables of a 2**63 block (``OverflowError``) before anything checked the sizes."""
+    m = Mesh({"a0": 1, "a1": 1, "a2": 1, "a3": 1})
+    n = 1 << 63
+    src = ShardingType((n,), "f32", [("a0", "a2", "a3")], m, ("a1",))
+    dst = ShardingType((n,), "f32", [("a0", "a1", "a3")], m, ("a2",))
+    with pytest.raises(SizeLimitError, match="dimension 0 "):
+        synthesize(src, dst)
