@@ -132,7 +132,7 @@ Signature = tuple[tuple[str, tuple[tuple[int, ...], ...], float], ...]
 def collective_signature(h: HloCollectives) -> Signature:
     """The collectives of a module as a sorted multiset of (kind, device groups, elements received
     per device). Two modules with one signature run the same collectives on the same data sizes:
-    neither can be faster by its communication, only by its local passes (a tie is the ceiling).
+    neither can be faster by its communication, only by its local passes (16-bit widening, copies, transposes).
     Groups are compared as sets (the member order inside a group is a local reorder); a permute's
     self-pairs move nothing and are left out."""
     out = []

@@ -1,6 +1,6 @@
-"""The speed report's tie ceiling and temp-memory section (issue 11): a case is at the ceiling
-where XLA's compiled program runs exactly our collectives (kind, device groups, elements), read
-off the HLO; machine-independent, so asserted exactly."""
+"""The speed report's same-collectives marking and temp-memory section (issue 11): a case runs
+XLA's collectives where XLA's compiled program runs exactly ours (kind, device groups, elements),
+read off the HLO, so only local passes can differ; machine-independent, so asserted exactly."""
 
 from __future__ import annotations
 
@@ -51,9 +51,8 @@ def _row(speedup: float, same: bool, temp: int = 1000, block: int = 1000) -> Row
 
 
 def test_ceiling_is_a_tie_where_the_collectives_match() -> None:
-    assert _row(0.9, True).at_ceiling and _row(0.9, True).ceiling == 1.0
-    assert _row(0.9, False).ceiling == 1.0  # XLA's own plan is as fast as XLA: 1.0x is achievable
-    assert _row(1.3, False).ceiling == pytest.approx(1.3)
+    assert _row(0.9, True).at_ceiling and _row(1.3, True).at_ceiling
+    assert not _row(0.9, False).at_ceiling
 
 
 def test_temp_section_names_the_widening_of_16_bit_collectives() -> None:
