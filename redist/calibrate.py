@@ -29,6 +29,7 @@ import numpy as np
 from jax.sharding import NamedSharding
 
 from redist.cost import CostModel, KindCost
+from redist.errors import StepError
 from redist.executor import compile_plan
 from redist.measure import closed_form, profile_kind
 from redist.plan import Plan
@@ -40,6 +41,7 @@ from redist.steps import (
     AllToAll,
     Comm,
     Exchange,
+    ExchangeAllToAll,
     ReduceScatter,
     Step,
 )
@@ -163,6 +165,19 @@ def _exchanges(n: int, local: int, sizes_kib: Sequence[int] = SIZES_KIB) -> Iter
                 for dtype in ("f32", "bf16"):
                     src, dst = parse(f"{dtype}[{8 * g}@a,{cols}]", mesh), parse(f"{dtype}[{8 * g},{cols}@a]", mesh)
                     yield Plan.build(src, (Exchange(dst.dims, None),))
+                yield from _summing_exchanges(mesh, g, cols)
+
+
+def _summing_exchanges(mesh: Mesh, g: int, cols: int) -> Iterator[Plan]:
+    """16-bit exchanges that add partial sums, in rounds and as one all-to-all: they run in the
+    dtype (XLA:CPU widens it), unlike 16-bit moves (bit patterns), so they need keys of their own
+    (``exchange:2``, ``all_to_all:2``; ``redist.measure.moved_kind``)."""
+    src, dst = parse(f"bf16[{8 * g},{cols}]{{U:a}}", mesh), parse(f"bf16[{8 * g}@a,{cols}]", mesh)
+    for step in (Exchange(dst.dims, ()), ExchangeAllToAll(dst.dims, ())):
+        try:
+            yield Plan.build(src, (step,))
+        except StepError:  # a layout the all-to-all form refuses: the rounds still calibrate
+            continue
 
 
 def _own_key(plan: Plan) -> bool:

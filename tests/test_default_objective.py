@@ -125,3 +125,18 @@ def test_a_file_that_is_not_a_profile_is_a_typed_error(tmp_path) -> None:  # typ
         load_cost_model(tmp_path / "missing.json")
     with pytest.raises(ProfileError, match="cannot read cost profile"):
         load_cost_model(tmp_path)  # a directory
+
+
+def test_calibration_covers_every_16_bit_key_the_planner_asks_for() -> None:
+    """16-bit moves run on bit patterns (the plain key), but an exchange that adds bf16 partials,
+    in rounds or as one all-to-all, runs widened and is priced under ``exchange:2`` /
+    ``all_to_all:2``: the calibration plans must include both, and the shipped profile must have
+    them (without them such exchanges were priced as f32 moves, 3-4x below their clock)."""
+    from redist.calibrate import _exchanges, _own_key
+    from redist.measure import profile_kind
+    from redist.profile import packaged_profile
+
+    keys = {profile_kind(p.steps[0], p.src) for p in _exchanges(8, 8, (64,)) if _own_key(p)}
+    assert {"exchange", "exchange:2", "all_to_all:2"} <= keys
+    prof = packaged_profile("cpu")
+    assert prof is not None and {"exchange:2", "all_to_all:2"} <= dict(prof.kinds).keys()
