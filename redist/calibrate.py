@@ -50,7 +50,7 @@ from spmd_types import Mesh, ShardingType, axis_name, parse
 from spmd_types.dtypes import numpy_dtype
 from spmd_types.jax_interop import to_partition_spec
 
-SIZES_KIB = (64, 512, 2048)
+SIZES_KIB = (4, 64, 512, 2048)
 """Per-device local block sizes timed for every kind."""
 
 

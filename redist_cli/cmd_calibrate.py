@@ -19,7 +19,7 @@ def register(sub: Any, handlers: dict[str, Any]) -> None:
     p.add_argument("--devices", type=int, default=8,
                    help="simulated CPU devices when on CPU (in all, split over --local-processes)")
     p.add_argument("--kinds", default="", help="only these profile keys, comma-separated (all_to_all,exchange:2)")
-    p.add_argument("--sizes-kib", default="", help="local block sizes to time, comma-separated (default 64,512,2048)")
+    p.add_argument("--sizes-kib", default="", help="local block sizes to time, comma-separated (default 4,64,512,2048)")
     p.add_argument("--local-processes", type=int, default=0,
                    help="start this many processes on 127.0.0.1 (jax.distributed, Gloo) and calibrate across them")
     p.add_argument("--coordinator", default="", help="HOST:PORT of jax.distributed's coordinator (every process)")
