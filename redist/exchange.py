@@ -35,7 +35,7 @@ import numpy as np
 from redist.atoms import Atom, dims_atoms, unreduced_atoms
 from redist.colouring import colours, degree
 from redist.errors import StepError
-from redist.groups import atoms_index, group_key, replica_index
+from redist.groups import atoms_index, group_key, rank_within, replica_index
 from spmd_types import ShardingType
 from spmd_types.layout import block_bounds, overlap_widths
 from spmd_types.memo import Scope, memo
@@ -263,11 +263,7 @@ def _rank_in_block(rows: _NeedRows, dev: DeviceTables, n_cells: int) -> np.ndarr
     row[rows.cell_id] = np.arange(len(rows.cell_id))  # a row of each cell
     block = rows.gcell(row) * rows.cell // dev.old_local
     key = np.ravel_multi_index(tuple(block.T), tuple(block.max(axis=0) + 1)) if block.shape[1] else row * 0
-    order = np.argsort(key, kind="stable")
-    start = np.r_[True, key[order][1:] != key[order][:-1]]
-    rank = np.empty(n_cells, dtype=np.int64)
-    rank[order] = np.arange(n_cells) - np.maximum.accumulate(np.where(start, np.arange(n_cells), 0))
-    return rank
+    return rank_within(key)
 
 
 def _most_held(cell: np.ndarray, column: np.ndarray, rot: np.ndarray, n_cols: int) -> np.ndarray:

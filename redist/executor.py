@@ -59,7 +59,7 @@ import numpy as np
 from jax import lax
 from jax.sharding import NamedSharding
 
-from redist.atoms import Atom, atoms_of_axes, atoms_size
+from redist.atoms import Atom, atoms_of_axes, atoms_size, primes
 from redist.errors import ExecutionError
 from redist.exchange import Round, schedule
 from redist.exchange_a2a import Slots, slots
@@ -501,22 +501,12 @@ def _one_dim_move(send: np.ndarray, recv: np.ndarray, cell: Sequence[int], old: 
     return s, d
 
 
-def _prime_factors(n: int) -> list[int]:
-    out, p = [], 2
-    while n > 1:
-        while n % p == 0:
-            out.append(p)
-            n //= p
-        p += 1
-    return out
-
-
 def _digit_transpose(order: np.ndarray) -> tuple[list[int], list[int]] | None:
     """``(factors, perm)`` with ``arange(n).reshape(factors).transpose(perm).ravel() == order``:
     a reorder of slots that is a transpose of mixed-radix digits (axes listed in another order
     than the mesh's), which XLA fuses into the all-to-all's slices; a gather of the same
     reorder is a full-size pass of its own. ``None`` when ``order`` is no such transpose."""
-    factors = _prime_factors(len(order))
+    factors = primes(len(order))
     if len(factors) > 6:
         return None
     for perm in itertools.permutations(range(len(factors))):

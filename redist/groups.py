@@ -71,6 +71,13 @@ def replica_index(old: ShardingType) -> np.ndarray:
     for d, size in enumerate(old.shape):  # and the partials are products of distinct mesh axes,
         key = key * (size // old.local_shape[d]) + blocks[:, d]  # so it stays below devices**2
     key = key * math.prod(a.size for a in unred) + atoms_index(old.mesh, unred)
+    return rank_within(key)
+
+
+def rank_within(key: np.ndarray) -> np.ndarray:
+    """Per element, its rank among the elements with the same key (in index order): one stable
+    sort, no table of the keys' range."""
+    n = len(key)
     order = np.argsort(key, kind="stable")
     k = key[order]
     start = np.flatnonzero(np.r_[True, k[1:] != k[:-1]])

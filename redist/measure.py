@@ -120,19 +120,24 @@ def _ring(fraction_of: Callable[[ShardingType, ShardingType], int], phases: int)
     return ring
 
 
-_all_gather_ring = _ring(lambda before, after: after.local_bytes, 1)
+def _ring_with_leading_copy(fraction_of: Callable[[ShardingType, ShardingType], int],
+                            copied: Callable[[ShardingType, ShardingType], int]) -> Measure:
+    """``_ring``, plus one copy of ``copied(before, after)`` bytes that brings ``dim``'s blocks to or
+    from the front (``redist.executor``: a gather's stacked blocks moved into ``dim``, a
+    reduce-scatter's chunks moved before it) unless every dimension before ``dim`` has local extent 1."""
+    ring = _ring(fraction_of, 1)
+
+    def measure(step: Any, before: ShardingType, after: ShardingType, cm: CostModel) -> StepMeasure:
+        m = ring(step, before, after, cm)
+        if m.rounds and math.prod(before.local_shape[: step.dim]) > 1:
+            return m._replace(time_s=m.time_s + cm.copy_time(copied(before, after)))
+        return m
+
+    return measure
 
 
-@MEASURE.register(AllGather)
-def _all_gather(step: AllGather, before: ShardingType, after: ShardingType, cm: CostModel) -> StepMeasure:
-    """A ring, plus the copy that moves the stacked blocks into ``dim`` (``redist.executor``)
-    unless every dimension before ``dim`` has local extent 1 (as ``_reduce_scatter``)."""
-    m = _all_gather_ring(step, before, after, cm)
-    if m.rounds and math.prod(before.local_shape[: step.dim]) > 1:
-        return m._replace(time_s=m.time_s + cm.copy_time(after.local_bytes))
-    return m
-
-
+MEASURE.register(AllGather)(_ring_with_leading_copy(lambda before, after: after.local_bytes,
+                                                    lambda before, after: after.local_bytes))
 MEASURE.register(AllToAll)(_ring(lambda before, after: before.local_bytes, 1))
 @MEASURE.register(MultiAllToAll)
 def _multi_all_to_all(step: MultiAllToAll, before: ShardingType, after: ShardingType, cm: CostModel) -> StepMeasure:
@@ -146,17 +151,8 @@ def _multi_all_to_all(step: MultiAllToAll, before: ShardingType, after: Sharding
 
 
 MEASURE.register(AllReduce, AllReduceSlice)(_ring(lambda before, after: before.local_bytes, 2))
-_reduce_scatter_ring = _ring(lambda before, after: before.local_bytes, 1)
-
-
-@MEASURE.register(ReduceScatter)
-def _reduce_scatter(step: ReduceScatter, before: ShardingType, after: ShardingType, cm: CostModel) -> StepMeasure:
-    """A ring, plus the transpose that brings ``dim``'s chunks to the front (``redist.executor``)
-    unless every dimension before ``dim`` has local extent 1."""
-    m = _reduce_scatter_ring(step, before, after, cm)
-    if m.rounds and math.prod(before.local_shape[: step.dim]) > 1:
-        return m._replace(time_s=m.time_s + cm.copy_time(before.local_bytes))
-    return m
+MEASURE.register(ReduceScatter)(_ring_with_leading_copy(lambda before, after: before.local_bytes,
+                                                        lambda before, after: before.local_bytes))
 
 
 class ClosedForm(NamedTuple):
