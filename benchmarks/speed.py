@@ -411,14 +411,26 @@ def _errors(errors: Sequence[tuple[str, str]]) -> list[str]:
             *(f"| {name} | {err.replace('|', '/')} |" for name, err in errors)]
 
 
+def _at_least(low: float, kind: Callable[[str], Any]) -> Callable[[str], Any]:
+    """An argparse type: ``kind(text)``, refused (a usage error naming the value) below ``low``."""
+
+    def parse(text: str) -> Any:
+        value = kind(text)
+        if value < low:
+            raise argparse.ArgumentTypeError(f"{text} is below {low}: give a count or budget of at least {low}")
+        return value
+
+    return parse
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.speed", description=__doc__.split("\n")[0])
     ap.add_argument("--cases", nargs="*", default=None,
                     help="case names or families (default: all named; 'none': no named case)")
     ap.add_argument("--seconds", type=float, default=1.5, help="timing budget per named case")
-    ap.add_argument("--random", type=int, default=0, metavar="N", help="also run N seeded random pairs")
+    ap.add_argument("--random", type=_at_least(0, int), default=0, metavar="N", help="also run N seeded random pairs")
     ap.add_argument("--seed", type=int, default=0, help="seed of the random pairs")
-    ap.add_argument("--random-seconds", type=float, default=0.5, help="timing budget per random pair")
+    ap.add_argument("--random-seconds", type=_at_least(0, float), default=0.5, help="timing budget per random pair")
     ap.add_argument("--out", default=None,
                     help="directory for <date>-speed.md/.json (<date>-speed-random.* without named cases)")
     args = ap.parse_args(argv)

@@ -52,3 +52,11 @@ def test_random_section_records_pairs_that_fail() -> None:
     text = "\n".join(random_section(replace(run, errors=(("rand009_8_r1", "ValueError: a|b"),))))
     assert "| random pairs timed (errors) | 1 (1) |" in text
     assert text.endswith("| rand009_8_r1 | ValueError: a/b |")
+
+
+@pytest.mark.parametrize("argv", [["--random", "-3"], ["--random-seconds", "-1"]])
+def test_a_negative_count_or_budget_is_a_usage_error(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    """``--random -3`` once ran nothing and reported "No pair could be run": now argparse refuses it."""
+    with pytest.raises(SystemExit) as e:
+        main(["--cases", "none", *argv])
+    assert e.value.code == 2 and "is below 0" in capsys.readouterr().err
