@@ -35,6 +35,7 @@ import numpy as np
 from redist.atoms import Atom, dims_atoms, unreduced_atoms
 from redist.colouring import colours, degree
 from redist.errors import StepError
+from redist.exchange_classes import Classes, classes, lift_pairs, lift_rows
 from redist.groups import atoms_index, group_key, rank_within, replica_index
 from spmd_types import ShardingType
 from spmd_types.layout import block_bounds, overlap_widths
@@ -42,7 +43,8 @@ from spmd_types.memo import Scope, memo
 
 MAX_CELLS = 1 << 20
 """Exchanges of more (device, cell, reduced partial) triples than this are refused unless each
-device handles at most ``MAX_DEVICE_CELLS`` of them. ``schedule`` is NumPy passes over these
+device handles at most ``MAX_DEVICE_CELLS`` of them; devices count per class
+(``redist.exchange_classes``: the atoms both types use alike are factored out first). ``schedule`` is NumPy passes over these
 triples (about 1 s at this size on one core; its edge colouring is Euler splits in C) and its
 rounds hold ``rounds x devices x rank`` offsets, so 8,192 devices moving 64 cells each are
 scheduled (every issue-12 ladder pair on 12 and 13 axes of 2 whose types share no unreduced axis
@@ -142,7 +144,11 @@ def _cell_grid(old: ShardingType, new: ShardingType) -> CellGrid:
 
 
 def check_size(old: ShardingType, new: ShardingType) -> None:
-    """Raise ``ExchangeTooFineError`` if ``schedule(old, new)`` would be refused (its size limit)."""
+    """Raise ``ExchangeTooFineError`` if ``schedule(old, new)`` would be refused (its size limit,
+    which applies to one class of devices: ``redist.exchange_classes``)."""
+    c = classes(old, new)
+    if c is not None:
+        old, new = c.quotient_old, c.quotient_new
     _check_size(old, new, _cell_grid(old, new), _partial_axes(old, new))
 
 
@@ -599,9 +605,23 @@ def schedule(old: ShardingType, new: ShardingType) -> Schedule:
     per partial it lacks, then forwards the sum to the element's other targets, which is the
     ``(k-1) + (|T|-1)`` message bound of ``redist.bounds``. Axes ``new`` adds are provided by one
     member of each group (the first holding a partial), the others keeping zeros.
+    The devices run in classes that exchange only among themselves (``redist.exchange_classes``):
+    one class's schedule is built and repeated for every class.
     """
+    c = classes(old, new)
+    if c is not None:
+        return _lift(c, schedule(c.quotient_old, c.quotient_new))
     grid, n_dev, routed = _route(old, new)
     return _pack_schedule(grid, n_dev, routed, tuple(n for _, n in old.mesh.axes))
+
+
+def _lift(c: Classes, sch: Schedule) -> Schedule:
+    """One class's schedule run by every class at once."""
+    def lift(r: Round) -> Round:
+        return Round(lift_pairs(c, r.pairs), lift_rows(c, r.send_offset), lift_rows(c, r.recv_offset),
+                     lift_rows(c, r.recv_valid), r.from_output)
+    return Schedule(sch.cell, tuple(map(lift, sch.local_copies)), tuple(map(lift, sch.rounds)),
+                    lift_rows(c, sch.recv_cells))
 
 
 @memo(Scope.TYPE, maxsize=64)  # read twice per floor (bytes and rounds)
@@ -672,7 +692,12 @@ class Routing(NamedTuple):
 def routing(old: ShardingType, new: ShardingType) -> Routing:
     """The exact bytes and rounds of ``schedule(old, new)`` from its routing alone (no colouring,
     no packing; rounds by König's theorem): cheap enough for the synthesizer to prune candidates
-    whose optimistic floor is not tight (pending sums). Raises as ``schedule``."""
+    whose optimistic floor is not tight (pending sums). Raises as ``schedule``; routes one class
+    of devices (``redist.exchange_classes``): every class receives as many cells, in the same rounds."""
+    c = classes(old, new)
+    if c is not None:
+        r = routing(c.quotient_old, c.quotient_new)
+        return r._replace(cells=r.cells * c.n_classes)
     grid, _, routed = _route(old, new)
     fwd, level = routed.forward, routed.level
     rounds = degree(routed.merge.src, routed.merge.dst) + _phased_degree(fwd.src, fwd.dst, level)

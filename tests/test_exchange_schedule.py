@@ -29,6 +29,14 @@ def render(sch: Schedule) -> list[str]:
     return out
 
 
+def canonical(lines: list[str]) -> list[str]:
+    """Messages of a round in sorted order: their order inside one ``ppermute`` means nothing."""
+    def one(line: str) -> str:
+        head, _, body = line.partition(" ")
+        return f"{head} {' '.join(sorted(body.split()))}" if head in ("round", "forward") else line
+    return [one(x) for x in lines]
+
+
 CASES = [
     pytest.param({"x": 2, "y": 2}, "s32[12@x]{U:y}", "s32[12@y]", [
         "cell (6,)",
@@ -79,7 +87,7 @@ CASES = [
 def test_schedule_unchanged(axes: dict[str, int], src: str, dst: str, expected: list[str]) -> None:
     mesh = Mesh(axes)
     sch = schedule(parse(src, mesh), parse(dst, mesh))
-    assert render(sch) == expected
+    assert canonical(render(sch)) == canonical(expected)
     assert sch.n_transfers == sum(len(r.pairs) for r in sch.rounds)
 
 

@@ -1,0 +1,126 @@
+"""Exchanges factored by the mesh atoms they leave alone: the work is per class of devices.
+
+Two kinds of atoms split the devices into classes that exchange only among themselves, every
+class running the same exchange:
+
+- atoms unreduced in both types (*kept*): class ``p`` holds partial ``p`` and needs partial ``p``;
+- the most-major atoms a dimension's sharding shares in both types (a common prefix, e.g. ``x`` in
+  ``[(x, y)] -> [(x, z)]``): class ``c`` holds and needs only slab ``c`` of that dimension.
+
+A class's exchange is the exchange between the *quotient* types: the same local shapes on the
+mesh without those atoms, each such dimension cut to one slab. ``redist.exchange`` routes and
+schedules the quotient (``mesh.size / classes`` devices) and lifts the result: the cells received
+scale by the class count; the rounds are the quotient's, all classes running them at once (their
+devices are disjoint). Device order inside a class is the quotient's device order (removing mesh
+digits keeps the order of the rest), and every choice the routing makes (replica, root, sender)
+is among devices of one class by that order, so the lifted figures are those of the unfactored
+routing (``tests/test_exchange_classes.py`` checks it pair by pair), with one difference, a gain:
+where the source's only unreduced atoms are kept ones, the quotient source is plain and its
+replicas are interchangeable, so a device may add a cell another replica holds instead of
+receiving its own replica's. That stays exact: every class takes each cell from the same replica,
+so each group of kept partials still sums to the value (the simulator test with a decomposition
+per replica checks it). On the issue-12 ladder this
+turns exchanges of millions of (device, cell) triples at 65,536 devices into ones of a few
+hundred thousand, under ``redist.exchange.MAX_CELLS``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import numpy as np
+
+from redist.atoms import Atom, atoms_of, dims_atoms, unreduced_atoms
+from redist.groups import atoms_index
+from spmd_types import Mesh, ShardingType, SubAxis
+from spmd_types.memo import Scope, memo
+from spmd_types.mesh import Axis
+
+
+class Classes(NamedTuple):
+    """An exchange ``old -> new`` as ``n_classes`` copies of ``quotient_old -> quotient_new``."""
+
+    quotient_old: ShardingType
+    quotient_new: ShardingType
+    n_classes: int
+    devices: np.ndarray  # [count, quotient devices]: the device of each (class, quotient device)
+
+
+def _factored(old: ShardingType, new: ShardingType) -> frozenset[Atom]:
+    """Atoms both types use alike: kept unreduced atoms and each dimension's shared major prefix
+    (size-1 atoms split nothing). Only on axes whose every used atom is one of the mesh's prime
+    atoms (a spelling like ``x:(1)3`` on ``x=6`` factors ``x`` otherwise: those axes stay whole)."""
+    out = set(unreduced_atoms(old) & unreduced_atoms(new))
+    for a, b in zip(dims_atoms(old), dims_atoms(new)):
+        for x, y in zip(a, b):
+            if x != y:
+                break
+            out.add(x)
+    mesh = old.mesh
+    used = {x for t in (old, new) for x in (*unreduced_atoms(t), *(y for d in dims_atoms(t) for y in d))}
+    odd = {x.name for x in used if x not in atoms_of(mesh, x.name)}
+    return frozenset(x for x in out if x.size > 1 and x.name not in odd)
+
+
+def _remaining(mesh: Mesh, factored: frozenset[Atom]) -> tuple[Atom, ...]:
+    """The mesh's atoms not factored out, in device-numbering order (axis, then major first)."""
+    return tuple(x for name in mesh.names for x in atoms_of(mesh, name) if x not in factored)
+
+
+def _quotient_mesh(mesh: Mesh, rest: tuple[Atom, ...]) -> Mesh:
+    """Each axis keeps the product of its remaining atoms (1 where none remain)."""
+    return Mesh([(name, math.prod(x.size for x in rest if x.name == name)) for name in mesh.names])
+
+
+def _quotient_axis(q: Mesh, rest: tuple[Atom, ...], x: Atom, factored: frozenset[Atom]) -> Axis:
+    """Atom ``x`` of the original mesh as a (sub-)axis of the quotient mesh: on an axis that lost
+    atoms its ``pre`` becomes the product of the remaining atoms of its axis that are more major."""
+    pre = x.pre
+    if any(y.name == x.name for y in factored):
+        pre = math.prod(y.size for y in rest if y.name == x.name and y.pre < x.pre)
+    if pre == 1 and x.size == q.axis_size(x.name):
+        return x.name
+    return SubAxis(x.name, pre, x.size)
+
+
+def _quotient_type(t: ShardingType, q: Mesh, rest: tuple[Atom, ...], factored: frozenset[Atom]) -> ShardingType:
+    dims, shape = [], []
+    for n, atoms in zip(t.shape, dims_atoms(t)):
+        shape.append(n // math.prod(x.size for x in atoms if x in factored))
+        dims.append(tuple(_quotient_axis(q, rest, x, factored) for x in atoms if x not in factored))
+    unred = [_quotient_axis(q, rest, x, factored) for x in sorted(unreduced_atoms(t) - factored)]
+    return ShardingType(shape, t.dtype, dims, q, unred)
+
+
+@memo(Scope.TYPE, maxsize=256)
+def classes(old: ShardingType, new: ShardingType) -> Classes | None:
+    """The factoring of ``old -> new``, or ``None`` where no atom factors out."""
+    factored = _factored(old, new)
+    if not factored:
+        return None
+    mesh = old.mesh
+    rest = _remaining(mesh, factored)
+    q = _quotient_mesh(mesh, rest)
+    count = math.prod(x.size for x in factored)
+    devices = np.empty((count, mesh.size // count), dtype=np.int64)
+    devices[atoms_index(mesh, tuple(sorted(factored))), atoms_index(mesh, rest)] = np.arange(mesh.size)
+    devices.setflags(write=False)
+    return Classes(_quotient_type(old, q, rest, factored), _quotient_type(new, q, rest, factored), count, devices)
+
+
+def lift_rows(c: Classes, rows: np.ndarray) -> np.ndarray:
+    """A ``[quotient devices, ...]`` table as the ``[devices, ...]`` table of every class."""
+    out = np.empty((c.devices.size, *rows.shape[1:]), dtype=rows.dtype)
+    out[c.devices] = rows[None]
+    return out
+
+
+def lift_pairs(c: Classes, pairs: tuple[tuple[int, int], ...]) -> tuple[tuple[int, int], ...]:
+    """``(src, dst)`` quotient pairs as the pairs of every class, by sender."""
+    if not pairs:
+        return ()
+    p = np.array(pairs, dtype=np.int64)
+    src, dst = c.devices[:, p[:, 0]].reshape(-1), c.devices[:, p[:, 1]].reshape(-1)
+    order = np.argsort(src, kind="stable")
+    return tuple(zip(src[order].tolist(), dst[order].tolist()))

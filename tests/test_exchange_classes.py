@@ -1,0 +1,117 @@
+"""Exchanges factored into classes of devices (``redist.exchange_classes``, issue 12).
+
+The factored routing and schedule must be the unfactored ones: the same cells in all, the same
+rounds, the same cells per device; and the lifted schedule must move the right data (the NumPy
+simulator against the global array).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from strategies import meshes, shapes_for, sharding_types
+
+from redist.bounds import lower_bound_bytes
+from redist.errors import StepError
+from redist.exchange import MAX_CELLS, _pack_schedule, _route, check_size, routing, schedule
+from redist.exchange_classes import classes
+from redist.simulate import check, scatter, simulate
+from redist.steps import Exchange
+from spmd_types import Mesh, ShardingType, parse
+
+
+def _unfactored(s: ShardingType, d: ShardingType) -> tuple[int, int, np.ndarray]:
+    """Cells, rounds and cells per device of the exchange routed on the whole mesh."""
+    grid, n_dev, routed = _route(s, d)
+    sch = _pack_schedule(grid, n_dev, routed, tuple(n for _, n in s.mesh.axes))
+    return int(sch.recv_cells.sum()), len(sch.rounds), sch.recv_cells
+
+
+@st.composite
+def _pairs(draw: st.DrawFn) -> tuple[ShardingType, ShardingType]:
+    mesh = draw(meshes(max_axes=4, max_size=4, max_devices=32))
+    shape = draw(shapes_for(mesh, draw(st.integers(1, 3))))
+    s = draw(sharding_types(mesh, shape=shape, dtype="f32", unreduced=draw(st.booleans()), subaxes=True))
+    d = draw(sharding_types(mesh, shape=shape, dtype="f32", unreduced=draw(st.booleans()), subaxes=True))
+    return s, d
+
+
+@given(_pairs())
+def test_the_factored_exchange_is_the_unfactored_one(pair: tuple[ShardingType, ShardingType]) -> None:
+    s, d = pair
+    try:
+        cells, rounds, per_device = _unfactored(s, d)
+    except StepError:
+        return
+    r, sch = routing(s, d), schedule(s, d)
+    assert len(sch.rounds) == r.rounds and int(sch.recv_cells.sum()) == r.cells
+    c = classes(s, d)
+    if c is not None and s.unreduced and not c.quotient_old.unreduced:
+        # only kept partials: inside a class the replicas of the source are interchangeable
+        # (every class takes the same replica for a cell), which the whole mesh cannot see
+        assert r.cells <= cells and (sch.recv_cells <= per_device).all()
+        return
+    assert (r.cells, r.rounds) == (cells, rounds)
+    assert np.array_equal(sch.recv_cells, per_device)
+
+
+@given(_pairs(), st.integers(0, 2**31 - 1))
+def test_the_lifted_schedule_moves_the_right_data(pair: tuple[ShardingType, ShardingType], seed: int) -> None:
+    s, d = pair
+    x = np.random.default_rng(seed).integers(-8, 8, size=s.shape).astype(np.float32)
+    step = Exchange(d.dims, d.sorted_unreduced() if d.unreduced != s.unreduced else None)
+    try:
+        schedule(s, d)
+    except StepError:
+        return
+    xs = simulate([step], [s, d], scatter(x, s, np.random.default_rng(seed)))
+    check(xs, d, x)
+
+
+@pytest.mark.parametrize("src,dst", [("f32[8@y]{U:x}", "f32[8]{U:x}"), ("f32[8@y,4]{U:(x,z)}", "f32[8,4@y]{U:x}")])
+def test_kept_partials_stay_consistent_across_replicas(src: str, dst: str) -> None:
+    """Kept partials with replicas of the source: each class may take a cell from any replica, but
+    every class takes it from the same one, so each group of kept partials sums to the value."""
+    mesh = Mesh({"x": 2, "y": 2, "z": 2})
+    s, d = parse(src, mesh), parse(dst, mesh)
+    x = np.arange(32, dtype=np.float32).reshape(s.shape) if s.rank == 2 else np.arange(8, dtype=np.float32)
+    for seed in range(5):
+        xs = simulate([Exchange(d.dims, None if d.unreduced == s.unreduced else d.sorted_unreduced())], [s, d],
+                      scatter(x, s, np.random.default_rng(seed)))
+        check(xs, d, x)
+
+
+CASES = [  # (mesh, src, dst, classes): a shared major prefix, kept partials, both
+    ({"x": 2, "y": 2, "z": 2}, "f32[8@(x,y),4]", "f32[8@(x,z),4@y]", 2),
+    ({"x": 2, "y": 2, "z": 2}, "f32[8@y,4]{U:(x,z)}", "f32[8,4@y]{U:x}", 2),
+    ({"x": 4, "y": 2}, "f32[8@(x:(1)2,y),4]{U:x:(2)2}", "f32[8@x:(1)2,4@y]{U:x:(2)2}", 4),
+]
+
+
+@pytest.mark.parametrize("axes,src,dst,count", CASES)
+def test_classes_factor_what_both_types_use_alike(axes: dict[str, int], src: str, dst: str, count: int) -> None:
+    mesh = Mesh(axes)
+    s, d = parse(src, mesh), parse(dst, mesh)
+    c = classes(s, d)
+    assert c is not None and c.n_classes == count
+    assert c.quotient_old.local_shape == s.local_shape and c.quotient_new.local_shape == d.local_shape
+    assert sorted(c.devices.reshape(-1).tolist()) == list(range(mesh.size))
+
+
+def test_a_large_mesh_exchange_is_capped_per_class() -> None:
+    """65,536 devices, every one moving 64 cells (4M triples, over ``MAX_CELLS``): the untouched
+    ``pod`` axis splits them into 16 classes of 4,096 devices, 262,144 triples each."""
+    mesh = Mesh({"pod": 16, "data": 64, "model": 64})
+    s = parse("f32[4096@model,64,1024@pod,4096@data,32768]", mesh)
+    d = parse("f32[4096,64,1024@pod,4096@model,32768@data]", mesh)
+    c = classes(s, d)
+    assert c is not None and c.n_classes == 16
+    assert 64 * mesh.size > MAX_CELLS
+    check_size(s, d)  # not refused
+    r = routing(s, d)
+    assert r.cell == (64, 64, 64, 64, 512)
+    assert r.cells * math.prod(r.cell) * s.itemsize == lower_bound_bytes(s, d) * mesh.size  # the transfer bound
