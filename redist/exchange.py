@@ -44,8 +44,9 @@ from spmd_types.memo import Scope, memo
 MAX_CELLS = 1 << 20
 """Exchanges of more (device, cell, reduced partial) triples than this are refused unless each
 device handles at most ``MAX_DEVICE_CELLS`` of them; devices count per class
-(``redist.exchange_classes``: the atoms both types use alike are factored out first). ``schedule`` is NumPy passes over these
-triples (about 1 s at this size on one core; its edge colouring is Euler splits in C) and its
+(``redist.exchange_classes``: the atoms both types use alike are factored out first), and
+exchanges without pending sums may have ``PLAIN_FACTOR`` times more. ``schedule`` is NumPy passes
+over these triples (about 1 s at this size on one core; its edge colouring is Euler splits in C) and its
 rounds hold ``rounds x devices x rank`` offsets, so 8,192 devices moving 64 cells each are
 scheduled (every issue-12 ladder pair on 12 and 13 axes of 2 whose types share no unreduced axis
 plans at the transfer bound); finer candidates are skipped. Planning reads only the routing, but
@@ -56,6 +57,13 @@ refusal is ``ExchangeTooFineError``, a ``StepError``: the synthesizer skips that
 MAX_DEVICE_CELLS = 16
 """(cell, reduced partial) pairs per device always allowed, whatever the mesh size: 65,536 devices
 moving one to sixteen cells each are scheduled."""
+
+PLAIN_FACTOR = 4
+"""Exchanges without pending sums on either side may schedule ``PLAIN_FACTOR x MAX_CELLS`` triples:
+planning prices them in closed form (``redist.measure.closed_form``, exact), never from their
+rows, so the limit is only what building the schedule to run it costs: 4M triples (65,536 devices
+moving 64 cells each) took 30 s and 1.8 GB on one core of the 2-core CI machine, most of it the
+edge colouring, once per (plan, mesh) (``python -m benchmarks.planning`` ladder, docs/design.md 13.3)."""
 
 
 class ExchangeTooFineError(StepError):
@@ -156,11 +164,14 @@ def _check_size(old: ShardingType, new: ShardingType, grid: CellGrid, axes: Part
     cells = math.prod(grid.per_block)
     per_device = cells * axes.n_reduced
     total = per_device * old.mesh.size
-    if total > MAX_CELLS and per_device > MAX_DEVICE_CELLS:
+    plain = not (old.unreduced or new.unreduced)
+    limit = MAX_CELLS * PLAIN_FACTOR if plain else MAX_CELLS
+    if total > limit and per_device > MAX_DEVICE_CELLS:
+        name = "MAX_CELLS x PLAIN_FACTOR" if plain else "MAX_CELLS"
         raise ExchangeTooFineError(
             f"exchange {old} -> {new} needs {cells} cell(s) of {list(grid.cell)} elements per device "
             f"x {axes.n_reduced} partial(s) = {per_device} > MAX_DEVICE_CELLS = {MAX_DEVICE_CELLS}, "
-            f"x {old.mesh.size} devices = {total:,} > MAX_CELLS = {MAX_CELLS:,}; choose shapes whose "
+            f"x {old.mesh.size} devices = {total:,} > {name} = {limit:,}; choose shapes whose "
             f"local blocks share a larger common divisor per dimension")
 
 

@@ -15,9 +15,19 @@ from hypothesis import given
 from hypothesis import strategies as st
 from strategies import meshes, shapes_for, sharding_types
 
+import redist.exchange as exchange
 from redist.bounds import lower_bound_bytes
 from redist.errors import StepError
-from redist.exchange import MAX_CELLS, _pack_schedule, _route, check_size, routing, schedule
+from redist.exchange import (
+    MAX_CELLS,
+    PLAIN_FACTOR,
+    ExchangeTooFineError,
+    _pack_schedule,
+    _route,
+    check_size,
+    routing,
+    schedule,
+)
 from redist.exchange_classes import classes
 from redist.simulate import check, scatter, simulate
 from redist.steps import Exchange
@@ -103,15 +113,28 @@ def test_classes_factor_what_both_types_use_alike(axes: dict[str, int], src: str
 
 
 def test_a_large_mesh_exchange_is_capped_per_class() -> None:
-    """65,536 devices, every one moving 64 cells (4M triples, over ``MAX_CELLS``): the untouched
-    ``pod`` axis splits them into 16 classes of 4,096 devices, 262,144 triples each."""
+    """65,536 devices moving 64 cells of pending sums each (4M triples, over ``MAX_CELLS``): the
+    kept ``pod`` partials split them into 16 classes of 4,096 devices, 262,144 triples each."""
     mesh = Mesh({"pod": 16, "data": 64, "model": 64})
-    s = parse("f32[4096@model,64,1024@pod,4096@data,32768]", mesh)
-    d = parse("f32[4096,64,1024@pod,4096@model,32768@data]", mesh)
+    s = parse("f32[4096@model,64,1024,4096@data,32768]{U:pod}", mesh)
+    d = parse("f32[4096,64,1024,4096@model,32768@data]{U:pod}", mesh)
     c = classes(s, d)
     assert c is not None and c.n_classes == 16
     assert 64 * mesh.size > MAX_CELLS
     check_size(s, d)  # not refused
-    r = routing(s, d)
-    assert r.cell == (64, 64, 64, 64, 512)
+    r, q = routing(s, d), routing(c.quotient_old, c.quotient_new)
+    assert r.cell == q.cell == (64, 64, 1024, 64, 512)
+    assert (r.cells, r.rounds) == (16 * q.cells, q.rounds)
     assert r.cells * math.prod(r.cell) * s.itemsize == lower_bound_bytes(s, d) * mesh.size  # the transfer bound
+
+
+def test_a_plain_exchange_may_schedule_more(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without pending sums planning prices an exchange in closed form: only building its schedule
+    costs, and ``PLAIN_FACTOR`` more triples are allowed (65,536 devices moving 64 cells)."""
+    mesh = Mesh({"pod": 16, "data": 64, "model": 64})
+    s, d = parse("f32[32768@model,64,65536,32768@pod]", mesh), parse("f32[32768,64,65536@(model,pod),32768@data]", mesh)
+    assert classes(s, d) is None and 64 * mesh.size == MAX_CELLS * PLAIN_FACTOR
+    check_size(s, d)
+    monkeypatch.setattr(exchange, "PLAIN_FACTOR", 2)
+    with pytest.raises(ExchangeTooFineError, match=r"4,194,304 > MAX_CELLS x PLAIN_FACTOR = 2,097,152"):
+        check_size(s, d)
