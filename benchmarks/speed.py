@@ -10,7 +10,8 @@ measured profile) and our plan under ``objective="bytes"``. Reported per case: t
 the speedup against the *faster* XLA partitioner, the plan's predicted time, compiled temp memory
 of each side, bytes against the transfer bound; overall the geometric mean, the worst case, the
 Spearman rank correlation of predicted vs measured, an A/A control (Shardy's program against
-itself) and the per-call Python overhead of ``plan(x)``.
+itself), the per-call Python overhead of ``plan(x)``, and the ceiling that structural ties put on
+the geometric mean (``ceiling``: where XLA compiled our very program, 1.0x is the best possible).
 
 ``--random N`` adds N seeded random pairs (``benchmarks.random_pairs``: odd axis orders, several
 axes moving at once, ranks 1-4, under 1 MiB a global array) run through the same per-case
