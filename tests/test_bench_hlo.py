@@ -201,3 +201,13 @@ def test_ragged_all_to_all_is_data_dependent() -> None:
 def test_no_collectives() -> None:
     r = parse_collectives(module("  ROOT %param = f32[8,64]{1,0} parameter(0)"))
     assert r.collectives == () and r.recv_bytes == 0 and r.summary() == "(none)"
+
+
+def test_collective_sequence_keeps_program_order_where_the_signature_does_not() -> None:
+    from benchmarks.hlo import Collective, HloCollectives, collective_sequence, collective_signature
+    a2a = Collective("a", "all-to-all", ((0, 1), (2, 3)), 8, 8, 4.0, 2, 1.0)
+    perm = Collective("p", "collective-permute", ((0, 2), (2, 0), (1, 1)), 8, 8, 4.0, 2, 1.0)
+    first, second = HloCollectives(4, (a2a, perm)), HloCollectives(4, (perm, a2a))
+    assert collective_signature(first) == collective_signature(second)
+    assert collective_sequence(first) != collective_sequence(second)
+    assert collective_sequence(first)[1] == ("collective-permute", ((0, 2), (2, 0)), 1.0)  # self-pair left out

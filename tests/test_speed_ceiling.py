@@ -66,3 +66,42 @@ def test_temp_section_lists_only_cases_above_a_shard() -> None:
     lines = temp_section([_row(1.0, True, temp=2000)])
     assert lines[-1].startswith("| c | 0 | 1 / 0 |")
     assert "send slices and received pieces" in lines[-1] and "1 KiB more than XLA" in lines[-1]
+
+
+def _tie_row(name: str, speedup: float, same: bool, in_order: bool = True, passes: float = 2.0) -> Row:
+    """A synthetic row: Shardy (the faster correct XLA side) at ``speedup`` over ours."""
+    from dataclasses import replace
+    return replace(_row(speedup, same), case=name, same_order={"shardy": same and in_order, "gspmd": False},
+                   local_passes={"ours": 2.0, "shardy": passes})
+
+
+def test_structural_tie_needs_order_and_local_passes() -> None:
+    assert _tie_row("a", 1.0, True).structural_tie
+    assert not _tie_row("b", 1.0, False).structural_tie  # other collectives
+    assert not _tie_row("c", 1.0, True, in_order=False).structural_tie  # same multiset, other order
+    assert not _tie_row("d", 1.0, True, passes=3.0).structural_tie  # XLA adds a local pass
+    assert _tie_row("c", 1.0, True, in_order=False).at_ceiling  # the multiset row still counts it
+
+
+def test_ceiling_from_synthetic_rows() -> None:
+    from benchmarks.speed import ceiling, ceiling_lines, ceiling_note
+    rows = [_tie_row("t1", 0.9, True), _tie_row("t2", 1.0, True), _tie_row("t3", 1.1, True, passes=2.0),
+            _tie_row("r1", 2.0, False), _tie_row("r2", 0.5, True, in_order=False),
+            _tie_row("r3", 4.0, True, passes=1.0), _tie_row("r4", 1.0, False)]
+    c = ceiling(rows, target=1.3)
+    assert (c.ties, c.rest) == (3, 4)
+    assert c.ties_geomean == pytest.approx((0.9 * 1.0 * 1.1) ** (1 / 3))
+    assert c.rest_geomean == pytest.approx((2.0 * 0.5 * 4.0 * 1.0) ** (1 / 4))
+    assert c.rest_needed == pytest.approx(1.3 ** (7 / 4))
+    # with the ties at 1.0x and the rest at what they need, the whole geomean is the target exactly
+    assert (c.rest_needed ** c.rest) ** (1 / len(rows)) == pytest.approx(1.3)
+    assert "| 3 (geomean speedup there 1.00x) |" in ceiling_lines(c)[0]
+    assert ceiling_lines(c)[1].endswith(f"| 1.41x (4 cases) / {1.3 ** (7 / 4):.2f}x |")
+    assert "1.3^(7/4) = 1.58x" in ceiling_note(c, len(rows))[1]
+
+
+def test_ceiling_without_open_cases_is_unreachable() -> None:
+    import math
+
+    from benchmarks.speed import ceiling
+    assert ceiling([_tie_row("t", 1.0, True)]).rest_needed == math.inf
