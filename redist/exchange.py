@@ -33,6 +33,7 @@ from typing import NamedTuple
 import numpy as np
 
 from redist.atoms import Atom, dims_atoms, unreduced_atoms
+from redist.bounds import overlap_total
 from redist.colouring import colours, degree
 from redist.errors import StepError
 from redist.exchange_classes import Classes, classes, lift_pairs, lift_rows
@@ -678,6 +679,31 @@ def group_missing_total(old: ShardingType, new: ShardingType) -> int:
     if int(missing.max()) <= (1 << 62) // len(missing):
         return int(missing.sum()) // n_group
     return sum(int(x) for x in missing.tolist()) // n_group
+
+
+def reduced_cells(old: ShardingType, new: ShardingType) -> int:
+    """A floor on the cells ``routing(old, new)`` receives where ``new`` sums ``k > 1`` partials,
+    without rows (0 otherwise): exact where the old type has one replica. ``_route_reduced``
+    receives, per need (global cell, kept partial), ``k - 1`` partials at the root (``k`` where no
+    target holds the cell) and the sum at each other target: one per target group (devices
+    differing only along fresh atoms share a new block and a kept partial), so in all
+    ``needs * (k - 1) + groups * cells per block - held``, where ``held`` (needs whose root holds a
+    partial of the chosen replica) is at most the needs some target holds in any replica. Two
+    devices' old-and-new overlaps are equal or disjoint (each type's blocks tile the array), equal
+    exactly when they agree on the atoms either type shards and on the kept atoms, so that count
+    is the summed overlap divided by how many devices share those coordinates. Exact integers."""
+    axes = _partial_axes(old, new)
+    k = axes.n_reduced
+    if k == 1:
+        return 0
+    grid = _cell_grid(old, new)
+    cell = math.prod(grid.cell)
+    n_kept, n_fresh = (math.prod(a.size for a in atoms) for atoms in (axes.kept, axes.fresh))
+    needs = math.prod(n // c for n, c in zip(old.shape, grid.cell)) * n_kept
+    targets = old.mesh.size // n_fresh * math.prod(grid.per_block)
+    distinct = math.prod(a.size for a in {a for t in (old, new) for d in dims_atoms(t) for a in d} | set(axes.kept))
+    held = overlap_total(old, new) // cell * distinct // old.mesh.size
+    return needs * (k - 1) + targets - held
 
 
 class Routing(NamedTuple):
