@@ -26,8 +26,9 @@ within its measured error of the fastest ties, won by the fewest collective ops 
 
 from __future__ import annotations
 
+import heapq
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from redist.atoms import Atom, atom_axis, atoms_of, dims_atoms, unreduced_atoms
 from redist.bounds import lower_bound_bytes
@@ -585,18 +586,14 @@ def _variant_heads(head: tuple[Step, ...]) -> list[tuple[Step, ...]]:
 def _exchange_plans(src: ShardingType, dst: ShardingType, cm: CostModel, prefixes: list[Plan], best: _Best) -> None:
     """An ``Exchange`` to ``dst`` after each prefix, pruned by floors, cheapest first: any plan
     receives at least the source's lower bound, and an exchange costs at least one latency; then
-    the exchange's own optimistic (bytes, time)."""
+    the exchange's own optimistic (bytes, time), in the order of ``_by_floor``."""
     floor_all = lower_bound_bytes(src, dst)
     lat = _fastest(cm)[0]
     if src.mesh.size <= A2A_MAX_DEVICES:  # run as one all-to-all (``ExchangeAllToAll``) its
         lat = 0.0                         # measured latency may be below the links' least
-    ranked = []
-    for prefix in prefixes:
-        if not best.beaten(cm.order(max(prefix.recv_bytes, floor_all), prefix.time_s + lat), cm):
-            ranked.append((_add(prefix, _any_exchange_floor(prefix.dst, dst, cm), cm), prefix))
-    for floor, prefix in sorted(ranked, key=lambda e: e[0]):
-        if best.beaten(floor, cm):
-            break
+    ranked = [prefix for prefix in prefixes
+              if not best.beaten(cm.order(max(prefix.recv_bytes, floor_all), prefix.time_s + lat), cm)]
+    for prefix in _by_floor(ranked, dst, cm, best):
         if not _exact_floor_open(prefix, dst, cm, best):
             continue
         new_u = dst.sorted_unreduced() if dst.unreduced != prefix.dst.unreduced else None
@@ -610,6 +607,33 @@ def _exchange_plans(src: ShardingType, dst: ShardingType, cm: CostModel, prefixe
         if src.mesh.size <= A2A_MAX_DEVICES and not best.beaten(
                 _add(prefix, (recv, _one_all_to_all(prefix.dst, recv, cm)), cm), cm):
             _step_variants(p, best)
+
+
+LB_SLACK = 1 - 1e-12
+"""The key ``_by_floor`` orders a prefix by before its exchange floor is computed is the prefix
+plus the transfer bound of the rest, shrunk by this factor: the closed-form floor of a plain
+exchange is a float mean of the same integers, which may round a few ulps below the bound."""
+
+
+def _by_floor(prefixes: list[Plan], dst: ShardingType, cm: CostModel, best: _Best) -> Iterator[Plan]:
+    """``prefixes`` in order of their exchange floors (``_any_exchange_floor``; ties in list
+    order) until the best plan so far beats the next floor. Each floor is computed only when its
+    prefix could come next: a heap keyed first by a cheaper key at or below the floor (the prefix
+    plus the transfer bound of its exchange, ``lower_bound_bytes``), which is replaced by the
+    floor when it reaches the top. A computed floor at the top is at or below every other key,
+    hence every other floor, so the order and the stopping point are those of sorting all floors
+    (most are never computed: the first exchanges built beat them)."""
+    heap = [(cm.order(p.recv_bytes + lower_bound_bytes(p.dst, dst) * LB_SLACK, p.time_s), i, False, p)
+            for i, p in enumerate(prefixes)]
+    heapq.heapify(heap)
+    while heap:
+        key, i, exact, prefix = heapq.heappop(heap)
+        if best.beaten(key, cm):
+            return  # every remaining floor is at or above this key
+        if exact:
+            yield prefix
+        else:
+            heapq.heappush(heap, (_add(prefix, _any_exchange_floor(prefix.dst, dst, cm), cm), i, True, prefix))
 
 
 def _exact_floor_open(prefix: Plan, dst: ShardingType, cm: CostModel, best: _Best) -> bool:

@@ -2,6 +2,7 @@
 must stay at or below what the exchange's routing really receives, or a better plan could be
 pruned; ``reduced_cells`` is moreover exact where the source has one replica, which is what lets
 the planner skip the exact routing of candidates that lose (``redist.synth._exact_floor_open``).
+The floors are computed lazily, in an order that must equal sorting them all (``_by_floor``).
 """
 
 from __future__ import annotations
@@ -15,12 +16,13 @@ from strategies import meshes, shapes_for, sharding_types
 
 from benchmarks.planning import LADDER, ladder_pair
 from redist import CostModel
+from redist.bounds import lower_bound_bytes
 from redist.errors import StepError
 from redist.exchange import _partial_axes, reduced_cells, routing
 from redist.groups import replica_index
 from redist.plan import Plan
 from redist.steps import Exchange
-from redist.synth import _exchange_floor
+from redist.synth import LB_SLACK, _add, _any_exchange_floor, _Best, _by_floor, _exchange_floor, _typed_plans
 from spmd_types import Mesh, ShardingType, parse
 
 
@@ -79,3 +81,27 @@ def test_the_exchange_floor_bounds_the_exchange_with_reduced_cells(pair: tuple[S
             return
         floor = _exchange_floor(s, d, cm)
         assert floor[0] <= ex.recv_bytes + 1e-9 and floor[1] <= ex.time_s
+
+
+@st.composite
+def _plan_pairs(draw: st.DrawFn) -> tuple[ShardingType, ShardingType]:
+    mesh = draw(meshes(max_axes=4, max_size=4, max_devices=48))
+    shape = draw(shapes_for(mesh, draw(st.integers(1, 3))))
+    s = draw(sharding_types(mesh, shape=shape, dtype="f32", unreduced=draw(st.booleans())))
+    d = draw(sharding_types(mesh, shape=shape, dtype="f32", unreduced=draw(st.booleans())))
+    return s, d
+
+
+@given(_plan_pairs(), st.sampled_from(["bytes", "time"]))
+def test_exchange_starts_come_in_order_of_their_floors(pair: tuple[ShardingType, ShardingType], objective: str) -> None:
+    """``_by_floor`` computes a floor only when its prefix reaches the top of a heap keyed by a
+    cheaper key: that key must be at or below the floor, and the order must be that of sorting
+    every floor (ties in list order), or the planner would build other exchanges first."""
+    s, d = pair
+    cm = CostModel(objective=objective)
+    prefixes = _typed_plans(s, d, cm, _Best(s, d))
+    floors = [_add(p, _any_exchange_floor(p.dst, d, cm), cm) for p in prefixes]
+    for p, f in zip(prefixes, floors):
+        assert cm.order(p.recv_bytes + lower_bound_bytes(p.dst, d) * LB_SLACK, p.time_s) <= f
+    expected = [p for _, _, p in sorted(zip(floors, range(len(prefixes)), prefixes), key=lambda e: e[:2])]
+    assert list(_by_floor(prefixes, d, cm, _Best(s, d))) == expected
