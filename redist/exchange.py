@@ -247,10 +247,9 @@ def _first_need_order(key: np.ndarray, n_keys: int) -> np.ndarray:
     """Per row, the rank of its key among the distinct keys ordered by first row."""
     first = np.full(n_keys, -1, dtype=np.int64)
     first[key[::-1]] = np.arange(len(key) - 1, -1, -1)  # the earliest row wins (written last)
-    present = np.flatnonzero(first >= 0)
-    rank = np.empty(n_keys, dtype=np.int64)
-    rank[present[np.argsort(first[present], kind="stable")]] = np.arange(len(present))
-    return rank[key]
+    is_first = np.zeros(len(key), dtype=bool)
+    is_first[first[key]] = True
+    return (np.cumsum(is_first) - 1)[first[key]]  # first rows counted in row order: no sort
 
 
 def _choose_replicas(grid: CellGrid, dev: DeviceTables, rows: _NeedRows) -> np.ndarray:
@@ -366,8 +365,9 @@ def _providers(dev: DeviceTables, rows: _NeedRows, holds: np.ndarray) -> np.ndar
     n_cells = len(rows.idx)
     table = members[:, :, None] * n_cells + np.arange(n_cells)  # [groups, members, cells] rows
     first = holds[table].argmax(axis=1)  # [groups, cells]
-    chosen = np.take_along_axis(table, first[:, None, :], axis=1)[:, 0, :]
-    return np.sort(chosen.reshape(-1))
+    chosen = np.zeros(len(holds), dtype=bool)
+    chosen[np.take_along_axis(table, first[:, None, :], axis=1)] = True
+    return np.flatnonzero(chosen)
 
 
 def _senders(h: _Holders, grp: np.ndarray, dst: np.ndarray) -> np.ndarray:
@@ -382,7 +382,7 @@ def _senders(h: _Holders, grp: np.ndarray, dst: np.ndarray) -> np.ndarray:
     member_key = np.repeat(np.arange(len(h.code)), h.n) * span + h.members
     p = np.searchsorted(member_key, grp * span + dst) - h.start[grp]
     p = np.where(p >= h.n[grp], 0, p)  # nearest holder after dst, wrapping
-    order = np.lexsort((np.arange(n), p, grp))
+    order = np.argsort(grp * span + p, kind="stable")  # p < holders <= span
     g, p = grp[order], p[order]
     n_req = np.bincount(grp, minlength=len(h.code))
     j = np.arange(n) - (np.cumsum(n_req) - n_req)[g]
@@ -430,7 +430,7 @@ class _Routed(NamedTuple):
 def _route_direct(dev: DeviceTables, rows: _NeedRows, needs: _Needs, sel: np.ndarray, h: _Holders) -> _Routed:
     """Without reduced axes: each target adds its cell from its own old block when it holds it,
     else receives it from a holder (``_senders``). Needs in order, targets in device order."""
-    sel = sel[np.lexsort((rows.device[sel], rows.need[sel]))]
+    sel = sel[np.argsort(rows.need[sel], kind="stable")]  # row order is device order
     held = needs.holds[sel]
     mine = sel[held]
     local = _items(rows.device[mine], rows.device[mine],

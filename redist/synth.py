@@ -610,30 +610,33 @@ def _exchange_plans(src: ShardingType, dst: ShardingType, cm: CostModel, prefixe
 
 
 LB_SLACK = 1 - 1e-12
-"""The key ``_by_floor`` orders a prefix by before its exchange floor is computed is the prefix
-plus the transfer bound of the rest, shrunk by this factor: the closed-form floor of a plain
-exchange is a float mean of the same integers, which may round a few ulps below the bound."""
+"""``_by_floor``'s middle key is the prefix plus the transfer bound of the rest, shrunk by this
+factor: the closed-form floor of a plain exchange is a float mean of the same integers, which may
+round a few ulps below the bound."""
 
 
 def _by_floor(prefixes: list[Plan], dst: ShardingType, cm: CostModel, best: _Best) -> Iterator[Plan]:
     """``prefixes`` in order of their exchange floors (``_any_exchange_floor``; ties in list
-    order) until the best plan so far beats the next floor. Each floor is computed only when its
-    prefix could come next: a heap keyed first by a cheaper key at or below the floor (the prefix
-    plus the transfer bound of its exchange, ``lower_bound_bytes``), which is replaced by the
-    floor when it reaches the top. A computed floor at the top is at or below every other key,
-    hence every other floor, so the order and the stopping point are those of sorting all floors
-    (most are never computed: the first exchanges built beat them)."""
-    heap = [(cm.order(p.recv_bytes + lower_bound_bytes(p.dst, dst) * LB_SLACK, p.time_s), i, False, p)
-            for i, p in enumerate(prefixes)]
+    order) until the best plan so far beats the next floor. A heap holds each prefix under the
+    cheapest of three keys, each at or below the next: the prefix's own cost, plus the transfer
+    bound of its exchange (``lower_bound_bytes``), plus its exchange floor. A prefix at the top is
+    re-keyed by its next key; one at the top under its floor is at or below every other key,
+    hence every other floor, so the order and the stopping point are those of sorting every
+    floor, and most floors (and bounds) are never computed: the first exchanges built beat them."""
+    heap = [(cm.order(p.recv_bytes, p.time_s), i, 0, p) for i, p in enumerate(prefixes)]
     heapq.heapify(heap)
     while heap:
-        key, i, exact, prefix = heapq.heappop(heap)
+        key, i, tier, prefix = heapq.heappop(heap)
         if best.beaten(key, cm):
             return  # every remaining floor is at or above this key
-        if exact:
+        if tier == 2:
             yield prefix
+            continue
+        if tier == 0:
+            key = cm.order(prefix.recv_bytes + lower_bound_bytes(prefix.dst, dst) * LB_SLACK, prefix.time_s)
         else:
-            heapq.heappush(heap, (_add(prefix, _any_exchange_floor(prefix.dst, dst, cm), cm), i, True, prefix))
+            key = _add(prefix, _any_exchange_floor(prefix.dst, dst, cm), cm)
+        heapq.heappush(heap, (key, i, tier + 1, prefix))
 
 
 def _exact_floor_open(prefix: Plan, dst: ShardingType, cm: CostModel, best: _Best) -> bool:
