@@ -619,7 +619,8 @@ def _by_floor(prefixes: list[Plan], dst: ShardingType, cm: CostModel, best: _Bes
     """``prefixes`` in order of their exchange floors (``_any_exchange_floor``; ties in list
     order) until the best plan so far beats the next floor. A heap holds each prefix under the
     cheapest of three keys, each at or below the next: the prefix's own cost, plus the transfer
-    bound of its exchange (``lower_bound_bytes``), plus its exchange floor. A prefix at the top is
+    bound of its exchange (``lower_bound_bytes``; only with pending sums, where the floor costs
+    more than the bound), plus its exchange floor. A prefix at the top is
     re-keyed by its next key; one at the top under its floor is at or below every other key,
     hence every other floor, so the order and the stopping point are those of sorting every
     floor, and most floors (and bounds) are never computed: the first exchanges built beat them."""
@@ -632,11 +633,11 @@ def _by_floor(prefixes: list[Plan], dst: ShardingType, cm: CostModel, best: _Bes
         if tier == 2:
             yield prefix
             continue
-        if tier == 0:
-            key = cm.order(prefix.recv_bytes + lower_bound_bytes(prefix.dst, dst) * LB_SLACK, prefix.time_s)
-        else:
-            key = _add(prefix, _any_exchange_floor(prefix.dst, dst, cm), cm)
-        heapq.heappush(heap, (key, i, tier + 1, prefix))
+        if tier == 0 and (prefix.dst.unreduced or dst.unreduced):
+            key, tier = cm.order(prefix.recv_bytes + lower_bound_bytes(prefix.dst, dst) * LB_SLACK, prefix.time_s), 1
+        else:  # without pending sums the floor is the bound's own closed form: no cheaper key
+            key, tier = _add(prefix, _any_exchange_floor(prefix.dst, dst, cm), cm), 2
+        heapq.heappush(heap, (key, i, tier, prefix))
 
 
 def _exact_floor_open(prefix: Plan, dst: ShardingType, cm: CostModel, best: _Best) -> bool:
