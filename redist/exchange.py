@@ -247,9 +247,10 @@ def _first_need_order(key: np.ndarray, n_keys: int) -> np.ndarray:
     """Per row, the rank of its key among the distinct keys ordered by first row."""
     first = np.full(n_keys, -1, dtype=np.int64)
     first[key[::-1]] = np.arange(len(key) - 1, -1, -1)  # the earliest row wins (written last)
-    is_first = np.zeros(len(key), dtype=bool)
-    is_first[first[key]] = True
-    return (np.cumsum(is_first) - 1)[first[key]]  # first rows counted in row order: no sort
+    present = np.flatnonzero(first >= 0)
+    rank = np.empty(n_keys, dtype=np.int64)
+    rank[present[np.argsort(first[present], kind="stable")]] = np.arange(len(present))
+    return rank[key]
 
 
 def _choose_replicas(grid: CellGrid, dev: DeviceTables, rows: _NeedRows) -> np.ndarray:
