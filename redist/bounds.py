@@ -58,10 +58,12 @@ def lower_bound_bytes(src: ShardingType, dst: ShardingType) -> float:
     return _unreduced_bound(src, dst)
 
 
+@memo(Scope.TYPE)
 def overlap_total(src: ShardingType, dst: ShardingType) -> int:
     """Elements summed over devices that a device's ``src`` block shares with its ``dst`` block
     (exact: the per-device counts fit int64; their sum is taken in int64 where it cannot overflow,
-    else in Python integers)."""
+    else in Python integers). Memoised: a pending-sum exchange's bound and its reducing floor
+    (``redist.exchange.reduced_cells``) both read it."""
     ov = overlap_elements(src, dst)
     if not len(ov) or int(ov.max()) <= (1 << 62) // len(ov):
         return int(ov.sum())

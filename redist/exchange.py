@@ -33,6 +33,7 @@ from typing import NamedTuple
 import numpy as np
 
 from redist.atoms import Atom, dims_atoms, unreduced_atoms
+from redist.bounds import overlap_total
 from redist.colouring import colours, degree
 from redist.errors import StepError
 from redist.exchange_classes import Classes, classes, lift_pairs, lift_rows
@@ -200,10 +201,20 @@ class _NeedRows(NamedTuple):
     cell: np.ndarray    # [rank] cell size
     cell_id: np.ndarray  # [rows] dense id of the global cell
     need: np.ndarray    # [rows] index of the row's (cell, kept) in order of first need
+    offsets: bool       # whether transfers carry their offsets (``schedule``; ``routing`` counts only)
 
     def offset(self, sel: np.ndarray) -> np.ndarray:
-        """``[len(sel), rank]``: start of each row's cell in its device's new block."""
+        """``[len(sel), rank]``: start of each row's cell in its device's new block (``[len(sel), 0]``
+        without offsets)."""
+        if not self.offsets:
+            return np.zeros((len(sel), 0), dtype=np.int64)
         return self.idx[sel % len(self.idx)] * self.cell
+
+    def src_offset(self, start: np.ndarray, need: np.ndarray, old_start: np.ndarray, src: np.ndarray) -> np.ndarray:
+        """``start[need] - old_start[src]``: each cell's start in its sender's old block (as ``offset``)."""
+        if not self.offsets:
+            return np.zeros((len(need), 0), dtype=np.int64)
+        return start[need] - old_start[src]
 
     def gcell(self, sel: np.ndarray) -> np.ndarray:
         """``[len(sel), rank]``: global cell grid index of each row's cell."""
@@ -215,7 +226,7 @@ class _NeedRows(NamedTuple):
         return (block == dev.old_block[:, None, :]).all(axis=2).reshape(-1)
 
 
-def _need_rows(grid: CellGrid, dev: DeviceTables, shape: Offset) -> _NeedRows:
+def _need_rows(grid: CellGrid, dev: DeviceTables, shape: Offset, offsets: bool = True) -> _NeedRows:
     """Rows device-major, cells in ``np.ndindex`` order within a block: each device's cells are
     its block's first cell plus one shared table of cell offsets (a broadcast sum, not a per-row
     unravel). Every (global cell, kept) pair is needed by some device, so the needs are numbered
@@ -240,7 +251,7 @@ def _need_rows(grid: CellGrid, dev: DeviceTables, shape: Offset) -> _NeedRows:
         present = np.zeros(math.prod(grid_shape), dtype=bool)
         present[code] = True
         cell_id = (np.cumsum(present) - 1)[code]  # the rank of the code among those present
-    return _NeedRows(device, base, idx, cell, cell_id, need)
+    return _NeedRows(device, base, idx, cell, cell_id, need, offsets)
 
 
 def _first_need_order(key: np.ndarray, n_keys: int) -> np.ndarray:
@@ -357,16 +368,18 @@ def _needs(grid: CellGrid, dev: DeviceTables, rows: _NeedRows, codes: _Codes) ->
 def _providers(dev: DeviceTables, rows: _NeedRows, holds: np.ndarray) -> np.ndarray:
     """For axes the new type makes unreduced, the rows (one per need and group of devices that
     differ only along them) that carry the cell: a holder if the group has one, else its first
-    member; the other members keep zeros. Rows stay in their order."""
-    d = rows.device
-    n_idx, n_grp = int(dev.group_index.max()) + 1, int(dev.group.max()) + 1
-    pair = rows.need * n_grp + dev.group[d]  # (need, group), exact: both come from int64 tables
-    if (int(rows.need.max()) + 1) * n_grp * 2 * n_idx < 1 << 62:  # one int64 key, unique per row
-        order = np.argsort((pair * 2 + ~holds) * n_idx + dev.group_index[d], kind="stable")  # runs: fast
-    else:
-        order = np.lexsort((dev.group_index[d], ~holds, pair))
-    key = pair[order]
-    return np.sort(order[np.r_[True, key[1:] != key[:-1]]])
+    member; the other members keep zeros. Rows stay in their order. A group's members share a
+    new block and a kept partial, so their rows list the same needs in the same order: a
+    ``[groups, members, cells]`` table of ``holds`` whose first holder per (group, cell) is one
+    ``argmax`` (0, the first member, where none holds), no sort of the rows."""
+    n_idx = int(dev.group_index.max()) + 1
+    members = np.argsort(dev.group * n_idx + dev.group_index, kind="stable").reshape(-1, n_idx)
+    n_cells = len(rows.idx)
+    table = members[:, :, None] * n_cells + np.arange(n_cells)  # [groups, members, cells] rows
+    first = holds[table].argmax(axis=1)  # [groups, cells]
+    chosen = np.zeros(len(holds), dtype=bool)
+    chosen[np.take_along_axis(table, first[:, None, :], axis=1)] = True
+    return np.flatnonzero(chosen)
 
 
 def _senders(h: _Holders, grp: np.ndarray, dst: np.ndarray) -> np.ndarray:
@@ -381,7 +394,7 @@ def _senders(h: _Holders, grp: np.ndarray, dst: np.ndarray) -> np.ndarray:
     member_key = np.repeat(np.arange(len(h.code)), h.n) * span + h.members
     p = np.searchsorted(member_key, grp * span + dst) - h.start[grp]
     p = np.where(p >= h.n[grp], 0, p)  # nearest holder after dst, wrapping
-    order = np.lexsort((np.arange(n), p, grp))
+    order = np.argsort(grp * span + p, kind="stable")  # p < holders <= span
     g, p = grp[order], p[order]
     n_req = np.bincount(grp, minlength=len(h.code))
     j = np.arange(n) - (np.cumsum(n_req) - n_req)[g]
@@ -429,14 +442,14 @@ class _Routed(NamedTuple):
 def _route_direct(dev: DeviceTables, rows: _NeedRows, needs: _Needs, sel: np.ndarray, h: _Holders) -> _Routed:
     """Without reduced axes: each target adds its cell from its own old block when it holds it,
     else receives it from a holder (``_senders``). Needs in order, targets in device order."""
-    sel = sel[np.lexsort((rows.device[sel], rows.need[sel]))]
+    sel = sel[np.argsort(rows.need[sel], kind="stable")]  # row order is device order
     held = needs.holds[sel]
     mine = sel[held]
     local = _items(rows.device[mine], rows.device[mine],
-                   needs.start[rows.need[mine]] - dev.old_start[rows.device[mine]], rows.offset(mine))
+                   rows.src_offset(needs.start, rows.need[mine], dev.old_start, rows.device[mine]), rows.offset(mine))
     far = sel[~held]
     s = _senders(h, h.find(needs.code[rows.need[far]]), rows.device[far])
-    merge = _items(s, rows.device[far], needs.start[rows.need[far]] - dev.old_start[s], rows.offset(far))
+    merge = _items(s, rows.device[far], rows.src_offset(needs.start, rows.need[far], dev.old_start, s), rows.offset(far))
     return _Routed(local, merge, _Items.of([], dev.old_start.shape[1]), np.zeros(0, dtype=np.int64))
 
 
@@ -446,7 +459,10 @@ def _route_reduced(dev: DeviceTables, rows: _NeedRows, needs: _Needs, sel: np.nd
     else the first target): ``k - 1`` cells into it; the root then forwards the sum to the other
     targets, ``|T| - 1`` cells: the ``(k-1) + (|T|-1)`` bound of ``redist.bounds``."""
     rank = dev.old_start.shape[1]
-    order = sel[np.lexsort((rows.device[sel], ~needs.holds[sel], rows.need[sel]))]
+    # ``sel`` is in row order, so in device order with one row per (device, need): a stable sort
+    # on (need, not holding) leaves each need's rows in device order (one key, no lexsort)
+    need_sel = rows.need[sel]
+    order = sel[np.argsort(need_sel * 2 + ~needs.holds[sel], kind="stable")]
     is_root = np.r_[True, rows.need[order][1:] != rows.need[order][:-1]]
     root_row = np.empty(len(needs.code), dtype=np.int64)
     root_row[rows.need[order[is_root]]] = order[is_root]
@@ -456,13 +472,15 @@ def _route_reduced(dev: DeviceTables, rows: _NeedRows, needs: _Needs, sel: np.nd
     code = needs.code[need] + np.tile(np.arange(n_red), n_needs) * n_rep  # partial u of the need
     dev_code = h.code[_device_group(h, dev.n_devices)]
     own = dev_code[root[need]] == code
-    local = _items(root[need[own]], root[need[own]], needs.start[need[own]] - dev.old_start[root[need[own]]],
-                   root_off[need[own]])
+    local = _items(root[need[own]], root[need[own]],
+                   rows.src_offset(needs.start, need[own], dev.old_start, root[need[own]]), root_off[need[own]])
     far = ~own
     s = _senders(h, h.find(code[far]), root[need[far]])
-    merge = _items(s, root[need[far]], needs.start[need[far]] - dev.old_start[s], root_off[need[far]])
-    rest = order[~is_root]
-    rest = rest[np.lexsort((rows.device[rest], rows.need[rest]))]
+    merge = _items(s, root[need[far]], rows.src_offset(needs.start, need[far], dev.old_start, s), root_off[need[far]])
+    not_root = np.ones(len(rows.need), dtype=bool)
+    not_root[root_row] = False
+    rest = sel[not_root[sel]]
+    rest = rest[np.argsort(rows.need[rest], kind="stable")]  # need-major, then device order
     if not len(rest):
         return _Routed(local, merge, _Items.of([], rank), np.zeros(0, dtype=np.int64))
     fwd, level = _forwarding(rows, rest, root, root_off)
@@ -691,6 +709,31 @@ def group_missing_total(old: ShardingType, new: ShardingType) -> int:
     return sum(int(x) for x in missing.tolist()) // n_group
 
 
+def reduced_cells(old: ShardingType, new: ShardingType) -> int:
+    """A floor on the cells ``routing(old, new)`` receives where ``new`` sums ``k > 1`` partials,
+    without rows (0 otherwise): exact where the old type has one replica. ``_route_reduced``
+    receives, per need (global cell, kept partial), ``k - 1`` partials at the root (``k`` where no
+    target holds the cell) and the sum at each other target: one per target group (devices
+    differing only along fresh atoms share a new block and a kept partial), so in all
+    ``needs * (k - 1) + groups * cells per block - held``, where ``held`` (needs whose root holds a
+    partial of the chosen replica) is at most the needs some target holds in any replica. Two
+    devices' old-and-new overlaps are equal or disjoint (each type's blocks tile the array), equal
+    exactly when they agree on the atoms either type shards and on the kept atoms, so that count
+    is the summed overlap divided by how many devices share those coordinates. Exact integers."""
+    axes = _partial_axes(old, new)
+    k = axes.n_reduced
+    if k == 1:
+        return 0
+    grid = _cell_grid(old, new)
+    cell = math.prod(grid.cell)
+    n_kept, n_fresh = (math.prod(a.size for a in atoms) for atoms in (axes.kept, axes.fresh))
+    needs = math.prod(n // c for n, c in zip(old.shape, grid.cell)) * n_kept
+    targets = old.mesh.size // n_fresh * math.prod(grid.per_block)
+    distinct = math.prod(a.size for a in {a for t in (old, new) for d in dims_atoms(t) for a in d} | set(axes.kept))
+    held = overlap_total(old, new) // cell * distinct // old.mesh.size
+    return needs * (k - 1) + targets - held
+
+
 class Routing(NamedTuple):
     """What ``schedule(old, new)`` will contain, known before its rounds are built."""
 
@@ -709,20 +752,21 @@ def routing(old: ShardingType, new: ShardingType) -> Routing:
     if c is not None:
         r = routing(c.quotient_old, c.quotient_new)
         return r._replace(cells=r.cells * c.n_classes)
-    grid, _, routed = _route(old, new)
+    grid, _, routed = _route(old, new, offsets=False)
     fwd, level = routed.forward, routed.level
     rounds = degree(routed.merge.src, routed.merge.dst) + _phased_degree(fwd.src, fwd.dst, level)
     return Routing(grid.cell, len(routed.merge.dst) + len(fwd.dst), rounds)
 
 
 @memo(Scope.TYPE)
-def _route(old: ShardingType, new: ShardingType) -> tuple[CellGrid, int, _Routed]:
-    """Every phase of ``schedule`` before the rounds: who sends which cell to whom."""
+def _route(old: ShardingType, new: ShardingType, offsets: bool = True) -> tuple[CellGrid, int, _Routed]:
+    """Every phase of ``schedule`` before the rounds: who sends which cell to whom, and (with
+    ``offsets``, which only the packed rounds read) from and to where in the local blocks."""
     axes = _partial_axes(old, new)
     grid = _cell_grid(old, new)
     _check_size(old, new, grid, axes)
     dev = _device_tables(old, new, axes)
-    rows = _need_rows(grid, dev, old.shape)
+    rows = _need_rows(grid, dev, old.shape, offsets)
     codes = _Codes(tuple(n // b for n, b in zip(old.shape, old.local_shape)), int(dev.kept.max()) + 1,
                    axes.n_reduced, int(dev.replica.max()) + 1)
     needs = _needs(grid, dev, rows, codes)

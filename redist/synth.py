@@ -26,14 +26,15 @@ within its measured error of the fastest ties, won by the fewest collective ops 
 
 from __future__ import annotations
 
+import heapq
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from redist.atoms import Atom, atom_axis, atoms_of, dims_atoms, unreduced_atoms
 from redist.bounds import lower_bound_bytes
 from redist.cost import DEFAULT_COST_MODEL, CostModel
 from redist.errors import RedistError, StepError
-from redist.exchange import group_missing_total, provider_cells, routing
+from redist.exchange import group_missing_total, provider_cells, reduced_cells, routing
 from redist.exchange_a2a import MAX_DEVICES as A2A_MAX_DEVICES
 from redist.facets import FacetTable
 from redist.measure import closed_form, moved_kind
@@ -473,8 +474,9 @@ def _exchange_floor(cur: ShardingType, dst: ShardingType, cm: CostModel) -> tupl
     if not (cur.unreduced or dst.unreduced):
         cf = closed_form(cur, dst)
         return (float(cf.missing.mean()) * cur.itemsize, cf.rounds * lat)
-    recv = max(lower_bound_bytes(cur, dst), group_missing_total(cur, dst) * cur.itemsize / cur.mesh.size)
     cell = math.prod(math.gcd(a, b) for a, b in zip(cur.local_shape, dst.local_shape))
+    cells = max(group_missing_total(cur, dst) // cell, reduced_cells(cur, dst))
+    recv = max(lower_bound_bytes(cur, dst), cells * (cell * cur.itemsize) / cur.mesh.size)
     rounds = _pending_sum_rounds(cur, dst, cell, recv / (cell * cur.itemsize))
     return (recv, rounds * (lat + cell * cur.itemsize * inv_bw) * TIME_SLACK)
 
@@ -584,18 +586,14 @@ def _variant_heads(head: tuple[Step, ...]) -> list[tuple[Step, ...]]:
 def _exchange_plans(src: ShardingType, dst: ShardingType, cm: CostModel, prefixes: list[Plan], best: _Best) -> None:
     """An ``Exchange`` to ``dst`` after each prefix, pruned by floors, cheapest first: any plan
     receives at least the source's lower bound, and an exchange costs at least one latency; then
-    the exchange's own optimistic (bytes, time)."""
+    the exchange's own optimistic (bytes, time), in the order of ``_by_floor``."""
     floor_all = lower_bound_bytes(src, dst)
     lat = _fastest(cm)[0]
     if src.mesh.size <= A2A_MAX_DEVICES:  # run as one all-to-all (``ExchangeAllToAll``) its
         lat = 0.0                         # measured latency may be below the links' least
-    ranked = []
-    for prefix in prefixes:
-        if not best.beaten(cm.order(max(prefix.recv_bytes, floor_all), prefix.time_s + lat), cm):
-            ranked.append((_add(prefix, _any_exchange_floor(prefix.dst, dst, cm), cm), prefix))
-    for floor, prefix in sorted(ranked, key=lambda e: e[0]):
-        if best.beaten(floor, cm):
-            break
+    ranked = [prefix for prefix in prefixes
+              if not best.beaten(cm.order(max(prefix.recv_bytes, floor_all), prefix.time_s + lat), cm)]
+    for prefix in _by_floor(ranked, dst, cm, best):
         if not _exact_floor_open(prefix, dst, cm, best):
             continue
         new_u = dst.sorted_unreduced() if dst.unreduced != prefix.dst.unreduced else None
@@ -609,6 +607,37 @@ def _exchange_plans(src: ShardingType, dst: ShardingType, cm: CostModel, prefixe
         if src.mesh.size <= A2A_MAX_DEVICES and not best.beaten(
                 _add(prefix, (recv, _one_all_to_all(prefix.dst, recv, cm)), cm), cm):
             _step_variants(p, best)
+
+
+LB_SLACK = 1 - 1e-12
+"""``_by_floor``'s middle key is the prefix plus the transfer bound of the rest, shrunk by this
+factor: the closed-form floor of a plain exchange is a float mean of the same integers, which may
+round a few ulps below the bound."""
+
+
+def _by_floor(prefixes: list[Plan], dst: ShardingType, cm: CostModel, best: _Best) -> Iterator[Plan]:
+    """``prefixes`` in order of their exchange floors (``_any_exchange_floor``; ties in list
+    order) until the best plan so far beats the next floor. A heap holds each prefix under the
+    cheapest of three keys, each at or below the next: the prefix's own cost, plus the transfer
+    bound of its exchange (``lower_bound_bytes``; only with pending sums, where the floor costs
+    more than the bound), plus its exchange floor. A prefix at the top is
+    re-keyed by its next key; one at the top under its floor is at or below every other key,
+    hence every other floor, so the order and the stopping point are those of sorting every
+    floor, and most floors (and bounds) are never computed: the first exchanges built beat them."""
+    heap = [(cm.order(p.recv_bytes, p.time_s), i, 0, p) for i, p in enumerate(prefixes)]
+    heapq.heapify(heap)
+    while heap:
+        key, i, tier, prefix = heapq.heappop(heap)
+        if best.beaten(key, cm):
+            return  # every remaining floor is at or above this key
+        if tier == 2:
+            yield prefix
+            continue
+        if tier == 0 and (prefix.dst.unreduced or dst.unreduced):
+            key, tier = cm.order(prefix.recv_bytes + lower_bound_bytes(prefix.dst, dst) * LB_SLACK, prefix.time_s), 1
+        else:  # without pending sums the floor is the bound's own closed form: no cheaper key
+            key, tier = _add(prefix, _any_exchange_floor(prefix.dst, dst, cm), cm), 2
+        heapq.heappush(heap, (key, i, tier, prefix))
 
 
 def _exact_floor_open(prefix: Plan, dst: ShardingType, cm: CostModel, best: _Best) -> bool:

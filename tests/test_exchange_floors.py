@@ -1,0 +1,95 @@
+"""The synthesizer prunes pending-sum exchanges on floors computed without rows (issue 12): each
+must stay at or below what the exchange's routing really receives, or a better plan could be
+pruned; ``reduced_cells`` is moreover exact where the source has one replica, which is what lets
+the planner skip the exact routing of candidates that lose (``redist.synth._exact_floor_open``).
+The floors are computed lazily, in an order that must equal sorting them all (``_by_floor``).
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from strategies import meshes, shapes_for, sharding_types
+
+from benchmarks.planning import LADDER, ladder_pair
+from redist import CostModel
+from redist.bounds import lower_bound_bytes
+from redist.errors import StepError
+from redist.exchange import _partial_axes, reduced_cells, routing
+from redist.groups import replica_index
+from redist.synth import LB_SLACK, _add, _any_exchange_floor, _Best, _by_floor, _typed_plans
+from spmd_types import Mesh, ShardingType, parse
+
+
+@st.composite
+def _reducing_pairs(draw: st.DrawFn) -> tuple[ShardingType, ShardingType]:
+    """Two types of one array, the source a pending sum (often over axes the destination keeps)."""
+    mesh = draw(meshes(max_axes=4, max_size=4, max_devices=48))
+    shape = draw(shapes_for(mesh, draw(st.integers(0, 3))))
+    s = draw(sharding_types(mesh, shape=shape, dtype="f32", unreduced=True, subaxes=draw(st.booleans())))
+    d = draw(sharding_types(mesh, shape=shape, dtype="f32", unreduced=True))
+    return s, d
+
+
+def _check(s: ShardingType, d: ShardingType) -> None:
+    try:
+        exact = routing(s, d).cells
+    except StepError:
+        return
+    floor = reduced_cells(s, d)
+    assert 0 <= floor <= exact
+    if _partial_axes(s, d).n_reduced > 1 and not replica_index(s).any():
+        assert floor == exact
+
+
+@given(_reducing_pairs())
+def test_reduced_cells_is_a_floor_of_the_routing(pair: tuple[ShardingType, ShardingType]) -> None:
+    _check(*pair)
+
+
+@pytest.mark.parametrize("rung", [1, 6])
+def test_reduced_cells_on_ladder_pairs(rung: int) -> None:
+    """Binary meshes of 8 and 12 axes (256 and 4,096 devices): the pairs that once routed exactly."""
+    mesh, rng = Mesh(LADDER[rung]), random.Random(0)
+    pairs = [ladder_pair(rng, mesh, True) for _ in range(12)]
+    assert sum(_partial_axes(s, d).n_reduced > 1 for s, d in pairs) >= 3
+    for s, d in pairs:
+        _check(s, d)
+
+
+def test_reduced_cells_with_replicas() -> None:
+    """Replicas of the old block may differ, and a need held only in a replica the routing does
+    not choose would cost a cell more than the floor, never less (here the floor is met: the
+    replica choice favours the replica the targets hold)."""
+    mesh = Mesh({"x": 2, "y": 2, "z": 2})
+    s, d = parse("f32[8@y]{U:x}", mesh), parse("f32[8@z]", mesh)
+    assert replica_index(s).any()
+    _check(s, d)
+    assert reduced_cells(s, d) == routing(s, d).cells == 8
+
+
+@st.composite
+def _plan_pairs(draw: st.DrawFn) -> tuple[ShardingType, ShardingType]:
+    mesh = draw(meshes(max_axes=4, max_size=4, max_devices=48))
+    shape = draw(shapes_for(mesh, draw(st.integers(1, 3))))
+    s = draw(sharding_types(mesh, shape=shape, dtype="f32", unreduced=draw(st.booleans())))
+    d = draw(sharding_types(mesh, shape=shape, dtype="f32", unreduced=draw(st.booleans())))
+    return s, d
+
+
+@given(_plan_pairs(), st.sampled_from(["bytes", "time"]))
+def test_exchange_starts_come_in_order_of_their_floors(pair: tuple[ShardingType, ShardingType], objective: str) -> None:
+    """``_by_floor`` computes a floor only when its prefix reaches the top of a heap keyed by a
+    cheaper key: that key must be at or below the floor, and the order must be that of sorting
+    every floor (ties in list order), or the planner would build other exchanges first."""
+    s, d = pair
+    cm = CostModel(objective=objective)
+    prefixes = _typed_plans(s, d, cm, _Best(s, d))
+    floors = [_add(p, _any_exchange_floor(p.dst, d, cm), cm) for p in prefixes]
+    for p, f in zip(prefixes, floors):
+        assert cm.order(p.recv_bytes + lower_bound_bytes(p.dst, d) * LB_SLACK, p.time_s) <= f
+    expected = [p for _, _, p in sorted(zip(floors, range(len(prefixes)), prefixes), key=lambda e: e[:2])]
+    assert list(_by_floor(prefixes, d, cm, _Best(s, d))) == expected
