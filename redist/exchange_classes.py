@@ -27,7 +27,8 @@ hundred thousand, under ``redist.exchange.MAX_CELLS``.
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
+from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -38,13 +39,26 @@ from spmd_types.memo import Scope, memo
 from spmd_types.mesh import Axis
 
 
-class Classes(NamedTuple):
+@dataclass(frozen=True, eq=False)
+class Classes:
     """An exchange ``old -> new`` as ``n_classes`` copies of ``quotient_old -> quotient_new``."""
 
+    mesh: Mesh                  # the whole mesh
     quotient_old: ShardingType
     quotient_new: ShardingType
     n_classes: int
-    devices: np.ndarray  # [count, quotient devices]: the device of each (class, quotient device)
+    factored: tuple[Atom, ...]  # the atoms that number the classes, major first
+    rest: tuple[Atom, ...]      # the atoms that number the devices of a class
+
+    @cached_property
+    def devices(self) -> np.ndarray:
+        """``[classes, quotient devices]``: the device of each (class, quotient device). Only
+        schedules read it: planning needs the quotient types alone."""
+        mesh = self.mesh
+        out = np.empty((self.n_classes, mesh.size // self.n_classes), dtype=np.int64)
+        out[atoms_index(mesh, self.factored), atoms_index(mesh, self.rest)] = np.arange(mesh.size)
+        out.setflags(write=False)
+        return out
 
 
 def _factored(old: ShardingType, new: ShardingType) -> frozenset[Atom]:
@@ -102,11 +116,8 @@ def classes(old: ShardingType, new: ShardingType) -> Classes | None:
     mesh = old.mesh
     rest = _remaining(mesh, factored)
     q = _quotient_mesh(mesh, rest)
-    count = math.prod(x.size for x in factored)
-    devices = np.empty((count, mesh.size // count), dtype=np.int64)
-    devices[atoms_index(mesh, tuple(sorted(factored))), atoms_index(mesh, rest)] = np.arange(mesh.size)
-    devices.setflags(write=False)
-    return Classes(_quotient_type(old, q, rest, factored), _quotient_type(new, q, rest, factored), count, devices)
+    return Classes(mesh, _quotient_type(old, q, rest, factored), _quotient_type(new, q, rest, factored),
+                   math.prod(x.size for x in factored), tuple(sorted(factored)), rest)
 
 
 def lift_rows(c: Classes, rows: np.ndarray) -> np.ndarray:
