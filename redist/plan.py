@@ -78,7 +78,7 @@ class Plan:
         ts = self.all_types
         return tuple(measure_step(s, ts[i], ts[i + 1], self.cost_model) for i, s in enumerate(self.steps))
 
-    @property
+    @cached_property
     def peak_bytes(self) -> int:
         """The largest local array of any type along the plan (bytes per device)."""
         return max(t.local_bytes for t in self.all_types)
@@ -88,12 +88,12 @@ class Plan:
         """``max(local bytes of src, local bytes of dst)``: what ``peak_bytes`` never exceeds."""
         return max(self.src.local_bytes, self.dst.local_bytes)
 
-    @property
+    @cached_property
     def recv_bytes(self) -> float:
         """Bytes received per device over the whole plan (averaged over devices, docs/design.md section 4)."""
         return float(sum(m.recv_bytes for m in self.measures))
 
-    @property
+    @cached_property
     def time_s(self) -> float:
         """Estimated seconds under the plan's ``cost_model`` (alpha-beta, per-axis)."""
         return float(sum(m.time_s for m in self.measures))
@@ -103,7 +103,7 @@ class Plan:
         """What a device must receive because it does not hold it, averaged (``redist.bounds``)."""
         return lower_bound_bytes(self.src, self.dst)
 
-    @property
+    @cached_property
     def n_collectives(self) -> int:
         """Collective ops the plan runs: one per typed collective, one per round of a point-to-point
         step (each round is a ``collective-permute``), so typed collectives win honest ties."""
@@ -118,6 +118,11 @@ class Plan:
         reference search and the tests: under the default objective least bytes, then least time
         (``CostModel.objective`` may swap them), then fewest collectives; typed steps win the
         remaining ties (fewest exchanges, then fewest steps)."""
+        return self._key
+
+    @cached_property
+    def _key(self) -> tuple[float, float, int, int, int]:
+        """``key``, computed once: the synthesizer compares candidates many times (plans are immutable)."""
         n_exchanges = sum(1 for s in self.steps if type(s) is Exchange)
         return (*self.cost_model.order(self.recv_bytes, self.time_s), self.n_collectives, n_exchanges,
                 len(self.steps))
