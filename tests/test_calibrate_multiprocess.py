@@ -12,8 +12,9 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from redist.cost import CostModel, KindCost
+from redist.cost import CostModel, KindCost, crosses
 from redist.profile import Profile, Sample, load_profile, process_crossing_axes
+from spmd_types import Axis, SubAxis
 
 
 def test_calibrate_across_two_processes_writes_both_fits(tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -41,11 +42,30 @@ def _fake_mesh(procs: list[list[int]], names: tuple[str, ...]) -> SimpleNamespac
 
 @pytest.mark.parametrize("procs, crossing", [
     ([[0, 0, 0, 0], [1, 1, 1, 1]], ("x",)),   # 2 processes x 4 devices on {x=2, y=4}
-    ([[0, 0, 1, 1], [2, 2, 3, 3]], ("x", "y")),  # 4 x 2: y's major half spans processes too
+    ([[0, 0, 1, 1], [2, 2, 3, 3]], ("x", SubAxis("y", 1, 2))),  # 4 x 2: y's major half spans processes too
+    ([[0, 1, 2, 3], [4, 5, 6, 7]], ("x", "y")),  # one device per process
     ([[0, 0, 0, 0], [0, 0, 0, 0]], ()),       # one process
 ])
-def test_process_crossing_axes(procs: list[list[int]], crossing: tuple[str, ...]) -> None:
+def test_process_crossing_axes(procs: list[list[int]], crossing: tuple[Axis, ...]) -> None:
     assert process_crossing_axes(_fake_mesh(procs, ("x", "y"))) == crossing
+
+
+def test_crossing_factors_of_a_longer_axis() -> None:
+    # {x=8} over 2 processes of 4: only the top factor crosses; over 4 of 2, the top two (one run)
+    assert process_crossing_axes(_fake_mesh([[0] * 4 + [1] * 4], ("w", "x"))) == (SubAxis("x", 1, 2),)
+    assert process_crossing_axes(_fake_mesh([[0, 0, 1, 1, 2, 2, 3, 3]], ("w", "x"))) == (SubAxis("x", 1, 4),)
+
+
+def test_a_sub_axis_inside_processes_is_charged_inside() -> None:
+    """On 4 processes of 2 devices ``y:(2)2`` of {x=2, y=4} stays in a process: an all-to-all over
+    it costs the in-process fit; over ``y:(1)2``, ``y`` or ``x`` the cross one."""
+    inside, across = KindCost(1e-4, 0.0, 1e9), KindCost(1e-3, 0.0, 1e8)
+    cm = CostModel(objective="time", kind_costs=(("all_to_all", inside),), cross_axes=("x", SubAxis("y", 1, 2)),
+                   cross_kind_costs=(("all_to_all", across),))
+    assert cm.measured_kind("all_to_all", {SubAxis("y", 2, 2)}) == inside
+    for axes in ({SubAxis("y", 1, 2)}, {"y"}, {"x"}, {SubAxis("y", 1, 4)}, {SubAxis("y", 2, 2), "x"}):
+        assert cm.measured_kind("all_to_all", axes) == across, axes
+    assert crosses([SubAxis("y", 1, 2)], ["y"]) and not crosses([SubAxis("y", 1, 2)], ["x", SubAxis("y", 2, 2)])
 
 
 def test_cross_costs_charge_only_crossing_axes() -> None:
