@@ -235,7 +235,7 @@ def lookup_overhead(plan: Plan, x: Any, reps: int = 3000) -> float:
     ts = []
     for _ in range(reps):
         t = time.perf_counter()
-        _executable(plan, x.sharding, tuple(x.shape), str(x.dtype))
+        _executable(plan, x.sharding, x.shape, x.dtype)
         ts.append(time.perf_counter() - t)
     return statistics.median(ts)
 

@@ -28,7 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import NamedSharding
 
-from redist.cost import CostModel, KindCost
+from redist.cost import CostModel, KindCost, crosses
 from redist.errors import StepError
 from redist.executor import compile_plan
 from redist.measure import closed_form, profile_kind
@@ -46,7 +46,7 @@ from redist.steps import (
     Step,
 )
 from redist.synth import synthesize
-from spmd_types import Mesh, ShardingType, axis_name, parse
+from spmd_types import Axis, Mesh, ShardingType, parse
 from spmd_types.dtypes import numpy_dtype
 from spmd_types.jax_interop import to_partition_spec
 
@@ -186,11 +186,10 @@ def _own_key(plan: Plan) -> bool:
     return plan.src.itemsize == 4 or ":" in profile_kind(plan.steps[0], plan.src)
 
 
-def _crosses(plan: Plan, crossing: Sequence[str]) -> bool:
+def _crosses(plan: Plan, crossing: Sequence[Axis]) -> bool:
     """Whether the step's axes (those either layout names, as ``redist.measure`` charges them)
-    include one whose groups span processes."""
-    names = {axis_name(a) for t in (plan.src, plan.dst) for axes in (*t.dims, t.unreduced) for a in axes}
-    return not names.isdisjoint(crossing)
+    include one whose groups span processes (``redist.cost.crosses``)."""
+    return crosses(crossing, {a for t in (plan.src, plan.dst) for axes in (*t.dims, t.unreduced) for a in axes})
 
 
 def sample(plan: Plan, reps: int) -> Sample:

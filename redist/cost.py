@@ -46,9 +46,10 @@ class CostModel:
     the defaults above for that kind (slow axes still scale them by their ratio to the default)."""
     copy_Bps: float = 0.0
     """Local copy bandwidth (bytes/s): local passes (slices) cost ``bytes / copy_Bps``; 0: free."""
-    cross_axes: tuple[str, ...] = field(default=())
-    """Axes whose device groups span processes (``redist.profile.process_crossing_axes``): a step
-    over any of them costs its ``cross_kind_costs`` entry where one was measured."""
+    cross_axes: tuple[Axis, ...] = field(default=())
+    """Axes whose device groups span processes (``redist.profile.process_crossing_axes``; sub-axes
+    where only some factors of an axis do): a step over any axis sharing a factor with one of them
+    (``crosses``) costs its ``cross_kind_costs`` entry where one was measured."""
     cross_kind_costs: tuple[tuple[str, KindCost], ...] = field(default=())
     """Per step kind, (overhead, latency, bandwidth) measured over groups that span processes
     (``redist calibrate`` under ``jax.distributed``): another transport than ``kind_costs``'."""
@@ -115,23 +116,23 @@ class CostModel:
         )
         return replace(b, axis_latency_s=slow.axis_latency_s, axis_bandwidth_Bps=slow.axis_bandwidth_Bps)
 
-    def latency(self, names: Iterable[str]) -> float:
+    def latency(self, names: Iterable[Axis]) -> float:
         lat = dict(self.axis_latency_s)
-        return max((lat.get(n, self.latency_s) for n in names), default=self.latency_s)
+        return max((lat.get(axis_name(n), self.latency_s) for n in names), default=self.latency_s)
 
-    def inv_bandwidth(self, names: Iterable[str]) -> float:
+    def inv_bandwidth(self, names: Iterable[Axis]) -> float:
         bw = dict(self.axis_bandwidth_Bps)
-        return max((1.0 / bw.get(n, self.bandwidth_Bps) for n in names), default=1.0 / self.bandwidth_Bps)
+        return max((1.0 / bw.get(axis_name(n), self.bandwidth_Bps) for n in names),
+                   default=1.0 / self.bandwidth_Bps)
 
     def collective_time(self, axes: Iterable[Axis], group: int, recv_bytes: float, phases: int = 1,
                         kind: str = "") -> float:
         """Time of a collective over ``group`` devices spanning ``axes`` (``phases=2`` for all-reduce)."""
         if group <= 1:
             return 0.0
-        names = {axis_name(a) for a in axes}
-        return self.kind_time(kind, names, phases * math.ceil(math.log2(group)), recv_bytes)
+        return self.kind_time(kind, set(axes), phases * math.ceil(math.log2(group)), recv_bytes)
 
-    def kind_time(self, kind: str, names: Iterable[str], latency_terms: float, recv_bytes: float,
+    def kind_time(self, kind: str, names: Iterable[Axis], latency_terms: float, recv_bytes: float,
                   overhead: bool = True) -> float:
         """``latency_terms`` latencies plus ``recv_bytes`` of a ``kind`` step over axes ``names``
         (plus the kind's measured fixed overhead unless ``overhead=False``: later rounds of a step).
@@ -148,12 +149,12 @@ class CostModel:
         return (measured.overhead_s + latency_terms * measured.latency_s) * slow_lat + \
             recv_bytes / measured.bandwidth_Bps * slow_bw
 
-    def measured_kind(self, kind: str, names: Iterable[str] = ()) -> KindCost | None:
+    def measured_kind(self, kind: str, names: Iterable[Axis] = ()) -> KindCost | None:
         """The measured cost of ``kind`` (or its plain kind) over axes ``names``: the cross-process
         measurement where a name is in ``cross_axes``, else the in-process one; either where the
         other was not measured (a kind timed only across processes is no cheaper inside one)."""
         tables = [self.kind_costs, self.cross_kind_costs]
-        if not set(self.cross_axes).isdisjoint(names):
+        if crosses(self.cross_axes, names):
             tables.reverse()
         for table in tables:
             costs = dict(table)
@@ -176,6 +177,22 @@ class CostModel:
 
 
 DEFAULT_COST_MODEL = CostModel()
+
+
+def crosses(crossing: Iterable[Axis], axes: Iterable[Axis]) -> bool:
+    """Whether a step over ``axes`` spans processes: one of them shares a factor with a crossing
+    axis. A whole axis shares all of its factors; two sub-axes of one axis share one where their
+    stride ranges ``[pre, pre * size)`` meet (on 4 processes of 2 devices, ``y:(2)2`` of a 4-device
+    axis ``y`` stays inside processes while ``y:(1)2`` crosses them)."""
+    return any(_share_factor(c, a) for c in crossing for a in axes)
+
+
+def _share_factor(a: Axis, b: Axis) -> bool:
+    if axis_name(a) != axis_name(b):
+        return False
+    if isinstance(a, str) or isinstance(b, str):
+        return True
+    return a.pre < b.pre * b.size and b.pre < a.pre * a.size
 
 
 def sized_kind(kind: str, itemsize: int) -> str:

@@ -36,7 +36,7 @@ from redist.steps import (
     ReduceScatter,
     Step,
 )
-from spmd_types import ShardingType, axis_name
+from spmd_types import ShardingType
 from spmd_types.layout import check_index_range, overlap_elements
 
 
@@ -214,7 +214,7 @@ def _p2p_traffic(step: Step, before: ShardingType, after: ShardingType, cm: Cost
         return schedule_measure(before, after, cm, profile_kind(step, before))
     check_size(before, after)
     cf = closed_form(before, after)
-    names = {axis_name(a) for t in (before, after) for axes in t.dims for a in axes}
+    names = {a for t in (before, after) for axes in t.dims for a in axes}  # sub-axes kept: ``crosses``
     rounds = cf.rounds
     time = cm.kind_time(profile_kind(step, before), names, rounds, rounds * cf.cell * before.itemsize) if rounds else 0.0
     return StepMeasure(float(cf.missing.mean()) * before.itemsize, time, rounds, rounds)

@@ -25,8 +25,10 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from redist.atoms import primes
 from redist.cost import CostModel, KindCost
 from redist.errors import RedistError
+from spmd_types import Axis, SubAxis
 from spmd_types.memo import Scope, memo
 
 PROFILE_DIR = Path(__file__).parent / "profiles"
@@ -55,7 +57,7 @@ class Profile:
     cross_kinds: tuple[tuple[str, KindCost], ...] = ()
     """Per kind, the fit over groups that span processes (empty for a one-process profile)."""
 
-    def cost_model(self, objective: str = "time", cross_axes: Sequence[str] | None = None) -> CostModel:
+    def cost_model(self, objective: str = "time", cross_axes: Sequence[Axis] | None = None) -> CostModel:
         """The planner's model, ties within ``fit_error``. With cross-process costs, ``cross_axes``
         names the mesh axes whose groups span processes (``process_crossing_axes``); ``None``
         charges every axis as crossing."""
@@ -64,7 +66,7 @@ class Profile:
             return CostModel(objective=objective, kind_costs=self.cross_kinds, copy_Bps=self.copy_Bps,
                              tie_tolerance=tol)
         return CostModel(objective=objective, kind_costs=self.kinds, copy_Bps=self.copy_Bps,
-                         cross_axes=tuple(sorted(cross_axes or ())), cross_kind_costs=self.cross_kinds,
+                         cross_axes=tuple(sorted(cross_axes or (), key=str)), cross_kind_costs=self.cross_kinds,
                          tie_tolerance=tol)
 
     @cached_property
@@ -157,15 +159,38 @@ def runtime_profile() -> Profile | None:
     return None
 
 
-def process_crossing_axes(mesh: Any) -> tuple[str, ...]:
+def process_crossing_axes(mesh: Any) -> tuple[Axis, ...]:
     """Axes of ``mesh`` (ours, laid out row-major over ``jax.devices()`` as plans run it, or a
-    ``jax.sharding.Mesh``) along which the process of a device changes: their groups span processes."""
+    ``jax.sharding.Mesh``) along which the process of a device changes: their groups span processes.
+    Where only some prime factors of an axis change it, those factors, as sub-axes: on 4 processes
+    of 2 devices a 4-device axis ``y`` crosses by ``y:(1)2`` only, and a group over ``y:(2)2`` stays
+    in a process (charged as crossing, such all-to-alls lost a 4-process plan to a slower exchange)."""
     import jax
 
     jm = mesh if isinstance(mesh, jax.sharding.Mesh) else mesh.to_jax()
     procs = np.vectorize(lambda d: d.process_index)(jm.devices)
-    return tuple(name for i, name in enumerate(jm.axis_names)
-                 if (np.diff(procs, axis=i) != 0).any())
+    return tuple(a for i, name in enumerate(jm.axis_names) for a in _crossing_factors(procs, i, name))
+
+
+def _crossing_factors(procs: np.ndarray, i: int, name: str) -> list[Axis]:
+    """Axis ``i`` of ``procs`` (process per device) split into prime digits, major first; the runs
+    of digits along which the process changes, as sub-axes (the whole name if every digit does)."""
+    digits = primes(procs.shape[i])
+    split = procs.reshape(procs.shape[:i] + tuple(digits) + procs.shape[i + 1:])
+    changes = [bool((np.diff(split, axis=i + j) != 0).any()) for j in range(len(digits))]
+    if changes and all(changes):
+        return [name]
+    out: list[Axis] = []
+    for j, change in enumerate(changes):
+        if not change:
+            continue
+        if j and changes[j - 1]:  # extends the previous run
+            prev = out.pop()
+            assert isinstance(prev, SubAxis)
+            out.append(SubAxis(name, prev.pre, prev.size * digits[j]))
+        else:
+            out.append(SubAxis(name, math.prod(digits[:j]), digits[j]))
+    return out
 
 
 def default_cost_model(mesh: Any = None) -> CostModel:
