@@ -31,9 +31,9 @@ from jax.sharding import NamedSharding
 from redist.cost import CostModel, KindCost, crosses
 from redist.errors import StepError
 from redist.executor import compile_plan
-from redist.measure import closed_form, profile_kind
+from redist.measure import closed_form, profile_kind, written
 from redist.plan import Plan
-from redist.profile import Profile, Sample, fit_kind, process_crossing_axes
+from redist.profile import Profile, Sample, fit_kind, process_crossing_axes, regressors
 from redist.steps import (
     AllGather,
     AllReduce,
@@ -133,9 +133,17 @@ def _typed_on(mesh: Mesh, p: int, sizes_kib: Sequence[int]) -> Iterator[Plan]:
             part = parse(f"{dtype}[{rows // p},{cols}]{{U:a}}", mesh)
             yield Plan.build(plain, (AllGather(0, ("a",)),))
             yield Plan.build(plain, (AllToAll(0, 1, ("a",)),))
+            if dtype == "f32":  # the same bytes received as short rows (``redist.measure.written``)
+                for row, n in _short_rows(kib, p):  # written so, and read so
+                    yield Plan.build(parse(f"f32[{n},{row * p}@a]", mesh), (AllToAll(1, 0, ("a",)),))
+                    yield Plan.build(parse(f"f32[{n * p}@a,{row * p}]", mesh), (AllToAll(0, 1, ("a",)),))
             yield Plan.build(part, (ReduceScatter(0, ("a",)),))
             yield Plan.build(part, (AllReduceSlice(0, ("a",)),))
             yield Plan.build(part, (AllReduce(("a",)),))
+            if dtype == "f32":  # on dimension 1: its copy in rows (``redist.measure.written``)
+                for row, n in _short_rows(kib, p):
+                    yield Plan.build(parse(f"f32[{n},{row * p}@a]", mesh), (AllGather(1, ("a",)),))
+                    yield Plan.build(parse(f"f32[{n},{row * p}]{{U:a}}", mesh), (ReduceScatter(1, ("a",)),))
 
 
 def _p2p(n: int, local: int, sizes_kib: Sequence[int] = SIZES_KIB) -> Iterator[Plan]:
@@ -165,7 +173,32 @@ def _exchanges(n: int, local: int, sizes_kib: Sequence[int] = SIZES_KIB) -> Iter
                 for dtype in ("f32", "bf16"):
                     src, dst = parse(f"{dtype}[{8 * g}@a,{cols}]", mesh), parse(f"{dtype}[{8 * g},{cols}@a]", mesh)
                     yield Plan.build(src, (Exchange(dst.dims, None),))
+                yield from _short_row_exchanges(mesh, g, kib)
                 yield from _summing_exchanges(mesh, g, cols)
+
+
+SHORT_ROWS = (64, 1024)
+"""Row lengths (f32 elements: 256 B, 4 KiB) of the short-row samples: with whole rows they
+separate a kind's per-byte cost of short-row writes from its per-row cost (``KindCost``)."""
+
+
+def _short_rows(kib: int, g: int) -> Iterator[tuple[int, int]]:
+    """(row length, rows) of ``kib`` KiB f32 blocks with ``SHORT_ROWS`` columns whose rows split
+    over ``g`` devices into at least 2 each."""
+    for row in SHORT_ROWS:
+        rows = kib * 1024 // (4 * row)
+        if rows % g == 0 and rows >= 2 * g:
+            yield row, rows
+
+
+def _short_row_exchanges(mesh: Mesh, g: int, kib: int) -> Iterator[Plan]:
+    """Exchanges doing an all-to-all's move whose cells land as ``rows / g`` short rows each
+    (``[rows, row@a]`` -> ``[rows@a, row]``) and the reverse (cells read so), for the fit of
+    ``KindCost.strided_s_per_byte`` and ``run_s``."""
+    for row, rows in _short_rows(kib, g):
+        short, tall = f"f32[{rows},{row * g}@a]", f"f32[{rows}@a,{row * g}]"
+        for src, dst in ((short, tall), (tall, short)):  # written so, and read so
+            yield Plan.build(parse(src, mesh), (Exchange(parse(dst, mesh).dims, None),))
 
 
 def _summing_exchanges(mesh: Mesh, g: int, cols: int) -> Iterator[Plan]:
@@ -230,7 +263,8 @@ def _call_time(fn: Callable[[Any], Any], x: Any) -> float:
 def _sample(plan: Plan, secs: float) -> Sample:
     terms, recv = _terms(plan)
     cross = jax.process_count() > 1 and _crosses(plan, process_crossing_axes(plan.src.mesh))
-    return Sample(profile_kind(plan.steps[0], plan.src), terms, recv, secs, cross)
+    w = written(plan.steps[0], plan.src, plan.dst)
+    return Sample(profile_kind(plan.steps[0], plan.src), terms, recv, secs, cross, w.strided_bytes, w.runs)
 
 
 def _size_classes(plans: Sequence[Plan]) -> list[list[Plan]]:
@@ -320,10 +354,10 @@ def log_fit(samples: Sequence[Sample], iterations: int = 60) -> KindCost:
     Gauss-Newton steps from ``fit_kind``'s relative-error fit, halved until they help. Why log:
     relative error is lopsided (over-predicting a fast sample costs without bound, under-predicting
     a slow one at most 1), so a 7-round exchange's real 30 ms was fitted as 1 ms."""
-    x = np.array([[1.0, s.latency_terms, s.recv_bytes] for s in samples])
+    x = regressors(samples)
     logy = np.log(np.maximum([s.seconds for s in samples], 1e-7))
     kc = fit_kind(samples)
-    c = np.array([kc.overhead_s, kc.latency_s, 1.0 / kc.bandwidth_Bps])
+    c = np.array([kc.overhead_s, kc.latency_s, 1.0 / kc.bandwidth_Bps, kc.strided_s_per_byte, kc.run_s])
     scale = np.maximum(np.abs(x).max(axis=0), 1e-30)  # columns of similar size for lstsq
 
     def loss(c: np.ndarray) -> float:
@@ -338,7 +372,7 @@ def log_fit(samples: Sequence[Sample], iterations: int = 60) -> KindCost:
         if t <= 1e-4:
             break
         c = np.maximum(c + t * step, 0.0)
-    return KindCost(float(c[0]), float(c[1]), float(1.0 / c[2]) if c[2] > 0 else 1e15)
+    return KindCost(float(c[0]), float(c[1]), float(1.0 / c[2]) if c[2] > 0 else 1e15, float(c[3]), float(c[4]))
 
 
 __all__ = ["SIZES_KIB", "calibrate", "copy_bandwidth", "refit", "robust_fit", "sample", "samples"]

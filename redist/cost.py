@@ -17,12 +17,30 @@ from typing import NamedTuple
 from spmd_types import Axis, axis_name
 
 
+class Written(NamedTuple):
+    """What a step copies as pieces narrower than a block's rows (``redist.measure.written``):
+    the bytes of the new block written so, and the rows (contiguous runs) read and written so."""
+
+    strided_bytes: float
+    runs: float
+
+
+NOTHING_WRITTEN = Written(0.0, 0.0)
+
+
 class KindCost(NamedTuple):
-    """A collective kind's measured cost: ``overhead + phases*ceil(log2 p)*latency + recv/bandwidth``."""
+    """A collective kind's measured cost: ``overhead + phases*ceil(log2 p)*latency + recv/bandwidth
+    + strided_bytes*strided_s_per_byte + runs*run_s``."""
 
     overhead_s: float
     latency_s: float
     bandwidth_Bps: float
+    strided_s_per_byte: float = 0.0
+    """Seconds per byte of the new block written as pieces narrower than its rows
+    (``redist.measure.written``): e.g. an all-to-all whose pieces join on a non-leading dimension
+    adds a transposing pass (0: not measured, profiles of format 1)."""
+    run_s: float = 0.0
+    """Seconds per row of those pieces (read or written): at the same bytes, shorter rows cost more."""
 
 
 @dataclass(frozen=True)
@@ -126,19 +144,21 @@ class CostModel:
                    default=1.0 / self.bandwidth_Bps)
 
     def collective_time(self, axes: Iterable[Axis], group: int, recv_bytes: float, phases: int = 1,
-                        kind: str = "") -> float:
+                        kind: str = "", written: Written = NOTHING_WRITTEN) -> float:
         """Time of a collective over ``group`` devices spanning ``axes`` (``phases=2`` for all-reduce)."""
         if group <= 1:
             return 0.0
-        return self.kind_time(kind, set(axes), phases * math.ceil(math.log2(group)), recv_bytes)
+        return self.kind_time(kind, set(axes), phases * math.ceil(math.log2(group)), recv_bytes, written=written)
 
     def kind_time(self, kind: str, names: Iterable[Axis], latency_terms: float, recv_bytes: float,
-                  overhead: bool = True) -> float:
+                  overhead: bool = True, written: Written = NOTHING_WRITTEN) -> float:
         """``latency_terms`` latencies plus ``recv_bytes`` of a ``kind`` step over axes ``names``
         (plus the kind's measured fixed overhead unless ``overhead=False``: later rounds of a step).
         ``kind`` may name an item size, ``"all_to_all:2"``: a backend may run 16-bit data at another
         speed (XLA:CPU widens it to f32 around collectives); without a measurement for it the
-        plain kind is used."""
+        plain kind is used. ``written``: what the step writes as pieces narrower than the new
+        block's rows (priced by a measured kind's ``strided_s_per_byte`` and ``run_s``; the
+        unmeasured model has no such term)."""
         names = set(names)
         lat, inv_bw = self.latency(names), self.inv_bandwidth(names)
         measured = self.measured_kind(kind, names)
@@ -146,8 +166,11 @@ class CostModel:
             t = latency_terms * lat + recv_bytes * inv_bw
             return t * dict(self.kind_time_factor).get(kind.split(":")[0], 1.0)
         slow_lat, slow_bw = lat / self.latency_s, inv_bw * self.bandwidth_Bps
-        return (measured.overhead_s + latency_terms * measured.latency_s) * slow_lat + \
+        t = (measured.overhead_s + latency_terms * measured.latency_s) * slow_lat + \
             recv_bytes / measured.bandwidth_Bps * slow_bw
+        if not written.runs:
+            return t
+        return t + written.strided_bytes * measured.strided_s_per_byte + written.runs * measured.run_s
 
     def measured_kind(self, kind: str, names: Iterable[Axis] = ()) -> KindCost | None:
         """The measured cost of ``kind`` (or its plain kind) over axes ``names``: the cross-process

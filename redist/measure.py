@@ -11,12 +11,12 @@ independently (on purpose) and the certificates cross-check the two.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
 
-from redist.cost import CostModel, sized_kind
+from redist.cost import NOTHING_WRITTEN, CostModel, Written, sized_kind
 from redist.exchange import check_size, crossed_axes, routing, schedule
 from redist.exchange_a2a import padded_recv_cells, slots
 from redist.facets import FacetTable
@@ -114,7 +114,8 @@ def _ring(fraction_of: Callable[[ShardingType, ShardingType], int], phases: int)
         if p <= 1:
             return FREE
         recv = phases * (p - 1) / p * fraction_of(before, after)
-        time = cm.collective_time(step.group_axes(), p, recv, phases, kind=profile_kind(step, before))
+        time = cm.collective_time(step.group_axes(), p, recv, phases, kind=profile_kind(step, before),
+                                  written=written(step, before, after))
         return StepMeasure(recv, time, phases * math.ceil(math.log2(p)), 1)
 
     return ring
@@ -129,25 +130,102 @@ def _ring_with_leading_copy(fraction_of: Callable[[ShardingType, ShardingType], 
 
     def measure(step: Any, before: ShardingType, after: ShardingType, cm: CostModel) -> StepMeasure:
         m = ring(step, before, after, cm)
-        if m.rounds and math.prod(before.local_shape[: step.dim]) > 1:
+        if m.rounds and math.prod(before.local_shape[: step.dim]) > 1 and not _prices_rows(step, before, cm):
             return m._replace(time_s=m.time_s + cm.copy_time(copied(before, after)))
         return m
 
     return measure
 
 
+def _prices_rows(step: Step, before: ShardingType, cm: CostModel) -> bool:
+    """Whether the step's measured kind prices copies in rows (``written``; its calibration timed
+    them): then the ring's ``written`` term is the copy's price, else ``copy_time``."""
+    kc = cm.measured_kind(profile_kind(step, before), set(step.group_axes()))
+    return kc is not None and (kc.strided_s_per_byte > 0 or kc.run_s > 0)
+
+
 MEASURE.register(AllGather)(_ring_with_leading_copy(lambda before, after: after.local_bytes,
                                                     lambda before, after: after.local_bytes))
-MEASURE.register(AllToAll)(_ring(lambda before, after: before.local_bytes, 1))
-@MEASURE.register(MultiAllToAll)
-def _multi_all_to_all(step: MultiAllToAll, before: ShardingType, after: ShardingType, cm: CostModel) -> StepMeasure:
-    """An all-to-all over the flattened group: priced as one ``all_to_all`` (the same collective)."""
+@MEASURE.register(AllToAll, MultiAllToAll)
+def _all_to_all(step: AllToAll | MultiAllToAll, before: ShardingType, after: ShardingType, cm: CostModel) -> StepMeasure:
+    """``_ring`` over ``before``'s block, plus what it copies in short rows (``written``); a
+    ``MultiAllToAll`` is one all-to-all over the flattened group, priced as one ``all_to_all``."""
     p = group_size(step, before)
     if p <= 1:
         return FREE
     recv = (p - 1) / p * before.local_bytes
-    time = cm.collective_time(step.group_axes(), p, recv, 1, kind=profile_kind(step, before))
+    time = cm.collective_time(step.group_axes(), p, recv, 1, kind=profile_kind(step, before),
+                              written=written(step, before, after))
     return StepMeasure(recv, time, math.ceil(math.log2(p)), 1)
+
+
+def runs_in(piece: Sequence[int], block: Sequence[int]) -> int:
+    """Contiguous runs (row-major) that a box of shape ``piece`` covers inside ``block``: the
+    product of ``piece``'s extents before the last dimension where it is narrower than ``block``
+    (1 where it spans whole trailing rows: one run)."""
+    narrower = [i for i, (a, b) in enumerate(zip(piece, block)) if a != b]
+    return math.prod(piece[: narrower[-1]]) if narrower else 1
+
+
+def written(step: Step, before: ShardingType, after: ShardingType) -> Written:
+    """What a move copies as pieces narrower than a block's rows, as ``redist.executor`` lowers
+    it: every cell (``prod gcd(old local, new local)``) is read from the old block and written into
+    the new one once (an exchange's ``dynamic_slice`` and ``dynamic_update_slice`` per cell, an
+    all-to-all's pieces split off its destination dimension and joined on its source dimension,
+    whole cells). ``strided_bytes``: the new block where its cells are narrower than its rows
+    (written so, an extra pass for an all-to-all); ``runs``: the rows of the cells on each side
+    where they are narrower than that block's rows. Nothing for whole-row cells, a whole-block permute (one ``ppermute``), other steps, or
+    moves that add partial sums (their fits were not timed against it). Why: interleaved on 8 CPU
+    devices, an all-to-all whose pieces join on dimension 1 ran 15-30% slower than the same bytes
+    joined on the leading dimension (a transposing pass XLA does not fuse), and pieces landing as
+    short rows cost more than long ones; the kinds' ``strided_s_per_byte`` and ``run_s`` price it
+    (``redist.calibrate`` times whole rows and rows of two lengths)."""
+    if type(step) in LEADING_COPY:  # exactly: an all-reduce-slice is a kind of reduce-scatter
+        return _leading_copy(step, before, after)
+    if not isinstance(step, WRITES_CELLS) or not before.rank or before.unreduced or after.unreduced:
+        return NOTHING_WRITTEN
+    cell = [math.gcd(a, b) for a, b in zip(before.local_shape, after.local_shape)]
+    cells = after.local_size // math.prod(cell)
+    rows_out, rows_in = runs_in(cell, after.local_shape), runs_in(cell, before.local_shape)
+    strided = float(after.local_bytes) if rows_out > 1 else 0.0
+    side = after.local_bytes / SHORTEST_ROW_BYTES  # per side, rows priced no shorter than calibrated
+    runs = sum(min(cells * rows, side) for rows in (rows_out, rows_in) if rows > 1)
+    return Written(strided, float(runs)) if runs else NOTHING_WRITTEN
+
+
+SHORTEST_ROW_BYTES = 256
+"""Rows shorter than ``redist.calibrate``'s shortest (``SHORT_ROWS``: 64 f32) are priced as rows of
+this length: a fit's per-row cost is not extrapolated below what was timed (seed10_rand016, 32768
+rows of 32 B, was priced at 2.6 ms of rows for a 1 MiB reduce-scatter)."""
+
+
+WRITES_CELLS = (AllToAll, MultiAllToAll, ExchangeAllToAll, Permute, Exchange)
+"""Steps whose new block is assembled from received cells (``written``)."""
+
+LEADING_COPY = (ReduceScatter, AllGather)
+"""Typed collectives on one dimension whose local pass copies it in rows when dimensions before it
+have local extent above 1 (``_leading_copy``). Not ``AllReduceSlice``: priced so, its fit made a
+slice of 4096 rows of 32 B cost a collective more than it does (seed10_rand016: a split into
+all-reduce-slice + exchange ran 27% slower than the one all-reduce-slice)."""
+
+
+def _leading_copy(step: Any, before: ShardingType, after: ShardingType) -> Written:
+    """A gather's or reduce-scatter's copy that moves ``dim``'s ``g`` blocks to or from the front
+    (``redist.executor``: the gathered stack moved into ``dim``, the chunks moved before it for a
+    leading-dimension reduce-scatter): nothing where every dimension before ``dim`` has local
+    extent 1, else the block copied in ``g * A`` rows (``A`` the extent before ``dim``)."""
+    lead = math.prod(before.local_shape[: step.dim])
+    if lead <= 1:
+        return NOTHING_WRITTEN
+    g = group_size(step, before)
+    copied = max(before.local_bytes, after.local_bytes)
+    return Written(float(copied), float(min(g * lead, copied / SHORTEST_ROW_BYTES)))
+
+
+SHORTEST_ROW_BYTES = 256
+"""Rows shorter than ``redist.calibrate``'s shortest (``SHORT_ROWS``: 64 f32) are priced as rows of
+this length: a fit's per-row cost is not extrapolated below what was timed (seed10_rand016, 32768
+rows of 32 B, was priced at 2.6 ms of rows for a 1 MiB reduce-scatter)."""
 
 
 MEASURE.register(AllReduce, AllReduceSlice)(_ring(lambda before, after: before.local_bytes, 2))
@@ -216,7 +294,8 @@ def _p2p_traffic(step: Step, before: ShardingType, after: ShardingType, cm: Cost
     cf = closed_form(before, after)
     names = {a for t in (before, after) for axes in t.dims for a in axes}  # sub-axes kept: ``crosses``
     rounds = cf.rounds
-    time = cm.kind_time(profile_kind(step, before), names, rounds, rounds * cf.cell * before.itemsize) if rounds else 0.0
+    time = cm.kind_time(profile_kind(step, before), names, rounds, rounds * cf.cell * before.itemsize,
+                        written=written(step, before, after)) if rounds else 0.0
     return StepMeasure(float(cf.missing.mean()) * before.itemsize, time, rounds, rounds)
 
 
@@ -227,7 +306,8 @@ def _exchange_all_to_all(step: Step, before: ShardingType, after: ShardingType, 
     a pass writing the new block (its slots are added into zeros at per-device offsets)."""
     sl = slots(before, after)
     recv = padded_recv_cells(sl) * sl.cell_bytes(before.itemsize)
-    time = cm.collective_time(sl.names, sl.g, recv, 1, kind=profile_kind(step, before))
+    time = cm.collective_time(sl.names, sl.g, recv, 1, kind=profile_kind(step, before),
+                              written=written(step, before, after))
     if not sl.static:
         time += cm.copy_time(after.local_bytes)
     return StepMeasure(float(recv), time, math.ceil(math.log2(sl.g)), 1)
@@ -285,4 +365,4 @@ def _rounds_time(cm: CostModel, kind: str, rounds: int, cell_bytes: int) -> floa
 
 
 __all__ = ["MEASURE", "PROFILE_KIND", "ClosedForm", "StepMeasure", "closed_form", "group_size", "measure", "moved_kind",
-           "profile_kind", "routed_measure", "schedule_measure", "scheduled_measure", "uniform_links"]
+           "profile_kind", "routed_measure", "runs_in", "written", "schedule_measure", "scheduled_measure", "uniform_links"]

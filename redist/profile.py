@@ -32,7 +32,10 @@ from spmd_types import Axis, SubAxis
 from spmd_types.memo import Scope, memo
 
 PROFILE_DIR = Path(__file__).parent / "profiles"
-FORMAT = 1
+FORMAT = 2
+"""2: kinds and samples carry what a step writes in short rows (``KindCost.strided_s_per_byte``,
+``run_s``; ``Sample.strided_bytes``, ``runs``). Format 1 files still load, without those terms."""
+READABLE_FORMATS = (1, 2)
 
 
 class Sample(NamedTuple):
@@ -45,6 +48,10 @@ class Sample(NamedTuple):
     seconds: float
     cross: bool = False
     """Timed over a group spanning processes (``redist calibrate`` under ``jax.distributed``)."""
+    strided_bytes: float = 0.0
+    """Bytes the step writes as pieces narrower than the new block's rows (``redist.measure.written``)."""
+    runs: float = 0.0
+    """The rows those pieces form."""
 
 
 @dataclass(frozen=True)
@@ -90,8 +97,9 @@ class Profile:
     @staticmethod
     def from_json(text: str) -> Profile:
         d = json.loads(text)
-        if d.get("format") != FORMAT:
-            raise ValueError(f"profile format {d.get('format')!r} is not {FORMAT}: rerun `redist calibrate`")
+        if d.get("format") not in READABLE_FORMATS:
+            raise ValueError(f"profile format {d.get('format')!r} is not one of {READABLE_FORMATS}: "
+                             "rerun `redist calibrate`")
         kinds = tuple(sorted((k, KindCost(**v)) for k, v in d["kinds"].items()))
         samples = tuple(Sample(**s) for s in d.get("samples", ()))
         cross = tuple(sorted((k, KindCost(**v)) for k, v in d.get("cross_kinds", {}).items()))
@@ -104,7 +112,8 @@ MAX_TIE_TOLERANCE = 0.5
 
 def predict(kc: KindCost, s: Sample) -> float:
     """A fit's seconds for a sample (floored at 0.1 us: a log error needs a positive figure)."""
-    return max(kc.overhead_s + s.latency_terms * kc.latency_s + s.recv_bytes / kc.bandwidth_Bps, 1e-7)
+    return max(kc.overhead_s + s.latency_terms * kc.latency_s + s.recv_bytes / kc.bandwidth_Bps
+               + s.strided_bytes * kc.strided_s_per_byte + s.runs * kc.run_s, 1e-7)
 
 
 class ProfileError(RedistError):
@@ -208,15 +217,31 @@ def default_cost_model(mesh: Any = None) -> CostModel:
     return prof.cost_model("time", process_crossing_axes(mesh) if known else None)
 
 
+def regressors(samples: Sequence[Sample]) -> np.ndarray:
+    """The fit's columns per sample: (1, latency terms, bytes, strided bytes, runs)."""
+    return np.array([[1.0, s.latency_terms, s.recv_bytes, s.strided_bytes, s.runs]
+                     for s in samples]).reshape(len(samples), N_COEF)
+
+
+N_COEF = 5
+
+
+def kind_cost(coef: Sequence[float] | np.ndarray) -> KindCost:
+    """A ``KindCost`` from fitted (overhead, latency, 1 / bandwidth, per strided byte, per run)."""
+    inv_bw = coef[2] if coef[2] > 0 else 1e-15
+    return KindCost(float(coef[0]), float(coef[1]), float(1.0 / inv_bw), float(coef[3]), float(coef[4]))
+
+
 def fit_kind(samples: Sequence[Sample]) -> KindCost:
-    """Least squares of ``seconds ~ overhead + terms * latency + bytes / bandwidth`` in relative
-    error, coefficients kept non-negative (a negative one is dropped and the rest refitted)."""
-    cols = [np.ones(len(samples)), np.array([s.latency_terms for s in samples]),
-            np.array([s.recv_bytes for s in samples])]
+    """Least squares of ``seconds ~ overhead + terms * latency + bytes / bandwidth + strided bytes *
+    strided_s_per_byte + runs * run_s`` in relative error, coefficients kept non-negative (a negative one is dropped and the rest
+    refitted; a column that is all 0, such as runs for kinds timed without them, fits 0)."""
+    x = regressors(samples)
+    cols = [x[:, i] for i in range(N_COEF)]
     y = np.array([s.seconds for s in samples])
     w = 1.0 / np.maximum(y, 1e-6)  # relative errors: small moves rank as well as large ones
-    active = [0, 1, 2]
-    coef = np.zeros(3)
+    active = [i for i in range(N_COEF) if i < 3 or cols[i].any()]
+    coef = np.zeros(N_COEF)
     while active:
         a = np.stack([cols[i] for i in active], axis=1)
         sol, *_ = np.linalg.lstsq(a * w[:, None], y * w, rcond=None)
@@ -224,8 +249,7 @@ def fit_kind(samples: Sequence[Sample]) -> KindCost:
             coef[active] = sol
             break
         active.pop(int(np.argmin(sol)))
-    inv_bw = coef[2] if coef[2] > 0 else 1e-15
-    return KindCost(float(coef[0]), float(coef[1]), float(1.0 / inv_bw))
+    return kind_cost(coef)
 
 
 def fit_profile(backend: str, device_kind: str, samples: Sequence[Sample], copy_Bps: float) -> Profile:

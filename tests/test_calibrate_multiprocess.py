@@ -28,9 +28,11 @@ def test_calibrate_across_two_processes_writes_both_fits(tmp_path) -> None:  # t
     assert r.returncode == 0, r.stderr[-3000:]
     prof = load_profile(out)
     assert dict(prof.kinds).keys() == dict(prof.cross_kinds).keys() == {"all_to_all", "exchange"}
-    # 2 devices per process: groups of 2 as the major axis (across) and the minor (inside), of 4 across
+    # 2 devices per process: groups of 2 as the major axis (across) and the minor (inside), of 4 across;
+    # each with whole rows, and with rows of 2 lengths written short and read short (``redist.measure.written``)
     where = Counter((s.kind, s.cross) for s in prof.samples)
-    assert where == {("all_to_all", True): 2, ("all_to_all", False): 1, ("exchange", True): 2, ("exchange", False): 1}
+    assert where == {("all_to_all", True): 10, ("all_to_all", False): 5, ("exchange", True): 10, ("exchange", False): 5}
+    assert {s.strided_bytes > 0 for s in prof.samples} == {True, False}
     assert prof.copy_Bps > 0
 
 

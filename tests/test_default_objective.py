@@ -100,11 +100,12 @@ def test_default_plans_are_correct(data) -> None:  # type: ignore[no-untyped-def
 
 def test_calibrate_times_a_kind_and_fits_it(tmp_path) -> None:  # type: ignore[no-untyped-def]
     """``redist calibrate`` end to end on one kind (CI-sized: 2 repetitions per sample)."""
-    from redist.calibrate import SIZES_KIB, calibrate
+    from redist.calibrate import SIZES_KIB, _short_rows, calibrate
 
     prof = calibrate(reps=2, kinds=["all_gather"])
     assert [k for k, _ in prof.kinds] == ["all_gather"]
-    assert len(prof.samples) == 3 * len(SIZES_KIB)  # groups of 2, 4 and 8 devices
+    # groups of 2, 4 and 8 devices, on dimension 0 and on dimension 1 in short rows (f32 only)
+    assert len(prof.samples) == sum(1 + len(list(_short_rows(kib, g))) for g in (2, 4, 8) for kib in SIZES_KIB)
     assert prof.kinds[0][1].bandwidth_Bps > 0 and prof.copy_Bps > 0
     path = tmp_path / "p.json"
     path.write_text(prof.to_json())
