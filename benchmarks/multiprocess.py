@@ -114,10 +114,12 @@ def worker(index: int, processes: int, port: int, cases: Sequence[str], reps: in
         y = plan(x)
         ok = all(np.array_equal(np.asarray(s.data), total[s.index]) for s in y.addressable_shards)
         line = f"{case.name:28s} {'OK' if ok else 'WRONG'} {len(plan.steps)} steps"
+        if reps > 0 or hlo:
+            xla, ours = compiled(plan, jm, x, dst)
         if reps > 0:
-            line += "  " + time_case(plan, jm, x, dst, reps)
+            line += "  " + time_case(plan, jm, x, dst, reps, xla, ours)
         if hlo:
-            line += "  " + compare_hlo(plan, jm, x, dst)
+            line += "  " + compare_hlo(xla, ours)
         if index == 0:
             print(line, flush=True)
         if steps and reps > 0 and len(plan.steps) > 1:
@@ -131,41 +133,43 @@ def worker(index: int, processes: int, port: int, cases: Sequence[str], reps: in
     return 0
 
 
-def compare_hlo(plan: Plan, jm: Any, x: Any, dst: Any) -> str:
-    """Whether our compiled program runs the same collectives as XLA's (Shardy) across the
-    processes (``benchmarks.hlo.collective_signature``): where it does, only local passes or the
-    clock's noise can tell them apart. ``same`` or ``differs``, then both collective summaries."""
+def xla_program(jm: Any, x: Any, dst: Any) -> Any:
+    """XLA's (Shardy) program for the move of ``x`` to ``dst``, compiled."""
     import jax
     from jax.sharding import NamedSharding
 
-    from benchmarks.hlo import collective_signature, parse_collectives
-    from redist.executor import compile_plan
     from spmd_types.jax_interop import to_partition_spec
 
-    out = NamedSharding(jm, to_partition_spec(dst))
-    xla = parse_collectives(jax.jit(lambda v: v, out_shardings=out).lower(x).compile().as_text() or "")
-    ours = parse_collectives(compile_plan(plan, jm).lower(x).compile().as_text() or "")
-    same = collective_signature(ours) == collective_signature(xla)
-    return f"hlo {'same' if same else 'differs'}: ours {ours.summary()}; xla {xla.summary()}"
+    return jax.jit(lambda v: v, out_shardings=NamedSharding(jm, to_partition_spec(dst))).lower(x).compile()
 
 
-def time_case(plan: Plan, jm: Any, x: Any, dst: Any, reps: int) -> str:
+def compiled(plan: Plan, jm: Any, x: Any, dst: Any) -> tuple[Any, Any]:
+    """XLA's program and ours, compiled once for both the timing and the HLO comparison."""
+    from redist.executor import compile_plan
+
+    return xla_program(jm, x, dst), compile_plan(plan, jm).lower(x).compile()
+
+
+def compare_hlo(xla: Any, ours: Any) -> str:
+    """Whether our compiled program runs the same collectives as XLA's (Shardy) across the
+    processes (``benchmarks.hlo.collective_signature``): where it does, only local passes or the
+    clock's noise can tell them apart. ``same`` or ``differs``, then both collective summaries."""
+    from benchmarks.hlo import collective_signature, parse_collectives
+
+    theirs, mine = (parse_collectives(p.as_text() or "") for p in (xla, ours))
+    same = collective_signature(mine) == collective_signature(theirs)
+    return f"hlo {'same' if same else 'differs'}: ours {mine.summary()}; xla {theirs.summary()}"
+
+
+def time_case(plan: Plan, jm: Any, x: Any, dst: Any, reps: int, xla: Any, ours: Any) -> str:
     """Ours against XLA's (Shardy) program, both called as compiled executables (as in
     ``benchmarks.speed``), interleaved with the A/A control and with ``plan(x)``, whose extra time
     over our executable is the per-call Python of the fast path, shown apart (``call``). Timing
     ``plan(x)`` as "ours" charged that Python, about 0.1 ms a call on a loaded 2-core machine,
     to the plan: the same single collective-permute as XLA's measured 0.71-0.86x."""
-    import jax
-    from jax.sharding import NamedSharding
-
     from benchmarks.speed import round_robin, thunk
-    from redist.executor import compile_plan
-    from spmd_types.jax_interop import to_partition_spec
 
-    out = NamedSharding(jm, to_partition_spec(dst))
-    xla = jax.jit(lambda v: v, out_shardings=out).lower(x).compile()
-    again = jax.jit(lambda v: v, out_shardings=out).lower(x).compile()  # the same program, compiled again
-    ours = compile_plan(plan, jm).lower(x).compile()
+    again = xla_program(jm, x, dst)  # XLA's program compiled a second time: the A/A control
     # a fixed count, never a time budget: every process must issue the same collectives
     med = round_robin({"xla": thunk(xla, x), "ours": thunk(ours, x), "xla_again": thunk(again, x),
                        "call": thunk(plan, x)}, 0.0, min_reps=reps)

@@ -33,7 +33,7 @@ from redist.errors import StepError
 from redist.executor import compile_plan
 from redist.measure import closed_form, profile_kind, written
 from redist.plan import Plan
-from redist.profile import Profile, Sample, fit_kind, process_crossing_axes, regressors
+from redist.profile import Profile, Sample, fit_kind, kind_cost, process_crossing_axes, regressors
 from redist.steps import (
     AllGather,
     AllReduce,
@@ -372,7 +372,7 @@ def log_fit(samples: Sequence[Sample], iterations: int = 60) -> KindCost:
         if t <= 1e-4:
             break
         c = np.maximum(c + t * step, 0.0)
-    return KindCost(float(c[0]), float(c[1]), float(1.0 / c[2]) if c[2] > 0 else 1e15, float(c[3]), float(c[4]))
+    return kind_cost(c)
 
 
 __all__ = ["SIZES_KIB", "calibrate", "copy_bandwidth", "refit", "robust_fit", "sample", "samples"]

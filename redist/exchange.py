@@ -147,8 +147,14 @@ def _partial_axes(old: ShardingType, new: ShardingType) -> PartialAxes:
     return PartialAxes(tuple(sorted(ua & ub)), tuple(sorted(ua - ub)), tuple(sorted(ub - ua)))
 
 
+def cell_shape(old: ShardingType, new: ShardingType) -> tuple[int, ...]:
+    """A cell: per dimension ``gcd(old local, new local)``, so every cell lies wholly inside or
+    wholly outside any device's old and new block (the unit of exchanges, their measures and floors)."""
+    return tuple(math.gcd(a, b) for a, b in zip(old.local_shape, new.local_shape))
+
+
 def _cell_grid(old: ShardingType, new: ShardingType) -> CellGrid:
-    cell = tuple(math.gcd(a, b) for a, b in zip(old.local_shape, new.local_shape))
+    cell = cell_shape(old, new)
     return CellGrid(cell, tuple(n // c for n, c in zip(new.local_shape, cell)))
 
 

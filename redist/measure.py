@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from redist.cost import NOTHING_WRITTEN, CostModel, Written, sized_kind
-from redist.exchange import check_size, crossed_axes, routing, schedule
+from redist.exchange import cell_shape, check_size, crossed_axes, routing, schedule
 from redist.exchange_a2a import padded_recv_cells, slots
 from redist.facets import FacetTable
 from redist.groups import coords as mesh_coords
@@ -184,7 +184,7 @@ def written(step: Step, before: ShardingType, after: ShardingType) -> Written:
         return _leading_copy(step, before, after)
     if not isinstance(step, WRITES_CELLS) or not before.rank or before.unreduced or after.unreduced:
         return NOTHING_WRITTEN
-    cell = [math.gcd(a, b) for a, b in zip(before.local_shape, after.local_shape)]
+    cell = cell_shape(before, after)
     cells = after.local_size // math.prod(cell)
     rows_out, rows_in = runs_in(cell, after.local_shape), runs_in(cell, before.local_shape)
     strided = float(after.local_bytes) if rows_out > 1 else 0.0
@@ -222,12 +222,6 @@ def _leading_copy(step: Any, before: ShardingType, after: ShardingType) -> Writt
     return Written(float(copied), float(min(g * lead, copied / SHORTEST_ROW_BYTES)))
 
 
-SHORTEST_ROW_BYTES = 256
-"""Rows shorter than ``redist.calibrate``'s shortest (``SHORT_ROWS``: 64 f32) are priced as rows of
-this length: a fit's per-row cost is not extrapolated below what was timed (seed10_rand016, 32768
-rows of 32 B, was priced at 2.6 ms of rows for a 1 MiB reduce-scatter)."""
-
-
 MEASURE.register(AllReduce, AllReduceSlice)(_ring(lambda before, after: before.local_bytes, 2))
 MEASURE.register(ReduceScatter)(_ring_with_leading_copy(lambda before, after: before.local_bytes,
                                                         lambda before, after: before.local_bytes))
@@ -250,7 +244,7 @@ class ClosedForm(NamedTuple):
 def closed_form(before: ShardingType, after: ShardingType) -> ClosedForm:
     """The one closed form of point-to-point traffic (measures and the synthesizer's floors)."""
     missing = after.local_size - overlap_elements(before, after)
-    cell = math.prod(math.gcd(a, b) for a, b in zip(before.local_shape, after.local_shape)) if before.rank else 1
+    cell = math.prod(cell_shape(before, after))
     return ClosedForm(missing, cell)
 
 

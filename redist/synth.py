@@ -34,7 +34,7 @@ from redist.atoms import Atom, atom_axis, atoms_of, dims_atoms, unreduced_atoms
 from redist.bounds import lower_bound_bytes
 from redist.cost import DEFAULT_COST_MODEL, CostModel
 from redist.errors import RedistError, StepError
-from redist.exchange import group_missing_total, provider_cells, reduced_cells, routing
+from redist.exchange import cell_shape, group_missing_total, provider_cells, reduced_cells, routing
 from redist.exchange_a2a import MAX_DEVICES as A2A_MAX_DEVICES
 from redist.facets import FacetTable
 from redist.measure import closed_form, moved_kind
@@ -478,7 +478,7 @@ def _exchange_floor(cur: ShardingType, dst: ShardingType, cm: CostModel) -> tupl
     if not (cur.unreduced or dst.unreduced):
         cf = closed_form(cur, dst)
         return (float(cf.missing.mean()) * cur.itemsize, cf.rounds * lat)
-    cell = math.prod(math.gcd(a, b) for a, b in zip(cur.local_shape, dst.local_shape))
+    cell = math.prod(cell_shape(cur, dst))
     cells = max(group_missing_total(cur, dst) // cell, reduced_cells(cur, dst))
     recv = max(lower_bound_bytes(cur, dst), cells * (cell * cur.itemsize) / cur.mesh.size)
     rounds = _pending_sum_rounds(cur, dst, cell, recv / (cell * cur.itemsize))
