@@ -431,19 +431,15 @@ def _all_reduce(step: AllReduce, before: ShardingType, after: ShardingType, x: j
     return lax.psum(x, **_args(step, before))
 
 
-def _as_bits(move: Callable[[ShardingType, ShardingType, jax.Array], jax.Array]
-             ) -> Callable[[ShardingType, ShardingType, jax.Array], jax.Array]:
-    """Run a move that only copies values (no partial sums) on 16-bit floats' bit patterns:
-    XLA:CPU widens 16-bit float collectives, selects and updates to f32 (twice the wire bytes,
-    and convert round trips over the whole block at every cell: rand015's bf16 exchange ran 6x
-    its f32 time); unsigned integers of the same width move as they are."""
-
-    def run(before: ShardingType, after: ShardingType, x: jax.Array) -> jax.Array:
-        if before.unreduced:
-            return move(before, after, x)
-        return _on_bits(x, lambda y: move(before, after, y))
-
-    return run
+def _values_moved(move: Callable[[ShardingType, ShardingType, jax.Array], jax.Array],
+                  before: ShardingType, after: ShardingType, x: jax.Array) -> jax.Array:
+    """``move(before, after, x)``, on 16-bit floats' bit patterns where it only copies values (no
+    partial sums): XLA:CPU widens 16-bit float collectives, selects and updates to f32 (twice the
+    wire bytes, and convert round trips over the whole block at every cell: rand015's bf16 exchange
+    ran 6x its f32 time); unsigned integers of the same width move as they are."""
+    if before.unreduced:
+        return move(before, after, x)
+    return _on_bits(x, lambda y: move(before, after, y))
 
 
 def _on_bits(x: jax.Array, move: Callable[[jax.Array], jax.Array]) -> jax.Array:
@@ -455,14 +451,14 @@ def _on_bits(x: jax.Array, move: Callable[[jax.Array], jax.Array]) -> jax.Array:
 
 def _moves_bits(lowering: Lowering) -> Lowering:
     """A typed collective that only moves values (gather, all-to-all), run on bit patterns
-    (``_as_bits``: XLA:CPU widens 16-bit float collectives and their layout copies to f32)."""
+    (``_values_moved``: XLA:CPU widens 16-bit float collectives and their layout copies to f32)."""
     fn = lowering.fn
     return lowering._replace(fn=lambda steps, before, after, x: _on_bits(x, lambda y: fn(steps, before, after, y)))
 
 
 @_one
 def _p2p(step: Step, before: ShardingType, after: ShardingType, x: jax.Array) -> jax.Array:
-    return _as_bits(_point_to_point)(before, after, x)
+    return _values_moved(_point_to_point, before, after, x)
 
 
 LOWER.register(Discard)(_discard)
@@ -586,7 +582,7 @@ def _regular_slots(sl: Slots, box: jax.Array, send: np.ndarray, after: ShardingT
 
 
 def _exchange_all_to_all(steps: Sequence[Any], before: ShardingType, after: ShardingType, x: jax.Array) -> jax.Array:
-    return _as_bits(_slots_exchange)(before, after, x)
+    return _values_moved(_slots_exchange, before, after, x)
 
 
 def _slots_exchange(before: ShardingType, after: ShardingType, x: jax.Array) -> jax.Array:

@@ -269,7 +269,7 @@ def _in_place(before: ShardingType, after: ShardingType) -> bool:
 def moved_kind(kind: str, t: ShardingType) -> str:
     """The profile key of a point-to-point move of ``t`` (``Permute``, ``Exchange``,
     ``ExchangeAllToAll``): without pending sums it runs on 16-bit floats' bit patterns
-    (``redist.executor._as_bits``), unwidened, so at the plain kind's bytes; a move that adds
+    (``redist.executor._values_moved``), unwidened, so at the plain kind's bytes; a move that adds
     partial sums runs in the dtype (``sized_kind``)."""
     return sized_kind(kind, t.itemsize) if t.unreduced else kind
 
