@@ -62,9 +62,9 @@ moving one to sixteen cells each are scheduled."""
 PLAIN_FACTOR = 4
 """Exchanges without pending sums on either side may schedule ``PLAIN_FACTOR x MAX_CELLS`` triples:
 planning prices them in closed form (``redist.measure.closed_form``, exact), never from their
-rows, so the limit is only what building the schedule to run it costs: 4M triples (65,536 devices
-moving 64 cells each) took 30 s and 1.8 GB on one core of the 2-core CI machine, most of it the
-edge colouring, once per (plan, mesh) (``python -m benchmarks.planning`` ladder, docs/design.md 13.3)."""
+rows, so the limit is only what building the schedule to run it costs, once per (plan, mesh): 4M
+triples (65,536 devices moving 64 cells each) took 20 s and 1.8 GB on one core of the 2-core CI
+machine, most of it the edge colouring (docs/design.md 13.3)."""
 
 
 class ExchangeTooFineError(StepError):
