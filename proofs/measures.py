@@ -202,9 +202,9 @@ def _pending_bound(src: ShardingType, dst: ShardingType, L: Sequence[int], coord
     incomplete = np.bincount(row_cls, weights=cover < k, minlength=len(size)).astype(np.int64)
     gap = np.full(len(size), k, dtype=np.int64)
     nz = np.flatnonzero(size)
-    if len(nz):  # rows are contiguous per class: the least gap of each non-empty class
-        gap[nz] = np.minimum.reduceat(k - cover, (np.cumsum(size) - size)[nz])
-    msgs = np.where(size == 0, 0, np.where(incomplete < size, incomplete, gap + incomplete - 1))
+    if len(nz):  # rows are contiguous per class: the least gap of each class's incomplete groups
+        gap[nz] = np.minimum.reduceat(np.where(cover < k, k - cover, k), (np.cumsum(size) - size)[nz])
+    msgs = np.where(incomplete == 0, 0, gap + incomplete - 1)
     return Fraction(sum(a * b for a, b in zip(cls.cells, msgs.tolist())) * cell, mesh.size)
 
 
@@ -215,8 +215,8 @@ def lower_bound_cells(src: ShardingType, dst: ShardingType, L: Sequence[int]) ->
     axes, the rule of docs/design.md section 4 / ``redist.bounds`` per element of each cell: the source
     holds ``k`` partials (one per coordinate of its unreduced axes); a destination group (devices
     differing only in the destination's unreduced axes) *covers* the partials its members hold;
-    with ``I`` incomplete groups the bound is ``I`` if a group is complete, else
-    ``min_G (k - cover(G)) + I - 1``.
+    with ``I`` incomplete groups the bound is 0 if ``I == 0``, else
+    ``min over incomplete G of (k - cover(G)) + I - 1``.
 
     Counted with NumPy over the devices and over classes of cells (the cells one pair of a
     destination block and a source block share meet the same devices), never per (cell, device).

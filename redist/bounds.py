@@ -8,23 +8,29 @@ the ``lcm`` of the two shard counts; all elements of a cell behave alike). The s
 partials (one per coordinate of its unreduced axes, possibly replicated). A destination *group*
 is a set of devices that differ only along the destination's unreduced axes: only the sum over a
 group matters, so members' partials add for free. A group *covers* the partials its members
-already hold; it is complete when it covers all ``k``. Per element, with ``I`` incomplete groups::
+already hold; it is complete when it covers all ``k``. Per element, with ``I`` incomplete groups
+among those that hold it in the destination::
 
-    LB = I                                   if some group is complete (or k == 1)
-    LB = min over groups G (k - cov(G)) + I - 1   otherwise
+    LB = 0                                              if I == 0
+    LB = min over incomplete groups G (k - cov(G)) + I - 1   otherwise
 
-Proof sketch: let ``G*`` be the first group to become complete. Each partial it lacks lives on a
-device outside it, and every such device must send at least one message in ``G*``'s causal past
-(a merge tree rooted in ``G*`` has one edge per non-root holder): ``k - cov(G*)`` messages. Every
-other incomplete group must receive a message that completes it; that message is not in ``G*``'s
-causal past, or that group would have been complete first. Summing gives the bound.
+Proof: let ``G*`` be the first *incomplete* group to become complete (groups complete from the
+start need nothing). A device holds one partial, so the ``k - cov(G*)`` partials ``G*`` lacks
+start on as many distinct devices outside it, and each must reach ``G*`` through messages in its
+causal past: a connected graph joining those devices to ``G*`` has at least ``k - cov(G*)`` edges.
+Every other incomplete group must receive a message that completes it; that message is not in
+``G*``'s causal past, or that group would have been complete first. Summing gives the bound.
+A group complete from the start does not shorten this: its sum is spread over its members, so
+forwarding it as one value needs the same merge (before 2026-11-24 the bound was ``I`` there,
+not tight: ``s32[12@y,6]{U:x} -> s32[12,6]{U:x}`` on ``{x=2,y=3}`` had bound 96 B against the
+optimum 144 B that it now gives).
 
 It is attained by the exchange schedule (merge at one root, forward the sum) whenever each group
-holds at most one partial, i.e. the two types share no unreduced axis. When they do share one,
-a complete group can exist only as a pending sum spread over its members, and forwarding it as one
-value first needs a merge the bound does not count: e.g. ``s32[12@y,6]{U:x} -> s32[12,6]{U:x}`` on
-``{x=2,y=3}`` has bound 96 B and optimum 144 B (reduce-scatter, gather, re-pad; the exhaustive
-search agrees). There the synthesizer meets the search's optimum instead.
+holds at most one partial, i.e. the two types share no unreduced axis, and on 478 of the 988
+exhaustive small-mesh pairs that shared one and sat above the former bound. It is still not tight
+where the partials a group lacks lie on several devices of another incomplete group that needs
+this group's partials too: ``s32[12]{U:(x,y)} -> s32[12]{U:x}`` on ``{x=2,y=2}`` has bound 36 B
+and optimum 48 B (one all-reduce; the exhaustive search agrees), docs/design.md 13.2.
 
 Per cell, the figure depends only on whether the cell's source holders and destination holders
 agree on the atoms both types shard over ("consistent"): the source block fixes a device's
@@ -87,8 +93,9 @@ def _unreduced_bound(src: ShardingType, dst: ShardingType) -> float:
     def messages(consistent: bool) -> int:
         """Per element: the bound of the module docstring for a (non-)consistent cell."""
         holding = agreeing if consistent else 0
-        if k == 1 or (covered == k and holding):
-            return groups - (holding if covered == k else 0)
+        if covered == k and holding:  # the holding groups are complete, the others cover nothing
+            incomplete = groups - holding
+            return k + incomplete - 1 if incomplete else 0
         return (k - covered if holding else k) + groups - 1
 
     # every (S u D)-coordinate pair occurs on m.size / |S u D| devices

@@ -74,8 +74,8 @@ def reference_bound(src: ShardingType, dst: ShardingType, L: tuple[int, ...]) ->
             if gkey(c) in cover and holds(src, c, q):
                 cover[gkey(c)].add(tuple(_digit(mesh, c, f) for f in us))
         if cover:
-            inc = sum(1 for g in cover.values() if len(g) < k)
-            msgs += inc if inc < len(cover) else min(k - len(g) for g in cover.values()) + inc - 1
+            gaps = [k - len(g) for g in cover.values() if len(g) < k]
+            msgs += min(gaps) + len(gaps) - 1 if gaps else 0
     return Fraction(msgs * cell, mesh.size)
 
 
