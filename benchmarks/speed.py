@@ -344,7 +344,8 @@ def temp_section(rows: Sequence[Row]) -> list[str]:
 
 TEMP_WHY = {
     "all-to-all": "an all-to-all's per-peer send slices and received pieces are separate buffers (about 2 shards)",
-    "collective-permute": "an exchange holds its zero-filled receive block while cells are sliced out and in flight",
+    "collective-permute": ("an exchange holds its new block (zero-filled, or joined from its cells) while cells are "
+                           "sliced out and in flight"),
     "all-reduce": "an all-reduce writes its sum to a new full block (and an all-reduce + slice keeps only "
                   "a slice of it)",
     "reduce-scatter": "a reduce-scatter's input is laid out with the scattered chunks first",
