@@ -261,7 +261,7 @@ MAX_CHOICES = 2
 """Pieces one cell of the new block may come from across devices for ``_assemble``: each is one
 more read per element (a select). Measured (CPU time, 8 devices): with 2, ``tp2d_transpose_4x2``'s
 exchange 2-3% cheaper than the zero-filled block; more choices were not measured."""
-MAX_CELLS = 8
+MAX_SLABS = 8
 """Slabs ``_assemble`` joins (one concatenate operand each); measured with 2."""
 
 
@@ -286,7 +286,7 @@ def _owners(placed: Sequence[tuple[np.ndarray, np.ndarray]], shape: Sequence[int
     (``_slab_grid``), a piece off the cell grid, a cell filled twice (a sum), or more than
     ``MAX_CHOICES`` pieces for one cell."""
     grid = _slab_grid(shape, cell)
-    if grid is None or not placed or math.prod(grid) > MAX_CELLS:
+    if grid is None or not placed or math.prod(grid) > MAX_SLABS:
         return None
     cells = np.asarray(cell, dtype=np.int64)
     owner = np.full((placed[0][0].shape[0], math.prod(grid)), -1, dtype=np.int64)
