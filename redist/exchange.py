@@ -43,17 +43,18 @@ from spmd_types.layout import block_bounds, overlap_widths
 from spmd_types.memo import Scope, memo
 
 MAX_CELLS = 1 << 20
-"""Exchanges of more (device, cell, reduced partial) triples than this are refused unless each
-device handles at most ``MAX_DEVICE_CELLS`` of them; devices count per class
-(``redist.exchange_classes``: the atoms both types use alike are factored out first), and
-exchanges without pending sums may have ``PLAIN_FACTOR`` times more. ``schedule`` is NumPy passes
-over these triples (about 1 s at this size on one core; its edge colouring is Euler splits in C) and its
-rounds hold ``rounds x devices x rank`` offsets, so 8,192 devices moving 64 cells each are
-scheduled (every issue-12 ladder pair on 12 and 13 axes of 2 whose types share no unreduced axis
-plans at the transfer bound); finer candidates are skipped. Planning reads only the routing, but
-the limit applies there too, so no plan claims figures its schedule could not be built for. A
-refusal is ``ExchangeTooFineError``, a ``StepError``: the synthesizer skips that candidate, and
-``redist bench-plan --ladder`` counts the plans above the bound because of it (docs/design.md 13.3)."""
+"""Exchanges of more (device, cell, reduced partial) triples than this are neither routed nor
+scheduled unless each device handles at most ``MAX_DEVICE_CELLS`` of them; devices count per class
+(``redist.exchange_classes``: atoms both types use alike, and idle ones, are factored out first),
+and exchanges without pending sums may have ``PLAIN_FACTOR`` times more. ``schedule`` is NumPy
+passes over these triples (about 1 s at this size on one core; its edge colouring is Euler splits
+in C) and its rounds hold ``rounds x devices x rank`` offsets, so 8,192 devices moving 64 cells
+each are scheduled. A refusal is ``ExchangeTooFineError``, a ``StepError``. What it means for
+planning depends on the exchange (docs/design.md 13.3): with pending sums planning reads the
+routing, so the synthesizer skips the candidate and ``redist bench-plan --ladder`` counts the plans
+above the bound because of it; without them planning prices the exchange in closed form
+(``redist.measure.closed_form``, exact at any size), so the plan holds it and only building its
+schedule (lowering, simulation, proofs; ``str(plan)`` says so) raises."""
 
 MAX_DEVICE_CELLS = 16
 """(cell, reduced partial) pairs per device always allowed, whatever the mesh size: 65,536 devices
@@ -61,10 +62,9 @@ moving one to sixteen cells each are scheduled."""
 
 PLAIN_FACTOR = 4
 """Exchanges without pending sums on either side may schedule ``PLAIN_FACTOR x MAX_CELLS`` triples:
-planning prices them in closed form (``redist.measure.closed_form``, exact), never from their
-rows, so the limit is only what building the schedule to run it costs, once per (plan, mesh): 4M
-triples (65,536 devices moving 64 cells each) took 20 s and 1.8 GB on one core of the 2-core CI
-machine, most of it the edge colouring (docs/design.md 13.3)."""
+planning never reads their rows, so the limit is only what building the schedule to run it costs,
+once per (plan, mesh): 4M triples (65,536 devices moving 64 cells each) took 20 s and 1.8 GB on
+one core of the 2-core CI machine, most of it the edge colouring (docs/design.md 13.3)."""
 
 
 class ExchangeTooFineError(StepError):
@@ -159,8 +159,9 @@ def _cell_grid(old: ShardingType, new: ShardingType) -> CellGrid:
 
 
 def check_size(old: ShardingType, new: ShardingType) -> None:
-    """Raise ``ExchangeTooFineError`` if ``schedule(old, new)`` would be refused (its size limit,
-    which applies to one class of devices: ``redist.exchange_classes``)."""
+    """Raise ``ExchangeTooFineError`` if ``schedule(old, new)`` (and, with pending sums,
+    ``routing(old, new)``) would be refused: its size limit, which applies to one class of devices
+    (``redist.exchange_classes``)."""
     c = classes(old, new)
     if c is not None:
         old, new = c.quotient_old, c.quotient_new

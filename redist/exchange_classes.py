@@ -62,19 +62,35 @@ class Classes:
 
 
 def _factored(old: ShardingType, new: ShardingType) -> frozenset[Atom]:
-    """Atoms both types use alike: kept unreduced atoms and each dimension's shared major prefix
-    (size-1 atoms split nothing). Only on axes whose every used atom is one of the mesh's prime
-    atoms (a spelling like ``x:(1)3`` on ``x=6`` factors ``x`` otherwise: those axes stay whole)."""
-    out = set(unreduced_atoms(old) & unreduced_atoms(new))
-    for a, b in zip(dims_atoms(old), dims_atoms(new)):
-        for x, y in zip(a, b):
-            if x != y:
-                break
-            out.add(x)
+    """Atoms both types use alike (size-1 atoms split nothing): kept unreduced atoms, *aligned*
+    atoms and, without reduced atoms, *idle* ones. Only on axes whose every used atom is one of
+    the mesh's prime atoms (a spelling like ``x:(1)3`` on ``x=6`` factors ``x`` otherwise: those
+    axes stay whole)."""
+    ua, ub = unreduced_atoms(old), unreduced_atoms(new)
+    out = set(ua & ub) | _aligned(old, new)
     mesh = old.mesh
     used = {x for t in (old, new) for x in (*unreduced_atoms(t), *(y for d in dims_atoms(t) for y in d))}
+    if not ua - ub:
+        out |= {x for name in mesh.names for x in atoms_of(mesh, name)} - used
     odd = {x.name for x in used if x not in atoms_of(mesh, x.name)}
     return frozenset(x for x in out if x.size > 1 and x.name not in odd)
+
+
+def _aligned(old: ShardingType, new: ShardingType) -> set[Atom]:
+    """Atoms that shard the same dimension in both types behind atoms of the same total size (a
+    shared major prefix is the simplest case): the atom's coordinate is one digit of the element
+    index, the same digit in both types, so every device holds and needs only elements with its
+    digit."""
+    def places(t: ShardingType) -> dict[Atom, tuple[int, int]]:
+        out = {}
+        for dim, atoms in enumerate(dims_atoms(t)):
+            pre = 1
+            for x in atoms:
+                out[x] = (dim, pre)
+                pre *= x.size
+        return out
+    a, b = places(old), places(new)
+    return {x for x, at in a.items() if b.get(x) == at}
 
 
 def _remaining(mesh: Mesh, factored: frozenset[Atom]) -> tuple[Atom, ...]:
