@@ -42,29 +42,26 @@ from spmd_types import ShardingType
 from spmd_types.layout import block_bounds, overlap_widths
 from spmd_types.memo import Scope, memo
 
-MAX_CELLS = 1 << 20
+MAX_CELLS = 1 << 22
 """Exchanges of more (device, cell, reduced partial) triples than this are neither routed nor
 scheduled unless each device handles at most ``MAX_DEVICE_CELLS`` of them; devices count per class
-(``redist.exchange_classes``: atoms both types use alike, and idle ones, are factored out first),
-and exchanges without pending sums may have ``PLAIN_FACTOR`` times more. ``schedule`` is NumPy
-passes over these triples (about 1 s at this size on one core; its edge colouring is Euler splits
-in C) and its rounds hold ``rounds x devices x rank`` offsets, so 8,192 devices moving 64 cells
-each are scheduled. A refusal is ``ExchangeTooFineError``, a ``StepError``. What it means for
-planning depends on the exchange (docs/design.md 13.3): with pending sums planning reads the
-routing, so the synthesizer skips the candidate and ``redist bench-plan --ladder`` counts the plans
-above the bound because of it; without them planning prices the exchange in closed form
-(``redist.measure.closed_form``, exact at any size), so the plan holds it and only building its
-schedule (lowering, simulation, proofs; ``str(plan)`` says so) raises."""
+(``redist.exchange_classes``: atoms both types use alike, and idle ones, are factored out first).
+Routing is NumPy passes over these triples, scheduling adds the edge colouring of the transfers
+(Euler splits in C) and rounds of ``devices x rank`` offsets. At this size, on one core of the
+2-core CI machine: routing 0.5-1.7 s and 0.25-0.35 GB for the reducing exchanges of the issue-12
+ladder on 65,536 devices, about 4 s for the worst (every triple a transfer:
+``f32[65536@(a0..a9)]{U:(a10..a15)} -> f32[65536@(a10..a15,a0..a9)]`` on 16 axes of 2); a
+schedule 3 s for the ladder's, 20 s and 1.8 GB where every triple moves (once per plan and mesh).
+A refusal is ``ExchangeTooFineError``, a ``StepError``. What it means for planning depends on the
+exchange (docs/design.md 13.3): with pending sums planning reads the routing, so the synthesizer
+skips the candidate and ``redist bench-plan --ladder`` counts the plans above the bound because of
+it; without them planning prices the exchange in closed form (``redist.measure.closed_form``,
+exact at any size), so the plan holds it and only building its schedule (lowering, simulation,
+proofs; ``str(plan)`` says so) raises."""
 
 MAX_DEVICE_CELLS = 16
 """(cell, reduced partial) pairs per device always allowed, whatever the mesh size: 65,536 devices
 moving one to sixteen cells each are scheduled."""
-
-PLAIN_FACTOR = 4
-"""Exchanges without pending sums on either side may schedule ``PLAIN_FACTOR x MAX_CELLS`` triples:
-planning never reads their rows, so the limit is only what building the schedule to run it costs,
-once per (plan, mesh): 4M triples (65,536 devices moving 64 cells each) took 20 s and 1.8 GB on
-one core of the 2-core CI machine, most of it the edge colouring (docs/design.md 13.3)."""
 
 
 class ExchangeTooFineError(StepError):
@@ -172,14 +169,11 @@ def _check_size(old: ShardingType, new: ShardingType, grid: CellGrid, axes: Part
     cells = math.prod(grid.per_block)
     per_device = cells * axes.n_reduced
     total = per_device * old.mesh.size
-    plain = not (old.unreduced or new.unreduced)
-    limit = MAX_CELLS * PLAIN_FACTOR if plain else MAX_CELLS
-    if total > limit and per_device > MAX_DEVICE_CELLS:
-        name = "MAX_CELLS x PLAIN_FACTOR" if plain else "MAX_CELLS"
+    if total > MAX_CELLS and per_device > MAX_DEVICE_CELLS:
         raise ExchangeTooFineError(
             f"exchange {old} -> {new} needs {cells} cell(s) of {list(grid.cell)} elements per device "
             f"x {axes.n_reduced} partial(s) = {per_device} > MAX_DEVICE_CELLS = {MAX_DEVICE_CELLS}, "
-            f"x {old.mesh.size} devices = {total:,} > {name} = {limit:,}; choose shapes whose "
+            f"x {old.mesh.size} devices = {total:,} > MAX_CELLS = {MAX_CELLS:,}; choose shapes whose "
             f"local blocks share a larger common divisor per dimension")
 
 

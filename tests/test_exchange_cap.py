@@ -23,7 +23,6 @@ USRC, UDST = "f32[512,1024@(x,y)]{U:z}", "f32[512@(y,x),1024]"  # the same, summ
 def tiny_limit(monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
     monkeypatch.setattr(exchange, "MAX_CELLS", 8)
     monkeypatch.setattr(exchange, "MAX_DEVICE_CELLS", 1)
-    monkeypatch.setattr(exchange, "PLAIN_FACTOR", 1)
     clear_caches("all")
     yield
     clear_caches("all")
@@ -48,7 +47,7 @@ def test_a_too_fine_plain_exchange_is_planned_at_the_bound(tiny_limit: None) -> 
     plan = redistribute(SRC, DST, MESH, cost_model=CostModel(objective="bytes"))
     assert [s.kind for s in plan.steps] == ["exchange"]
     assert plan.recv_bytes == plan.lower_bound_bytes
-    assert "cannot be lowered" in str(plan) and "MAX_CELLS x PLAIN_FACTOR = 8" in str(plan)
+    assert "cannot be lowered" in str(plan) and "MAX_CELLS = 8" in str(plan)
     s, d = parse(SRC, MESH), parse(DST, MESH)
     with pytest.raises(ExchangeTooFineError):
         simulate(plan.steps, [s, d], scatter(__import__("numpy").zeros(s.shape, "float32"), s))
