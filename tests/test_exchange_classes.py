@@ -7,6 +7,7 @@ simulator against the global array).
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -20,6 +21,7 @@ from redist import CostModel
 from redist.atoms import Atom, dims_atoms, unreduced_atoms
 from redist.bounds import lower_bound_bytes
 from redist.caches import clear_caches
+from redist.enumerate import all_types
 from redist.errors import StepError
 from redist.exchange import (
     ExchangeTooFineError,
@@ -172,3 +174,39 @@ def test_a_plain_exchange_is_priced_past_the_limit() -> None:
     plan = synthesize(s, d, CostModel(objective="bytes"))
     assert plan.recv_bytes == lower_bound_bytes(s, d) and [st.kind for st in plan.steps] == ["exchange"]
     assert "cannot be lowered" in str(plan)
+
+
+def _aligned_pairs(axes: dict[str, int], shape: tuple[int, ...]) -> list[tuple[ShardingType, ShardingType]]:
+    """Every pair of types on ``axes`` whose classes factor an aligned atom that is not part of a
+    shared major prefix (rare among random pairs: 5 in 1,000 of ``_pairs``)."""
+    mesh = Mesh(axes)
+    ts = list(all_types(mesh, shape, "f32"))
+    out = []
+    for s, d in itertools.product(ts, ts):
+        prefix = set()
+        for a, b in zip(dims_atoms(s), dims_atoms(d)):
+            prefix |= {x for x, _ in itertools.takewhile(lambda xy: xy[0] == xy[1], zip(a, b))}
+        c = classes(s, d)
+        if c is not None and set(c.factored) & {x for dim in dims_atoms(s) for x in dim} - prefix:
+            out.append((s, d))
+    return out
+
+
+@pytest.mark.parametrize("axes,shape,count", [({"x": 2, "y": 2, "z": 2}, (8, 8), 204),
+                                              ({"w": 2, "x": 2, "y": 2, "z": 2}, (4, 8), 9384)])
+def test_aligned_atoms_factor_exactly(axes: dict[str, int], shape: tuple[int, ...], count: int) -> None:
+    """Such pairs (every one on 3 axes, an even sample of about 250 on 4, pending sums included):
+    the lifted figures are the whole mesh's, and the lifted schedule moves the right data (against
+    the global array, a decomposition per replica)."""
+    pairs = _aligned_pairs(axes, shape)
+    assert len(pairs) == count
+    sample = pairs[::max(1, len(pairs) // 250)]
+    assert any(s.unreduced or d.unreduced for s, d in sample)
+    for i, (s, d) in enumerate(sample):
+        cells, rounds, per_device = _unfactored(s, d)
+        r, sch = routing(s, d), schedule(s, d)
+        assert (r.cells, r.rounds, len(sch.rounds)) == (cells, rounds, rounds), (s, d)
+        assert np.array_equal(sch.recv_cells, per_device), (s, d)
+        x = np.random.default_rng(i).integers(-8, 8, size=s.shape).astype(np.float32)
+        step = Exchange(d.dims, d.sorted_unreduced() if d.unreduced != s.unreduced else None)
+        check(simulate([step], [s, d], scatter(x, s, np.random.default_rng(i))), d, x)
