@@ -32,7 +32,7 @@ from redist.atoms import unreduced_atoms
 from redist.caches import clear_caches
 from redist.enumerate import all_types
 from redist.errors import StepError
-from redist.exchange import check_size
+from redist.exchange import check_schedule, check_size
 from redist.plan import Plan
 from redist.search import plan_key, search
 from redist.steps import Exchange
@@ -178,12 +178,13 @@ def ladder(pairs: int, seed: int) -> list[LadderRow]:
 
 def _buildable(plan: Plan) -> bool:
     """Whether every exchange of ``plan`` can be scheduled: a plain one past the size limit is
-    priced in closed form and planned, but not lowered (``redist.exchange.MAX_CELLS``)."""
+    priced in closed form and planned, and one routed by group may be past the packing limit, but
+    neither is lowered (``redist.exchange.MAX_CELLS``, ``MAX_PACKED``)."""
     ts = plan.all_types
     try:
         for i, step in enumerate(plan.steps):
             if isinstance(step, Exchange):
-                check_size(ts[i], ts[i + 1])
+                check_schedule(ts[i], ts[i + 1])
     except StepError:
         return False
     return True
