@@ -14,7 +14,8 @@ devices or (device, cell) rows, with no Python loop per device or cell: split th
 (``_partial_axes``), lay the cell grid (``_cell_grid``), tabulate every device's coordinates
 (``_device_tables``), list who needs which cell (``_need_rows``), choose one replica per cell
 (``_choose_replicas``, in ``_needs``), group the holders by what they hold (``_Holders``), keep one
-provider per fresh group (``_providers``), route the cells (``_route_direct``, or
+provider per fresh group (``_providers``; with one replica
+only the providers' rows are tabulated, ``_provider_rows``), route the cells (``_route_direct``, or
 ``_route_reduced``: phase A merges partials at a root, phase B forwards merged sums), spread the
 requests evenly over each cell's holders (``_senders``) and pack the transfers into rounds
 (``_pack_schedule``). Planning stops before the packing: ``routing`` gives the cells received and
@@ -45,7 +46,8 @@ from spmd_types.memo import Scope, memo
 MAX_CELLS = 1 << 22
 """Exchanges of more (device, cell, reduced partial) triples than this are neither routed nor
 scheduled unless each device handles at most ``MAX_DEVICE_CELLS`` of them; devices count per class
-(``redist.exchange_classes``: atoms both types use alike, and idle ones, are factored out first).
+(``redist.exchange_classes``: atoms both types use alike, and idle ones, are factored out first),
+and by group where the routing tabulates one row per group (``_provider_rows``).
 Routing is NumPy passes over these triples, scheduling adds the edge colouring of the transfers
 (Euler splits in C) and rounds of ``devices x rank`` offsets. At this size, on one core of the
 2-core CI machine: routing 0.5-1.7 s and 0.25-0.35 GB for the reducing exchanges of the issue-12
