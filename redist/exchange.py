@@ -14,7 +14,8 @@ devices or (device, cell) rows, with no Python loop per device or cell: split th
 (``_partial_axes``), lay the cell grid (``_cell_grid``), tabulate every device's coordinates
 (``_device_tables``), list who needs which cell (``_need_rows``), choose one replica per cell
 (``_choose_replicas``, in ``_needs``), group the holders by what they hold (``_Holders``), keep one
-provider per fresh group (``_providers``), route the cells (``_route_direct``, or
+provider per fresh group (``_providers``; with one replica
+only the providers' rows are tabulated, ``_provider_rows``), route the cells (``_route_direct``, or
 ``_route_reduced``: phase A merges partials at a root, phase B forwards merged sums), spread the
 requests evenly over each cell's holders (``_senders``) and pack the transfers into rounds
 (``_pack_schedule``). Planning stops before the packing: ``routing`` gives the cells received and
@@ -39,32 +40,39 @@ from redist.errors import StepError
 from redist.exchange_classes import Classes, classes, lift_pairs, lift_rows
 from redist.groups import atoms_index, group_key, rank_within, replica_index
 from spmd_types import ShardingType
-from spmd_types.layout import block_bounds, overlap_widths
+from spmd_types.layout import block_bounds, overlap_elements, overlap_widths
 from spmd_types.memo import Scope, memo
 
-MAX_CELLS = 1 << 20
-"""Exchanges of more (device, cell, reduced partial) triples than this are refused unless each
-device handles at most ``MAX_DEVICE_CELLS`` of them; devices count per class
-(``redist.exchange_classes``: the atoms both types use alike are factored out first), and
-exchanges without pending sums may have ``PLAIN_FACTOR`` times more. ``schedule`` is NumPy passes
-over these triples (about 1 s at this size on one core; its edge colouring is Euler splits in C) and its
-rounds hold ``rounds x devices x rank`` offsets, so 8,192 devices moving 64 cells each are
-scheduled (every issue-12 ladder pair on 12 and 13 axes of 2 whose types share no unreduced axis
-plans at the transfer bound); finer candidates are skipped. Planning reads only the routing, but
-the limit applies there too, so no plan claims figures its schedule could not be built for. A
-refusal is ``ExchangeTooFineError``, a ``StepError``: the synthesizer skips that candidate, and
-``redist bench-plan --ladder`` counts the plans above the bound because of it (docs/design.md 13.3)."""
+MAX_CELLS = 1 << 22
+"""Exchanges of more (device, cell, reduced partial) triples than this are neither routed nor
+scheduled unless each device handles at most ``MAX_DEVICE_CELLS`` of them; devices count per class
+(``redist.exchange_classes``: atoms both types use alike, and idle ones, are factored out first),
+and by group where the routing tabulates one row per group (``_provider_rows``).
+Routing is NumPy passes over these triples, scheduling adds the edge colouring of the transfers
+(Euler splits in C) and rounds of ``devices x rank`` offsets. At this size, on one core of the
+2-core CI machine: routing 0.5-1.7 s and 0.25-0.35 GB for the reducing exchanges of the issue-12
+ladder on 65,536 devices, about 4 s for the worst (every triple a transfer:
+``f32[65536@(a0..a9)]{U:(a10..a15)} -> f32[65536@(a10..a15,a0..a9)]`` on 16 axes of 2); a
+schedule 3 s for the ladder's, 20 s and 1.8 GB where every triple moves (once per plan and mesh).
+A refusal is ``ExchangeTooFineError``, a ``StepError``. What it means for planning depends on the
+exchange (docs/design.md 13.3): with pending sums planning reads the routing, so the synthesizer
+skips the candidate and ``redist bench-plan --ladder`` counts the plans above the bound because of
+it; without them planning prices the exchange in closed form (``redist.measure.closed_form``,
+exact at any size), so the plan holds it and only building its schedule (lowering, simulation,
+proofs; ``str(plan)`` says so) raises."""
 
 MAX_DEVICE_CELLS = 16
 """(cell, reduced partial) pairs per device always allowed, whatever the mesh size: 65,536 devices
 moving one to sixteen cells each are scheduled."""
 
-PLAIN_FACTOR = 4
-"""Exchanges without pending sums on either side may schedule ``PLAIN_FACTOR x MAX_CELLS`` triples:
-planning prices them in closed form (``redist.measure.closed_form``, exact), never from their
-rows, so the limit is only what building the schedule to run it costs, once per (plan, mesh): 4M
-triples (65,536 devices moving 64 cells each) took 20 s and 1.8 GB on one core of the 2-core CI
-machine, most of it the edge colouring (docs/design.md 13.3)."""
+
+MAX_PACKED = 1 << 26
+"""Offsets a schedule's packed rounds may hold, ``rounds x devices x rank`` over the whole mesh
+(each an int64, sent and received: 1 GiB here). Routing by group (``_provider_rows``) tabulates
+few rows where many devices receive many cells: ``f32[1024@fsdp,512,128@seq,32768@data,128@model]{U:pod} ->
+f32[1024,512,128@model,32768@(pod,data),128]{U:(fsdp,seq)}`` on 65,536 devices routes 1M rows in
+about 4 s, but its 1,024 rounds would pack 5 GiB of offsets: it is planned (its figures are the
+routing's, exact) and its schedule refused, as a plain exchange past ``MAX_CELLS`` is."""
 
 
 class ExchangeTooFineError(StepError):
@@ -159,8 +167,9 @@ def _cell_grid(old: ShardingType, new: ShardingType) -> CellGrid:
 
 
 def check_size(old: ShardingType, new: ShardingType) -> None:
-    """Raise ``ExchangeTooFineError`` if ``schedule(old, new)`` would be refused (its size limit,
-    which applies to one class of devices: ``redist.exchange_classes``)."""
+    """Raise ``ExchangeTooFineError`` if ``schedule(old, new)`` (and, with pending sums,
+    ``routing(old, new)``) would be refused: its size limit, which applies to one class of devices
+    (``redist.exchange_classes``)."""
     c = classes(old, new)
     if c is not None:
         old, new = c.quotient_old, c.quotient_new
@@ -170,16 +179,46 @@ def check_size(old: ShardingType, new: ShardingType) -> None:
 def _check_size(old: ShardingType, new: ShardingType, grid: CellGrid, axes: PartialAxes) -> None:
     cells = math.prod(grid.per_block)
     per_device = cells * axes.n_reduced
-    total = per_device * old.mesh.size
-    plain = not (old.unreduced or new.unreduced)
-    limit = MAX_CELLS * PLAIN_FACTOR if plain else MAX_CELLS
-    if total > limit and per_device > MAX_DEVICE_CELLS:
-        name = "MAX_CELLS x PLAIN_FACTOR" if plain else "MAX_CELLS"
+    n, who = old.mesh.size, "devices"
+    if _by_group(old, axes):
+        n, who = n // math.prod(a.size for a in axes.fresh), "groups of devices differing only along new pending sums"
+    total = per_device * n
+    if total > MAX_CELLS and per_device > MAX_DEVICE_CELLS:
         raise ExchangeTooFineError(
             f"exchange {old} -> {new} needs {cells} cell(s) of {list(grid.cell)} elements per device "
             f"x {axes.n_reduced} partial(s) = {per_device} > MAX_DEVICE_CELLS = {MAX_DEVICE_CELLS}, "
-            f"x {old.mesh.size} devices = {total:,} > {name} = {limit:,}; choose shapes whose "
+            f"x {n} {who} = {total:,} > MAX_CELLS = {MAX_CELLS:,}; choose shapes whose "
             f"local blocks share a larger common divisor per dimension")
+
+
+def check_schedule(old: ShardingType, new: ShardingType) -> None:
+    """Raise ``ExchangeTooFineError`` if ``schedule(old, new)`` would be refused: past ``MAX_CELLS``
+    (``check_size``) or ``MAX_PACKED``. Its rounds are the closed form's without pending sums
+    (``redist.measure.closed_form``, the same count), else the routing's (which planning read)."""
+    check_size(old, new)
+    if old.unreduced or new.unreduced:
+        rounds = routing(old, new).rounds
+    else:
+        missing = new.local_size - overlap_elements(old, new)
+        rounds = int(missing.max()) // math.prod(cell_shape(old, new))
+    packed = rounds * old.mesh.size * max(1, old.rank)
+    if packed > MAX_PACKED:
+        raise ExchangeTooFineError(
+            f"exchange {old} -> {new}: {rounds:,} rounds x {old.mesh.size} devices x rank {old.rank} "
+            f"= {packed:,} offsets > MAX_PACKED = {MAX_PACKED:,}; its figures are exact, but its schedule "
+            f"is too large to build")
+
+
+def _by_group(old: ShardingType, axes: PartialAxes) -> bool:
+    """Whether the routing tabulates one row per (group, cell) (``_provider_rows``): the new type
+    adds pending sums (fresh atoms) and the source has one replica (no pending sums, or every
+    (block, partial) held by one device), so a group's provider depends only on who holds what."""
+    if not axes.fresh:
+        return False
+    if not old.unreduced:
+        return True
+    blocks = math.prod(n // b for n, b in zip(old.shape, old.local_shape))
+    return blocks * math.prod(a.size for a in unreduced_atoms(old)) == old.mesh.size
 
 
 def _device_tables(old: ShardingType, new: ShardingType, axes: PartialAxes) -> DeviceTables:
@@ -208,13 +247,18 @@ class _NeedRows(NamedTuple):
     cell_id: np.ndarray  # [rows] dense id of the global cell
     need: np.ndarray    # [rows] index of the row's (cell, kept) in order of first need
     offsets: bool       # whether transfers carry their offsets (``schedule``; ``routing`` counts only)
+    at: np.ndarray | None = None  # [rows] each row's cell in its block (``_provider_rows``); else
+                                  # rows are every device's cells in order: ``row % cells per block``
+
+    def _at(self, sel: np.ndarray) -> np.ndarray:
+        return sel % len(self.idx) if self.at is None else self.at[sel]
 
     def offset(self, sel: np.ndarray) -> np.ndarray:
         """``[len(sel), rank]``: start of each row's cell in its device's new block (``[len(sel), 0]``
         without offsets)."""
         if not self.offsets:
             return np.zeros((len(sel), 0), dtype=np.int64)
-        return self.idx[sel % len(self.idx)] * self.cell
+        return self.idx[self._at(sel)] * self.cell
 
     def src_offset(self, start: np.ndarray, need: np.ndarray, old_start: np.ndarray, src: np.ndarray) -> np.ndarray:
         """``start[need] - old_start[src]``: each cell's start in its sender's old block (as ``offset``)."""
@@ -224,7 +268,7 @@ class _NeedRows(NamedTuple):
 
     def gcell(self, sel: np.ndarray) -> np.ndarray:
         """``[len(sel), rank]``: global cell grid index of each row's cell."""
-        return self.base[self.device[sel]] + self.idx[sel % len(self.idx)]
+        return self.base[self.device[sel]] + self.idx[self._at(sel)]
 
     def holds_old(self, dev: DeviceTables) -> np.ndarray:
         """``[rows]``: whether each row's device holds the row's cell in its old block."""
@@ -237,27 +281,74 @@ def _need_rows(grid: CellGrid, dev: DeviceTables, shape: Offset, offsets: bool =
     its block's first cell plus one shared table of cell offsets (a broadcast sum, not a per-row
     unravel). Every (global cell, kept) pair is needed by some device, so the needs are numbered
     in order of first need on dense tables of that size (no sort of the rows)."""
-    rank = len(grid.cell)
-    cell = np.array(grid.cell, dtype=np.int64)
-    n_cells = math.prod(grid.per_block)
-    device = np.repeat(np.arange(dev.n_devices, dtype=np.int64), n_cells)
-    if not rank:  # a scalar: one cell per device
-        idx, base = np.zeros((1, 0), dtype=np.int64), np.zeros((dev.n_devices, 0), dtype=np.int64)
-    else:
-        idx = np.stack(np.unravel_index(np.arange(n_cells), grid.per_block), axis=-1)
-        base = dev.new_start // cell
-    grid_shape = tuple(n // c for n, c in zip(shape, grid.cell))
-    strides = np.array([math.prod(grid_shape[k + 1:]) for k in range(rank)], dtype=np.int64)
-    code = ((base @ strides)[:, None] + (idx @ strides)[None, :]).reshape(-1)
+    idx, base = _cell_table(grid, dev)
+    device = np.repeat(np.arange(dev.n_devices, dtype=np.int64), len(idx))
+    code, n_codes = _grid_codes(grid, shape, base, idx)
+    code = code.reshape(-1)
     n_kept = int(dev.kept.max()) + 1
-    need = _first_need_order(code * n_kept + dev.kept[device], math.prod(grid_shape) * n_kept)
-    if n_kept == 1:
-        cell_id = need
-    else:
-        present = np.zeros(math.prod(grid_shape), dtype=bool)
-        present[code] = True
-        cell_id = (np.cumsum(present) - 1)[code]  # the rank of the code among those present
-    return _NeedRows(device, base, idx, cell, cell_id, need, offsets)
+    need = _first_need_order(code * n_kept + dev.kept[device], n_codes * n_kept)
+    cell_id = _dense_cells(code, n_codes) if n_kept > 1 else need
+    return _NeedRows(device, base, idx, np.array(grid.cell, dtype=np.int64), cell_id, need, offsets)
+
+
+def _cell_table(grid: CellGrid, dev: DeviceTables) -> tuple[np.ndarray, np.ndarray]:
+    """``idx`` (each cell's grid index inside a block, ``np.ndindex`` order) and ``base`` (each
+    device's new block's first cell) of ``_NeedRows``."""
+    n_cells = math.prod(grid.per_block)
+    if not grid.cell:  # a scalar: one cell per device
+        return np.zeros((1, 0), dtype=np.int64), np.zeros((dev.n_devices, 0), dtype=np.int64)
+    idx = np.stack(np.unravel_index(np.arange(n_cells), grid.per_block), axis=-1)
+    return idx, dev.new_start // np.array(grid.cell, dtype=np.int64)
+
+
+def _grid_codes(grid: CellGrid, shape: Offset, base: np.ndarray, idx: np.ndarray) -> tuple[np.ndarray, int]:
+    """``[len(base), cells per block]`` raveled global cell grid index of every block's cells, and
+    how many cells the array has."""
+    grid_shape = tuple(n // c for n, c in zip(shape, grid.cell))
+    strides = np.array([math.prod(grid_shape[k + 1:]) for k in range(len(grid.cell))], dtype=np.int64)
+    return (base @ strides)[:, None] + (idx @ strides)[None, :], math.prod(grid_shape)
+
+
+def _provider_rows(grid: CellGrid, dev: DeviceTables, blocks: Offset, shape: Offset, offsets: bool) -> _NeedRows:
+    """The rows ``_providers`` keeps, without tabulating the others: where the new type adds
+    pending sums (fresh atoms) and the source has one replica, a group's members (devices
+    differing only along the fresh atoms) share a new block and kept partial, so per (group, cell)
+    the provider is the member of least group index whose old block holds the cell, else the
+    member of index 0. Rows are ``groups x cells``, not ``devices x cells``; laid out device-major
+    as ``_need_rows`` orders them (needs numbered in order of first need over every device: each
+    group's first device is its member of index 0, the group key)."""
+    idx, base = _cell_table(grid, dev)
+    n_cells = len(idx)
+    leads = np.flatnonzero(dev.group_index == 0)  # in device order: groups by their first device
+    code, n_codes = _grid_codes(grid, shape, base[leads], idx)  # [groups, cells]
+    cell = np.array(grid.cell, dtype=np.int64)
+    held_by = (base[leads][:, None, :] + idx[None, :, :]) * cell // dev.old_local  # old block of each cell
+    n_blocks = math.prod(blocks)
+    want = _ravel(held_by.reshape(code.size, len(blocks)), blocks).reshape(code.shape)
+    want += np.arange(len(leads))[:, None] * n_blocks  # (group, old block) of each (group, cell)
+    key = np.searchsorted(leads, dev.group) * n_blocks + _ravel(dev.old_block, blocks)  # each device's
+    order = np.lexsort((dev.group_index, key))
+    first = order[np.r_[True, key[order][1:] != key[order][:-1]]]  # least group index per (group, block)
+    found = np.minimum(np.searchsorted(key[first], want), len(first) - 1)
+    provider = np.where(key[first][found] == want, first[found], leads[:, None])  # [groups, cells]
+    n_kept = int(dev.kept.max()) + 1
+    need = _first_need_order((code * n_kept + dev.kept[leads][:, None]).reshape(-1), n_codes * n_kept)
+    cell_id = _dense_cells(code.reshape(-1), n_codes) if n_kept > 1 else need
+    at = np.broadcast_to(np.arange(n_cells), code.shape).reshape(-1)
+    rows = np.lexsort((at, provider.reshape(-1)))  # device-major, cells in order
+    return _NeedRows(provider.reshape(-1)[rows], base, idx, cell, cell_id[rows], need[rows], offsets, at[rows])
+
+
+def _ravel(index: np.ndarray, shape: Offset) -> np.ndarray:
+    """``[n, rank]`` grid indices as row-major ints (zeros for a scalar)."""
+    return np.ravel_multi_index(tuple(index.T), shape) if len(shape) else np.zeros(len(index), dtype=np.int64)
+
+
+def _dense_cells(code: np.ndarray, n_codes: int) -> np.ndarray:
+    """Per row, the rank of its global cell code among those present."""
+    present = np.zeros(n_codes, dtype=bool)
+    present[code] = True
+    return (np.cumsum(present) - 1)[code]
 
 
 def _first_need_order(key: np.ndarray, n_keys: int) -> np.ndarray:
@@ -643,6 +734,7 @@ def schedule(old: ShardingType, new: ShardingType) -> Schedule:
     The devices run in classes that exchange only among themselves (``redist.exchange_classes``):
     one class's schedule is built and repeated for every class.
     """
+    check_schedule(old, new)
     c = classes(old, new)
     if c is not None:
         return _lift(c, schedule(c.quotient_old, c.quotient_new))
@@ -772,12 +864,16 @@ def _route(old: ShardingType, new: ShardingType, offsets: bool = True) -> tuple[
     grid = _cell_grid(old, new)
     _check_size(old, new, grid, axes)
     dev = _device_tables(old, new, axes)
-    rows = _need_rows(grid, dev, old.shape, offsets)
     codes = _Codes(tuple(n // b for n, b in zip(old.shape, old.local_shape)), int(dev.kept.max()) + 1,
                    axes.n_reduced, int(dev.replica.max()) + 1)
+    grouped = _by_group(old, axes)
+    if grouped:
+        rows = _provider_rows(grid, dev, codes.blocks, old.shape, offsets)
+    else:
+        rows = _need_rows(grid, dev, old.shape, offsets)
     needs = _needs(grid, dev, rows, codes)
     h = _Holders.of(codes.of(dev.old_block, dev.kept, dev.partial, dev.replica))
-    sel = _providers(dev, rows, needs.holds) if axes.fresh else np.arange(len(rows.need))
+    sel = _providers(dev, rows, needs.holds) if axes.fresh and not grouped else np.arange(len(rows.need))
     if axes.n_reduced == 1:
         routed = _route_direct(dev, rows, needs, sel, h)
     else:

@@ -1,27 +1,35 @@
 """Exchanges factored by the mesh atoms they leave alone: the work is per class of devices.
 
-Two kinds of atoms split the devices into classes that exchange only among themselves, every
+Three kinds of atoms split the devices into classes that exchange only among themselves, every
 class running the same exchange:
 
 - atoms unreduced in both types (*kept*): class ``p`` holds partial ``p`` and needs partial ``p``;
-- the most-major atoms a dimension's sharding shares in both types (a common prefix, e.g. ``x`` in
-  ``[(x, y)] -> [(x, z)]``): class ``c`` holds and needs only slab ``c`` of that dimension.
+- *aligned* atoms: an atom sharding the same dimension in both types behind atoms of the same
+  total size (a shared major prefix is the simplest case, e.g. ``x`` in ``[(x, y)] -> [(x, z)]``;
+  ``y`` in ``[(x, y)] -> [(z, y)]`` is one too): its coordinate is one digit of the element index
+  in both types, so class ``c`` holds and needs only the elements whose digit is ``c``;
+- *idle* atoms, used by neither type, where no partials are summed: each class holds a whole copy
+  of the source and needs a whole copy of the destination. Where partials are summed they stay
+  whole: summing once per class costs ``(classes - 1)(k - 2)`` more cells per cell than once.
 
 A class's exchange is the exchange between the *quotient* types: the same local shapes on the
-mesh without those atoms, each such dimension cut to one slab. ``redist.exchange`` routes and
-schedules the quotient (``mesh.size / classes`` devices) and lifts the result: the cells received
-scale by the class count; the rounds are the quotient's, all classes running them at once (their
-devices are disjoint). Device order inside a class is the quotient's device order (removing mesh
-digits keeps the order of the rest), and every choice the routing makes (replica, root, sender)
-is among devices of one class by that order, so the lifted figures are those of the unfactored
-routing (``tests/test_exchange_classes.py`` checks it pair by pair), with one difference, a gain:
-where the source's only unreduced atoms are kept ones, the quotient source is plain and its
-replicas are interchangeable, so a device may add a cell another replica holds instead of
-receiving its own replica's. That stays exact: every class takes each cell from the same replica,
-so each group of kept partials still sums to the value (the simulator test with a decomposition
-per replica checks it). On the issue-12 ladder this
-turns exchanges of millions of (device, cell) triples at 65,536 devices into ones of a few
-hundred thousand, under ``redist.exchange.MAX_CELLS``.
+mesh without those atoms, each such dimension cut to the elements of one digit. ``redist.exchange``
+routes and schedules the quotient (``mesh.size / classes`` devices) and lifts the result: the cells
+received scale by the class count; the rounds are the quotient's, all classes running them at once
+(their devices are disjoint). Device order inside a class is the quotient's device order (removing
+mesh digits keeps the order of the rest), and every choice the routing makes (replica, root,
+sender) for kept and aligned atoms is among devices of one class by that order, so the lifted
+figures are those of the unfactored routing (``tests/test_exchange_classes.py`` checks it pair by
+pair). Across idle atoms the unfactored routing may pick a sender in another class, but each class
+holds ``1/classes`` of every holder group and of its requests, so the busiest sender's load
+(``ceil(requests / holders)``) and every device's receipts are the same. One difference is a gain:
+where the source's only unreduced atoms are kept ones and the quotient source is plain or an idle
+atom is factored, the source's replicas are interchangeable inside a class, so a device may add a
+cell another replica holds instead of receiving its own replica's. That stays exact: every class
+takes each cell from the same replica, so each group of kept partials still sums to the value (the
+simulator test with a decomposition per replica checks it). On the issue-12 ladder this turns
+exchanges of millions of (device, cell) triples at 65,536 devices into ones of a few hundred
+thousand, under ``redist.exchange.MAX_CELLS``.
 """
 
 from __future__ import annotations
@@ -62,19 +70,35 @@ class Classes:
 
 
 def _factored(old: ShardingType, new: ShardingType) -> frozenset[Atom]:
-    """Atoms both types use alike: kept unreduced atoms and each dimension's shared major prefix
-    (size-1 atoms split nothing). Only on axes whose every used atom is one of the mesh's prime
-    atoms (a spelling like ``x:(1)3`` on ``x=6`` factors ``x`` otherwise: those axes stay whole)."""
-    out = set(unreduced_atoms(old) & unreduced_atoms(new))
-    for a, b in zip(dims_atoms(old), dims_atoms(new)):
-        for x, y in zip(a, b):
-            if x != y:
-                break
-            out.add(x)
+    """Atoms both types use alike (size-1 atoms split nothing): kept unreduced atoms, *aligned*
+    atoms and, without reduced atoms, *idle* ones. Only on axes whose every used atom is one of
+    the mesh's prime atoms (a spelling like ``x:(1)3`` on ``x=6`` factors ``x`` otherwise: those
+    axes stay whole)."""
+    ua, ub = unreduced_atoms(old), unreduced_atoms(new)
+    out = set(ua & ub) | _aligned(old, new)
     mesh = old.mesh
     used = {x for t in (old, new) for x in (*unreduced_atoms(t), *(y for d in dims_atoms(t) for y in d))}
+    if not ua - ub:
+        out |= {x for name in mesh.names for x in atoms_of(mesh, name)} - used
     odd = {x.name for x in used if x not in atoms_of(mesh, x.name)}
     return frozenset(x for x in out if x.size > 1 and x.name not in odd)
+
+
+def _aligned(old: ShardingType, new: ShardingType) -> set[Atom]:
+    """Atoms that shard the same dimension in both types behind atoms of the same total size (a
+    shared major prefix is the simplest case): the atom's coordinate is one digit of the element
+    index, the same digit in both types, so every device holds and needs only elements with its
+    digit."""
+    def places(t: ShardingType) -> dict[Atom, tuple[int, int]]:
+        out = {}
+        for dim, atoms in enumerate(dims_atoms(t)):
+            pre = 1
+            for x in atoms:
+                out[x] = (dim, pre)
+                pre *= x.size
+        return out
+    a, b = places(old), places(new)
+    return {x for x, at in a.items() if b.get(x) == at}
 
 
 def _remaining(mesh: Mesh, factored: frozenset[Atom]) -> tuple[Atom, ...]:

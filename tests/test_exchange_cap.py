@@ -1,4 +1,6 @@
-"""A plan never holds an exchange its scheduler refuses: the closed-form measure checks the cap."""
+"""Exchanges past the size limit (``redist.exchange.MAX_CELLS``): with pending sums a plan never
+holds one (planning reads their routing); a plain one is priced in closed form and planned, and
+only building its schedule raises, which ``str(plan)`` reports instead of failing."""
 
 from __future__ import annotations
 
@@ -6,23 +8,56 @@ import pytest
 
 import redist.exchange as exchange
 from redist import CostModel, clear_caches, redistribute
-from redist.exchange import ExchangeTooFineError, schedule
+from redist.exchange import ExchangeTooFineError, check_size, schedule
+from redist.plan import Plan
+from redist.simulate import scatter, simulate
+from redist.steps import Exchange
 from spmd_types import Mesh, parse
 
 MESH = Mesh({"x": 2, "y": 4})
 SRC, DST = "f32[512,1024@(x,y)]", "f32[512@(y,x),1024]"  # an exchange of 8 cells per device
+USRC, UDST = "f32[512,1024@(x,y)]{U:z}", "f32[512@(y,x),1024]"  # the same, summing partials over z
 
 
-def test_refused_exchange_is_never_planned(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.fixture
+def tiny_limit(monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
     monkeypatch.setattr(exchange, "MAX_CELLS", 8)
     monkeypatch.setattr(exchange, "MAX_DEVICE_CELLS", 1)
     clear_caches("all")
-    try:
-        with pytest.raises(ExchangeTooFineError):
-            schedule(parse(SRC, MESH), parse(DST, MESH))
-        for objective in ("bytes", "time"):
-            plan = redistribute(SRC, DST, MESH, cost_model=CostModel(objective=objective))
-            assert all(s.kind not in ("exchange", "exchange_all_to_all") for s in plan.steps), plan
-            str(plan)  # describing it builds every schedule it holds
-    finally:
-        clear_caches("all")
+    yield
+    clear_caches("all")
+
+
+def test_a_refused_pending_sum_exchange_is_never_planned(tiny_limit: None) -> None:
+    mesh = Mesh({"x": 2, "y": 4, "z": 2})
+    with pytest.raises(ExchangeTooFineError):
+        schedule(parse(USRC, mesh), parse(UDST, mesh))
+    for objective in ("bytes", "time"):
+        plan = redistribute(USRC, UDST, mesh, cost_model=CostModel(objective=objective))
+        ts = plan.all_types
+        for i, step in enumerate(plan.steps):  # its exchanges with pending sums are all routable
+            if step.kind in ("exchange", "exchange_all_to_all") and (ts[i].unreduced or ts[i + 1].unreduced):
+                check_size(ts[i], ts[i + 1])
+        str(plan)  # describing it builds the schedules it can
+
+
+def test_a_too_fine_plain_exchange_is_planned_at_the_bound(tiny_limit: None) -> None:
+    """Its figures are the closed form's (exact); lowering it raises the typed error, and the
+    plan's description says it cannot be built instead of raising."""
+    plan = redistribute(SRC, DST, MESH, cost_model=CostModel(objective="bytes"))
+    assert [s.kind for s in plan.steps] == ["exchange"]
+    assert plan.recv_bytes == plan.lower_bound_bytes
+    assert "cannot be lowered" in str(plan) and "MAX_CELLS = 8" in str(plan)
+    s, d = parse(SRC, MESH), parse(DST, MESH)
+    with pytest.raises(ExchangeTooFineError):
+        simulate(plan.steps, [s, d], scatter(__import__("numpy").zeros(s.shape, "float32"), s))
+
+
+def test_the_closed_form_is_the_schedule_it_stands_for() -> None:
+    """Without the limit the exchange builds, and its schedule has the priced bytes and rounds."""
+    clear_caches("all")
+    s, d = parse(SRC, MESH), parse(DST, MESH)
+    (m,) = Plan.build(s, (Exchange(d.dims, None),)).measures
+    sch = schedule(s, d)
+    assert m.rounds == len(sch.rounds) == 7
+    assert m.recv_bytes == sch.n_transfers * 64 * 128 * 4 / MESH.size

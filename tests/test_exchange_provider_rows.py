@@ -1,0 +1,67 @@
+"""Routing by group (``redist.exchange._provider_rows``): where the new type adds pending sums and
+the source has one replica, the routing tabulates one row per (group, cell) instead of one per
+(device, cell). It must be the per-device routing exactly: the same transfers, in the same order,
+from and to the same offsets (which fixes bytes, rounds and the schedule)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from strategies import meshes, shapes_for, sharding_types
+
+import redist.exchange as exchange
+from redist.caches import clear_caches
+from redist.errors import StepError
+from spmd_types import Mesh, ShardingType, parse
+
+
+@st.composite
+def _pairs(draw: st.DrawFn) -> tuple[ShardingType, ShardingType]:
+    mesh = draw(meshes(max_axes=4, max_size=4, max_devices=32))
+    shape = draw(shapes_for(mesh, draw(st.integers(0, 3))))
+    s = draw(sharding_types(mesh, shape=shape, dtype="f32", unreduced=draw(st.booleans()), subaxes=True))
+    d = draw(sharding_types(mesh, shape=shape, dtype="f32", unreduced=True, subaxes=True))
+    return s, d
+
+
+def _routed(s: ShardingType, d: ShardingType, grouped: bool, monkeypatch: pytest.MonkeyPatch) -> list[np.ndarray]:
+    real = exchange._by_group
+    monkeypatch.setattr(exchange, "_by_group", real if grouped else lambda old, axes: False)
+    clear_caches("plans")
+    try:
+        _, _, r = exchange._route.__wrapped__(s, d) if hasattr(exchange._route, "__wrapped__") else exchange._route(s, d)
+    finally:
+        monkeypatch.setattr(exchange, "_by_group", real)
+        clear_caches("plans")
+    return [*r.local, *r.merge, *r.forward, r.level]
+
+
+@given(_pairs())
+def test_routing_by_group_is_routing_by_device(pair: tuple[ShardingType, ShardingType]) -> None:
+    s, d = pair
+    if not exchange._by_group(s, exchange._partial_axes(s, d)):
+        return
+    with pytest.MonkeyPatch.context() as mp:
+        try:
+            by_group = _routed(s, d, True, mp)
+        except StepError:
+            return
+        by_device = _routed(s, d, False, mp)
+    assert all(np.array_equal(a, b) for a, b in zip(by_group, by_device)), (s, d)
+
+
+@pytest.mark.parametrize("src,dst", [
+    ("f32[8@x,4]", "f32[8,4@x]{U:y}"),
+    ("f32[8@(x,y),4]{U:z}", "f32[8@z,4@x]{U:y}"),
+    ("f32[8@y,4@x]", "f32[8,4]{U:(x,y)}"),
+    ("f32[8@y,4@z]{U:x}", "f32[8@x,4]{U:(y,z)}"),
+    ("f32[8@y,4]{U:(x,z)}", "f32[8,4]{U:(x,y)}"),
+])
+def test_routing_by_group_on_named_pairs(src: str, dst: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    mesh = Mesh({"x": 2, "y": 2, "z": 2})
+    s, d = parse(src, mesh), parse(dst, mesh)
+    assert exchange._by_group(s, exchange._partial_axes(s, d))
+    by_group, by_device = _routed(s, d, True, monkeypatch), _routed(s, d, False, monkeypatch)
+    assert all(np.array_equal(a, b) for a, b in zip(by_group, by_device))
