@@ -13,8 +13,7 @@ Reproduce: ``redist bench-plan`` (``--pairs N --seed S``). Prints markdown table
    cold, mesh tables warm) and how many plans meet the transfer bound; plans above it are split
    by cause: the types share an unreduced axis (the bound is not tight there, docs/design.md
    13.2), the direct exchange is refused by its size limit (``redist.exchange.MAX_CELLS``, 13.3),
-   or neither (a planner miss); and how many plans hold a plain exchange past that limit, priced
-   in closed form but too fine to schedule (lower, simulate or prove).
+   or neither (a planner miss).
 """
 
 from __future__ import annotations
@@ -32,8 +31,7 @@ from redist.atoms import unreduced_atoms
 from redist.caches import clear_caches
 from redist.enumerate import all_types
 from redist.errors import StepError
-from redist.exchange import check_schedule, check_size
-from redist.plan import Plan
+from redist.exchange import check_schedule
 from redist.search import plan_key, search
 from redist.synth import synthesize
 from spmd_types import Mesh, ShardingType
@@ -127,8 +125,7 @@ class LadderRow:
     slowest: str
     bound_met: int
     shared_unreduced: int  # above the bound, types share an unreduced axis (bound not tight)
-    refused: int           # above the bound, the direct exchange refused by its size limit
-    unbuilt: int           # plans holding a plain exchange priced past the size limit, not lowered
+    refused: int           # above the bound, the direct exchange refused by its size limits
 
 
 def ladder_pair(rng: random.Random, mesh: Mesh, unreduced: bool) -> tuple[ShardingType, ShardingType]:
@@ -160,7 +157,7 @@ def ladder(pairs: int, seed: int) -> list[LadderRow]:
         rng = random.Random(seed)
         ps = [ladder_pair(rng, mesh, i % 3 == 0) for i in range(pairs)]
         synthesize(*ps[0])  # per-mesh tables (coordinates, groups) are built once per mesh
-        times, above, unbuilt = [], [], 0
+        times, above = [], []
         for s, d in ps:
             clear_caches("plans")
             t0 = time.perf_counter()
@@ -168,34 +165,19 @@ def ladder(pairs: int, seed: int) -> list[LadderRow]:
             times.append(((time.perf_counter() - t0) * 1e3, f"{s} -> {d}"))
             if plan.recv_bytes > plan.lower_bound_bytes * (1 + 1e-9):
                 above.append(_above_cause(s, d))
-            unbuilt += not _buildable(plan)
         worst = max(times)
         rows.append(LadderRow(mesh, len(times), statistics.fmean(t for t, _ in times), worst[0], worst[1],
-                              len(ps) - len(above), above.count("shared"), above.count("refused"), unbuilt))
+                              len(ps) - len(above), above.count("shared"), above.count("refused")))
     return rows
-
-
-def _buildable(plan: Plan) -> bool:
-    """Whether every exchange of ``plan`` can be scheduled: a plain one past the size limit is
-    priced in closed form and planned, and one routed by group may be past the packing limit, but
-    neither is lowered (``redist.exchange.MAX_CELLS``, ``MAX_PACKED``)."""
-    ts = plan.all_types
-    try:
-        for i, step in enumerate(plan.steps):
-            if step.kind == "exchange":
-                check_schedule(ts[i], ts[i + 1])
-    except StepError:
-        return False
-    return True
 
 
 def _above_cause(s: ShardingType, d: ShardingType) -> str:
     """Why a plan is above the transfer bound: ``shared`` (an unreduced axis in both types, where
-    the bound is not tight), ``refused`` (the direct exchange is over its size limit) or ``other``."""
+    the bound is not tight), ``refused`` (the direct exchange is over its size limits) or ``other``."""
     if unreduced_atoms(s) & unreduced_atoms(d):
         return "shared"
     try:
-        check_size(s, d)
+        check_schedule(s, d)
     except StepError:
         return "refused"
     return "other"
@@ -203,9 +185,9 @@ def _above_cause(s: ShardingType, d: ShardingType) -> str:
 
 def ladder_table(pairs: int, seed: int) -> list[str]:
     head = ("mesh", "devices", "axes", "pairs", "mean ms", "max ms", "bound met", "above: shared U (not tight)",
-            "above: exchange refused", "exchange too fine to lower", "slowest pair")
+            "above: exchange refused", "slowest pair")
     return md_table(head, ((r.mesh, f"{r.mesh.size:,}", len(r.mesh.axes), r.n, f"{r.mean_ms:.2f}", f"{r.max_ms:.2f}",
-                            f"{r.bound_met}/{r.n}", r.shared_unreduced, r.refused, r.unbuilt, f"`{r.slowest}`")
+                            f"{r.bound_met}/{r.n}", r.shared_unreduced, r.refused, f"`{r.slowest}`")
                            for r in ladder(pairs, seed)))
 
 

@@ -54,12 +54,11 @@ Routing is NumPy passes over these triples, scheduling adds the edge colouring o
 ladder on 65,536 devices, about 4 s for the worst (every triple a transfer:
 ``f32[65536@(a0..a9)]{U:(a10..a15)} -> f32[65536@(a10..a15,a0..a9)]`` on 16 axes of 2); a
 schedule 3 s for the ladder's, 20 s and 1.8 GB where every triple moves (once per plan and mesh).
-A refusal is ``ExchangeTooFineError``, a ``StepError``. What it means for planning depends on the
-exchange (docs/design.md 13.3): with pending sums planning reads the routing, so the synthesizer
-skips the candidate and ``redist bench-plan --ladder`` counts the plans above the bound because of
-it; without them planning prices the exchange in closed form (``redist.measure.closed_form``,
-exact at any size), so the plan holds it and only building its schedule (lowering, simulation,
-proofs; ``str(plan)`` says so) raises."""
+A refusal is ``ExchangeTooFineError``, a ``StepError``: planning refuses what ``schedule`` would
+(``check_schedule``), though a plain exchange's figures are known in closed form at any size, so
+no plan holds an exchange it cannot lower, simulate or prove; the synthesizer uses the best other
+candidate and ``redist bench-plan --ladder`` counts the plans above the bound because of it
+(docs/design.md 13.3)."""
 
 MAX_DEVICE_CELLS = 16
 """(cell, reduced partial) pairs per device always allowed, whatever the mesh size: 65,536 devices
@@ -71,8 +70,8 @@ MAX_PACKED = 1 << 26
 (each an int64, sent and received: 1 GiB here). Routing by group (``_provider_rows``) tabulates
 few rows where many devices receive many cells: ``f32[1024@fsdp,512,128@seq,32768@data,128@model]{U:pod} ->
 f32[1024,512,128@model,32768@(pod,data),128]{U:(fsdp,seq)}`` on 65,536 devices routes 1M rows in
-about 4 s, but its 1,024 rounds would pack 5 GiB of offsets: it is planned (its figures are the
-routing's, exact) and its schedule refused, as a plain exchange past ``MAX_CELLS`` is."""
+about 4 s, but its 1,024 rounds would pack 5 GiB of offsets: it is refused, like a plain exchange
+past either limit (its figures would be exact, but no plan may hold a step it cannot lower)."""
 
 
 class ExchangeTooFineError(StepError):
@@ -196,12 +195,15 @@ def check_schedule(old: ShardingType, new: ShardingType) -> None:
     (``check_size``) or ``MAX_PACKED``. Its rounds are the closed form's without pending sums
     (``redist.measure.closed_form``, the same count), else the routing's (which planning read)."""
     check_size(old, new)
+    per_round = old.mesh.size * max(1, old.rank)
     if old.unreduced or new.unreduced:
         rounds = routing(old, new).rounds
+    elif math.prod(_cell_grid(old, new).per_block) * per_round <= MAX_PACKED:
+        return  # a plain exchange has at most one round per cell of a new block
     else:
         missing = new.local_size - overlap_elements(old, new)
         rounds = int(missing.max()) // math.prod(cell_shape(old, new))
-    packed = rounds * old.mesh.size * max(1, old.rank)
+    packed = rounds * per_round
     if packed > MAX_PACKED:
         raise ExchangeTooFineError(
             f"exchange {old} -> {new}: {rounds:,} rounds x {old.mesh.size} devices x rank {old.rank} "

@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from redist.cost import NOTHING_WRITTEN, CostModel, Written, sized_kind
-from redist.exchange import cell_shape, crossed_axes, routing, schedule
+from redist.exchange import cell_shape, check_schedule, crossed_axes, routing, schedule
 from redist.exchange_a2a import padded_recv_cells, slots
 from redist.facets import FacetTable
 from redist.groups import coords as mesh_coords
@@ -276,13 +276,14 @@ def moved_kind(kind: str, t: ShardingType) -> str:
 
 def _p2p_traffic(step: Step, before: ShardingType, after: ShardingType, cm: CostModel) -> StepMeasure:
     """Without unreduced axes the closed form above, over the axes either layout uses; with
-    unreduced axes, read off the routing or schedule (tests check the two agree where both apply),
-    which refuse exchanges too fine to route (``ExchangeTooFineError``). The closed form is exact
-    at any size, so a plain exchange is priced however fine: only building its schedule (lowering,
-    simulation, proofs) may refuse it (``redist.exchange.MAX_CELLS``, docs/design.md 13.3). Sizes
-    past int64 are ``SizeLimitError`` before any table is built (``check_index_range``)."""
+    unreduced axes, read off the routing or schedule (tests check the two agree where both apply).
+    An exchange whose schedule would be refused (``ExchangeTooFineError``: ``MAX_CELLS``,
+    ``MAX_PACKED``) is refused here too, though its figures are known, so the synthesizer never
+    returns a plan it cannot lower, simulate or prove (docs/design.md 13.3). Sizes past int64 are
+    ``SizeLimitError`` before any table is built (``check_index_range``)."""
     check_index_range(before)
     check_index_range(after)
+    check_schedule(before, after)
     if before.unreduced or after.unreduced:
         return schedule_measure(before, after, cm, profile_kind(step, before))
     cf = closed_form(before, after)

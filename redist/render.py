@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from redist.atoms import atoms_of_axes
-from redist.exchange import ExchangeTooFineError, Schedule, schedule
+from redist.exchange import Schedule, schedule
 from redist.exchange_a2a import slots
 from redist.facets import FacetTable
 from redist.groups import coords as mesh_coords
@@ -257,12 +257,7 @@ def _exchange(step: Exchange, before: ShardingType, after: ShardingType, m: Step
     if n == 0:
         return StepText("exchange", "every device already holds what its new block needs: a local copy",
                         0, NOTHING_SENT)
-    try:
-        sch = schedule(before, after)
-    except ExchangeTooFineError as e:  # priced in closed form; too fine to build a schedule for
-        return StepText("exchange", f"{m.rounds:,} rounds of one cell per device, priced in closed form: {e}; "
-                        "this plan cannot be lowered, simulated or proved", n,
-                        f"{plural(n, 'collective-permute')}, one per round")
+    sch = schedule(before, after)
     cell = "x".join(map(str, sch.cell)) or "1"
     cells, senders = sch.recv_cells, _senders(sch, before.mesh.size)
     got = cells > 0

@@ -1,9 +1,12 @@
-"""Exchanges past the size limit (``redist.exchange.MAX_CELLS``): with pending sums a plan never
-holds one (planning reads their routing); a plain one is priced in closed form and planned, and
-only building its schedule raises, which ``str(plan)`` reports instead of failing."""
+"""Exchanges past the size limits (``redist.exchange.MAX_CELLS``, ``MAX_PACKED``): a plan never
+holds one, with or without pending sums, though a plain one's figures are known in closed form:
+planning refuses what building the schedule (lowering, simulation, proofs) would."""
 
 from __future__ import annotations
 
+import math
+
+import numpy as np
 import pytest
 
 import redist.exchange as exchange
@@ -41,16 +44,26 @@ def test_a_refused_pending_sum_exchange_is_never_planned(tiny_limit: None) -> No
         str(plan)  # describing it builds the schedules it can
 
 
-def test_a_too_fine_plain_exchange_is_planned_at_the_bound(tiny_limit: None) -> None:
-    """Its figures are the closed form's (exact); lowering it raises the typed error, and the
-    plan's description says it cannot be built instead of raising."""
-    plan = redistribute(SRC, DST, MESH, cost_model=CostModel(objective="bytes"))
-    assert [s.kind for s in plan.steps] == ["exchange"]
-    assert plan.recv_bytes == plan.lower_bound_bytes
-    assert "cannot be lowered" in str(plan) and "MAX_CELLS = 8" in str(plan)
+def test_a_too_fine_plain_exchange_is_never_planned(tiny_limit: None) -> None:
+    """The best other plan is used: every step lowers and simulates, and the plan is above the
+    bound only because the exchange was refused (it is at the bound without the limit)."""
     s, d = parse(SRC, MESH), parse(DST, MESH)
-    with pytest.raises(ExchangeTooFineError):
-        simulate(plan.steps, [s, d], scatter(__import__("numpy").zeros(s.shape, "float32"), s))
+    with pytest.raises(ExchangeTooFineError, match="MAX_CELLS = 8"):
+        schedule(s, d)
+    plan = redistribute(SRC, DST, MESH, cost_model=CostModel(objective="bytes"))
+    assert not {"exchange", "exchange_all_to_all"} & {st.kind for st in plan.steps}
+    assert plan.recv_bytes > plan.lower_bound_bytes
+    x = np.arange(math.prod(s.shape), dtype=np.float32).reshape(s.shape)
+    out = simulate(plan.steps, plan.all_types, scatter(x, s))
+    np.testing.assert_array_equal(out, scatter(x, d))
+    str(plan)
+
+
+def test_the_same_exchange_is_at_the_bound_without_the_limit() -> None:
+    clear_caches("all")
+    plan = redistribute(SRC, DST, MESH, cost_model=CostModel(objective="bytes"))
+    assert [st.kind for st in plan.steps] in (["exchange"], ["exchange_all_to_all"])
+    assert plan.recv_bytes == plan.lower_bound_bytes
 
 
 def test_the_closed_form_is_the_schedule_it_stands_for() -> None:

@@ -27,6 +27,7 @@ from redist.exchange import (
     ExchangeTooFineError,
     _pack_schedule,
     _route,
+    check_schedule,
     check_size,
     routing,
     schedule,
@@ -162,18 +163,21 @@ def test_an_aligned_atom_halves_a_reducing_exchange_at_65536_devices() -> None:
     assert r.cells * math.prod(r.cell) * s.itemsize == lower_bound_bytes(s, d) * BINARY16.size
 
 
-def test_a_plain_exchange_is_priced_past_the_limit() -> None:
-    """Without pending sums planning prices an exchange in closed form at any size: 65,536 devices
-    moving 256 cells each (16.8M triples) are planned at the transfer bound; only building the
-    schedule is refused, and the plan's text says so."""
+def test_a_plain_exchange_past_the_limit_is_not_planned() -> None:
+    """65,536 devices moving 256 cells each (16.8M triples): the closed form knows its figures,
+    but no schedule could be built to lower it, so planning refuses it and the plan holds no
+    exchange that fine (above the bound, the ladder's "exchange refused")."""
     mesh = Mesh({"pod": 4, "data": 16, "fsdp": 16, "seq": 4, "model": 16})
     s, d = parse("f32[32768@model,131072@(data,fsdp)]", mesh), parse("f32[32768@(seq,pod,data,fsdp),131072]", mesh)
     assert classes(s, d) is None
     with pytest.raises(ExchangeTooFineError, match=r"16,777,216 > MAX_CELLS = 4,194,304"):
         check_size(s, d)
     plan = synthesize(s, d, CostModel(objective="bytes"))
-    assert plan.recv_bytes == lower_bound_bytes(s, d) and [st.kind for st in plan.steps] == ["exchange"]
-    assert "cannot be lowered" in str(plan)
+    assert plan.recv_bytes > lower_bound_bytes(s, d)
+    ts = plan.all_types
+    for i, step in enumerate(plan.steps):  # what it holds instead can be scheduled
+        if step.kind == "exchange":
+            check_schedule(ts[i], ts[i + 1])
 
 
 def _aligned_pairs(axes: dict[str, int], shape: tuple[int, ...]) -> list[tuple[ShardingType, ShardingType]]:
