@@ -30,7 +30,7 @@ import heapq
 import math
 from collections.abc import Callable, Iterator
 
-from redist.atoms import Atom, atom_axis, atoms_of, dims_atoms, unreduced_atoms
+from redist.atoms import Atom, atom_axis, atoms_of, axes_of_atoms, dims_atoms, unreduced_atoms
 from redist.bounds import lower_bound_bytes
 from redist.cost import DEFAULT_COST_MODEL, CostModel
 from redist.errors import RedistError, StepError
@@ -127,8 +127,7 @@ class _Greedy:
                 if list(self.D[want][at : at + n]) == run:
                     del self.dims[i][-n:]
                     self.dims[want].extend(run)
-                    axes = tuple(atom_axis(self.t.mesh, a) for a in run)
-                    self.steps.append(AllToAll(i, want, canonical_axes(self.t.mesh, axes)))
+                    self.steps.append(AllToAll(i, want, axes_of_atoms(self.t.mesh, tuple(run))))
                     return True
         for a in sorted(self.unred - self.UD):
             if a not in self.needed_at:
@@ -285,7 +284,7 @@ def _no_fusion(a: Step, b: Step, mesh: Mesh) -> Step | None:
 
 
 def _axes_dims(mesh, dims: list[list[Atom]]) -> tuple:  # type: ignore[no-untyped-def]
-    return tuple(canonical_axes(mesh, tuple(atom_axis(mesh, a) for a in d)) for d in dims)
+    return tuple(axes_of_atoms(mesh, tuple(d)) for d in dims)
 
 
 def _typed_candidates(src: ShardingType, dst: ShardingType, cm: CostModel) -> list[tuple[Step, ...]]:
@@ -382,8 +381,7 @@ def _move_wanted(g: _Greedy, last_first: bool = False) -> bool:
             run = d[-n:]
             del d[-n:]
             g.dims[want].extend(run)
-            axes = tuple(atom_axis(g.t.mesh, a) for a in run)
-            g.steps.append(AllToAll(i, want, canonical_axes(g.t.mesh, axes)))
+            g.steps.append(AllToAll(i, want, axes_of_atoms(g.t.mesh, tuple(run))))
             moved = changed = True
     return moved
 
@@ -562,29 +560,31 @@ def _typed_plans(src: ShardingType, dst: ShardingType, cm: CostModel, best: _Bes
     seen: set[tuple[Step, ...]] = {()}
     for steps in dict.fromkeys(_typed_candidates(src, dst, cm)):  # distinct, in order
         full = Plan.build(src, steps, cm)
+        _ = full.measures  # measured once here; every prefix below shares them
         best.consider(full)
         _step_variants(full, best)
         for k in range(len(steps) + 1):
-            for head in _variant_heads(steps[:k]):
-                prefix = Plan(src, full.types[k - 1] if k else src, head, full.types[:k], cm)
-                if prefix.dst == dst or head in seen:
+            if (full.types[k - 1] if k else src) == dst:
+                continue
+            for head in _variant_heads(full.prefix(k)):
+                if head.steps in seen:
                     continue
-                seen.add(head)
-                prefixes.append(prefix)
+                seen.add(head.steps)
+                prefixes.append(head)
     return prefixes
 
 
-def _variant_heads(head: tuple[Step, ...]) -> list[tuple[Step, ...]]:
-    """``head`` and each copy of it with one step run another way (``VARIANTS``; same types). Each
-    is an exchange start of its own: the floor that prunes an exchange after ``head`` counts
-    ``head``'s own time, so it bounds neither the exchange after a faster variant of ``head``
-    nor, therefore, the variants ``_step_variants`` would try on that exchange (golden
-    ``seed10_rand034``: reduce-scatter + exchange pruned at 419 us hid all-reduce-slice +
-    exchange at 272 us)."""
-    out = [head]
-    for i, step in enumerate(head):
-        out.extend(head[:i] + (v,) + head[i + 1:] for v in VARIANTS[type(step)](step))
-    return out
+def _variant_heads(head: Plan) -> Iterator[Plan]:
+    """``head`` and each copy of it with one step run another way (``VARIANTS``; same types, so
+    only that step is measured again). Each is an exchange start of its own: the floor that
+    prunes an exchange after ``head`` counts ``head``'s own time, so it bounds neither the
+    exchange after a faster variant of ``head`` nor, therefore, the variants ``_step_variants``
+    would try on that exchange (golden ``seed10_rand034``: reduce-scatter + exchange pruned at
+    419 us hid all-reduce-slice + exchange at 272 us)."""
+    yield head
+    for i, step in enumerate(head.steps):
+        for v in VARIANTS[type(step)](step):
+            yield head.with_step(i, v)
 
 
 def _exchange_plans(src: ShardingType, dst: ShardingType, cm: CostModel, prefixes: list[Plan], best: _Best) -> None:

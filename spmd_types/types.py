@@ -178,6 +178,10 @@ class ShardingType:
             object.__setattr__(self, "_hash", h)
         return h
 
+    def __getstate__(self) -> dict[str, object]:
+        """Pickle without the cached hash: string hashes differ between processes."""
+        return {k: v for k, v in self.__dict__.items() if k != "_hash"}
+
     # -- construction helpers -----------------------------------------------------------------------
     @staticmethod
     def parse(text: str, mesh: Mesh) -> ShardingType:
