@@ -78,10 +78,10 @@ class _Greedy:
 
     def plen(self, i: int) -> int:
         d, t = self.dims[i], self.D[i]
-        k = 0
-        while k < len(d) and k < len(t) and d[k] == t[k]:
-            k += 1
-        return k
+        for k, (a, b) in enumerate(zip(d, t)):
+            if a != b:
+                return k
+        return min(len(d), len(t))
 
     def ready(self, j: int) -> bool:
         return self.plen(j) == len(self.dims[j]) < len(self.D[j])
@@ -107,10 +107,13 @@ class _Greedy:
                     changed = True
 
     def step_once(self) -> bool:
-        """One non-slice step; False when done."""
+        """One non-slice step; False when done. Each branch returns as soon as it changes the
+        stacks, so every dimension's common prefix (``plen``) is read once up front."""
         rank = len(self.dims)
+        pl = [self.plen(j) for j in range(rank)]
+        ready = [pl[j] == len(self.dims[j]) < len(self.D[j]) for j in range(rank)]
         for j in range(rank):
-            if self.ready(j) and self.D[j][len(self.dims[j])] in self.unred:
+            if ready[j] and self.D[j][len(self.dims[j])] in self.unred:
                 a = self.D[j][len(self.dims[j])]
                 self.unred.discard(a)
                 self.dims[j].append(a)
@@ -118,10 +121,10 @@ class _Greedy:
                 return True
         for i in range(rank):
             # the longest minor-most run of dimension i that dimension j wants next, moved at once
-            for n in range(len(self.dims[i]) - self.plen(i), 0, -1):
+            for n in range(len(self.dims[i]) - pl[i], 0, -1):
                 run = self.dims[i][-n:]
                 want = self.needed_at.get(run[0])
-                if want is None or want == i or not self.ready(want):
+                if want is None or want == i or not ready[want]:
                     continue
                 at = len(self.dims[want])
                 if list(self.D[want][at : at + n]) == run:
@@ -135,11 +138,11 @@ class _Greedy:
                 self.steps.append(AllReduce(self.ax(a)))
                 return True
         for i in range(rank):
-            if self.removable(i) and self.dims[i][-1] not in self.needed_at and self.dims[i][-1] not in self.UD:
+            if len(self.dims[i]) > pl[i] and self.dims[i][-1] not in self.needed_at and self.dims[i][-1] not in self.UD:
                 self.steps.append(AllGather(i, self.ax(self.dims[i].pop())))
                 return True
         for i in range(rank):
-            if self.removable(i) and self.dims[i][-1] in self.UD:
+            if len(self.dims[i]) > pl[i] and self.dims[i][-1] in self.UD:
                 a = self.dims[i].pop()
                 self.unred.add(a)
                 self.steps.append(PadUnreduced(i, self.ax(a)))
@@ -158,7 +161,7 @@ class _Greedy:
             self.steps.append(AllReduce(self.ax(a)))
             return True
         for i in range(rank):
-            if self.removable(i):
+            if len(self.dims[i]) > pl[i]:
                 self.steps.append(AllGather(i, self.ax(self.dims[i].pop())))
                 return True
         raise RedistError(f"synthesizer made no progress from {self.t}")  # pragma: no cover

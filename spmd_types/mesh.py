@@ -14,6 +14,7 @@ import operator
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from spmd_types.errors import MeshError, MeshTooLargeError, UnknownAxisError
@@ -141,7 +142,7 @@ class Mesh:
     def shape(self) -> dict[str, int]:
         return dict(self.axes)
 
-    @property
+    @cached_property
     def size(self) -> int:
         return math.prod(s for _, s in self.axes)
 

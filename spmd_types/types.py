@@ -206,7 +206,7 @@ class ShardingType:
     def rank(self) -> int:
         return len(self.shape)
 
-    @property
+    @cached_property
     def itemsize(self) -> int:
         return itemsize(self.dtype)
 
@@ -224,7 +224,7 @@ class ShardingType:
     def local_size(self) -> int:
         return math.prod(self.local_shape)
 
-    @property
+    @cached_property
     def local_bytes(self) -> int:
         return self.local_size * self.itemsize
 
