@@ -97,11 +97,13 @@ def from_atoms(
     Step rules only ever move atoms that are disjoint by construction, so this checks just what
     can still go wrong (divisibility) and builds the type without the full validation."""
     m = t.mesh
+    local = []
     for d, (n, atoms) in enumerate(zip(t.shape, dims)):
         k = atoms_size(atoms)
         if n % k:
             raise IndivisibleDimensionError(
                 f"dimension {d} of size {n} is not divisible by {k}, the product of its axes"
             )
+        local.append(n // k)  # the canonical axes multiply to the atoms' product
     cdims = tuple(axes_of_atoms(m, d) for d in dims)
-    return ShardingType.trusted(t.shape, t.dtype, cdims, m, unreduced_of_atoms(m, unreduced))
+    return ShardingType.trusted(t.shape, t.dtype, cdims, m, unreduced_of_atoms(m, unreduced), tuple(local))

@@ -478,7 +478,7 @@ def _exchange_floor(cur: ShardingType, dst: ShardingType, cm: CostModel) -> tupl
     lat, inv_bw = _fastest(cm)
     if not (cur.unreduced or dst.unreduced):
         cf = closed_form(cur, dst)
-        return (float(cf.missing.mean()) * cur.itemsize, cf.rounds * lat)
+        return (cf.mean_missing * cur.itemsize, cf.rounds * lat)
     cell = math.prod(cell_shape(cur, dst))
     cells = max(group_missing_total(cur, dst) // cell, reduced_cells(cur, dst))
     recv = max(lower_bound_bytes(cur, dst), cells * (cell * cur.itemsize) / cur.mesh.size)
@@ -514,7 +514,7 @@ def _pending_sum_rounds(cur: ShardingType, dst: ShardingType, cell: int, mean_ce
     devices receives every cell the group lacks (``redist.exchange.provider_cells``)."""
     rounds = math.ceil(mean_cells * TIME_SLACK)
     if not dst.unreduced:
-        rounds = max(rounds, int(closed_form(cur, dst).missing.max()) // cell)
+        rounds = max(rounds, closed_form(cur, dst).max_missing // cell)
     rounds = max(rounds, provider_cells(cur, dst))  # one device receives each cell its group lacks
     m = cur.mesh
     us, ud = unreduced_atoms(cur), unreduced_atoms(dst)

@@ -159,11 +159,14 @@ class ShardingType:
     @classmethod
     def trusted(
         cls, shape: tuple[int, ...], dtype: str, dims: tuple[tuple[Axis, ...], ...], mesh: Mesh,
-        unreduced: frozenset[Axis],
+        unreduced: frozenset[Axis], local_shape: tuple[int, ...] | None = None,
     ) -> ShardingType:
         """Build without validation, for callers (the planner's step rules) that construct only
-        canonical, disjoint axes and check divisibility themselves; planning builds thousands."""
+        canonical, disjoint axes and check divisibility themselves; planning builds thousands.
+        ``local_shape``, where the caller has divided the shape already, is kept as is."""
         t = object.__new__(cls)
+        if local_shape is not None:
+            t.__dict__["local_shape"] = local_shape
         object.__setattr__(t, "shape", shape)
         object.__setattr__(t, "dtype", dtype)
         object.__setattr__(t, "dims", dims)
