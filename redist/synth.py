@@ -93,18 +93,16 @@ class _Greedy:
         return {a for d in self.dims for a in d} | self.unred
 
     def slices(self) -> None:
-        changed = True
-        while changed:
-            changed = False
-            used = self.used()
-            for j in range(len(self.dims)):
-                # exhaust one dimension before the next, so its slices fuse into one step
-                while self.ready(j) and self.D[j][len(self.dims[j])] not in used:
-                    a = self.D[j][len(self.dims[j])]
-                    self.dims[j].append(a)
-                    used.add(a)
-                    self.steps.append(DynSlice(j, self.ax(a)))
-                    changed = True
+        """Slice every free destination atom that is next on its dimension. One pass: a slice only
+        lengthens its own dimension and uses one more atom, so it never readies another one."""
+        used = self.used()
+        for j in range(len(self.dims)):
+            # exhaust one dimension before the next, so its slices fuse into one step
+            while self.ready(j) and self.D[j][len(self.dims[j])] not in used:
+                a = self.D[j][len(self.dims[j])]
+                self.dims[j].append(a)
+                used.add(a)
+                self.steps.append(DynSlice(j, self.ax(a)))
 
     def step_once(self) -> bool:
         """One non-slice step; False when done. Each branch returns as soon as it changes the
