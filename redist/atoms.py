@@ -53,11 +53,26 @@ def atoms_of_axes(mesh: Mesh, axes: tuple[Axis, ...]) -> tuple[Atom, ...]:
     return tuple(x for a in axes for x in atoms_of(mesh, a))
 
 
+@memo(Scope.MESH, maxsize=65536)
 def atom_axis(mesh: Mesh, atom: Atom) -> Axis:
     name, pre, size = atom
     if pre == 1 and size == mesh.axis_size(name):
         return name
     return SubAxis(name, pre, size)
+
+
+@memo(Scope.MESH, maxsize=65536)
+def axes_of_atoms(mesh: Mesh, atoms: tuple[Atom, ...]) -> tuple[Axis, ...]:
+    """The canonical axes of one dimension laid out as ``atoms`` (major to minor). A pure function
+    of the mesh and a tuple of small tuples, memoised per mesh: the planner turns the same few
+    atom stacks into axes thousands of times a pair (``from_atoms``, the greedy pass's steps)."""
+    return canonical_axes(mesh, tuple(atom_axis(mesh, x) for x in atoms))
+
+
+@memo(Scope.MESH, maxsize=65536)
+def unreduced_of_atoms(mesh: Mesh, atoms: frozenset[Atom]) -> frozenset[Axis]:
+    """The canonical unreduced axes made of ``atoms`` (memoised per mesh like ``axes_of_atoms``)."""
+    return frozenset(canonical_unreduced(mesh, [atom_axis(mesh, x) for x in sorted(atoms)]))
 
 
 @memo(Scope.TYPE, maxsize=65536)
@@ -82,12 +97,13 @@ def from_atoms(
     Step rules only ever move atoms that are disjoint by construction, so this checks just what
     can still go wrong (divisibility) and builds the type without the full validation."""
     m = t.mesh
+    local = []
     for d, (n, atoms) in enumerate(zip(t.shape, dims)):
         k = atoms_size(atoms)
         if n % k:
             raise IndivisibleDimensionError(
                 f"dimension {d} of size {n} is not divisible by {k}, the product of its axes"
             )
-    cdims = tuple(canonical_axes(m, tuple(atom_axis(m, x) for x in d)) for d in dims)
-    unred = frozenset(canonical_unreduced(m, [atom_axis(m, x) for x in sorted(unreduced)]))
-    return ShardingType.trusted(t.shape, t.dtype, cdims, m, unred)
+        local.append(n // k)  # the canonical axes multiply to the atoms' product
+    cdims = tuple(axes_of_atoms(m, d) for d in dims)
+    return ShardingType.trusted(t.shape, t.dtype, cdims, m, unreduced_of_atoms(m, unreduced), tuple(local))

@@ -66,7 +66,8 @@ moving one to sixteen cells each are scheduled."""
 
 
 MAX_PACKED = 1 << 26
-"""Offsets a schedule's packed rounds may hold, ``rounds x devices x rank`` over the whole mesh
+"""Offsets a schedule's packed rounds may hold, ``rounds x devices x rank`` over the whole mesh,
+where a device handles more than ``MAX_DEVICE_CELLS`` (cell, partial) pairs
 (each an int64, sent and received: 1 GiB here). Routing by group (``_provider_rows``) tabulates
 few rows where many devices receive many cells: ``f32[1024@fsdp,512,128@seq,32768@data,128@model]{U:pod} ->
 f32[1024,512,128@model,32768@(pod,data),128]{U:(fsdp,seq)}`` on 65,536 devices routes 1M rows in
@@ -169,6 +170,9 @@ def check_size(old: ShardingType, new: ShardingType) -> None:
     """Raise ``ExchangeTooFineError`` if ``schedule(old, new)`` (and, with pending sums,
     ``routing(old, new)``) would be refused: its size limit, which applies to one class of devices
     (``redist.exchange_classes``)."""
+    grid, axes = _cell_grid(old, new), _partial_axes(old, new)
+    if math.prod(grid.per_block) * axes.n_reduced <= MAX_DEVICE_CELLS:
+        return  # always allowed; a class has the same cells and partials per device (planning asks often)
     c = classes(old, new)
     if c is not None:
         old, new = c.quotient_old, c.quotient_new
@@ -192,8 +196,11 @@ def _check_size(old: ShardingType, new: ShardingType, grid: CellGrid, axes: Part
 
 def check_schedule(old: ShardingType, new: ShardingType) -> None:
     """Raise ``ExchangeTooFineError`` if ``schedule(old, new)`` would be refused: past ``MAX_CELLS``
-    (``check_size``) or ``MAX_PACKED``. Its rounds are the closed form's without pending sums
+    (``check_size``) or ``MAX_PACKED``, unless each device handles at most ``MAX_DEVICE_CELLS``. Its rounds are the closed form's without pending sums
     (``redist.measure.closed_form``, the same count), else the routing's (which planning read)."""
+    grid, axes = _cell_grid(old, new), _partial_axes(old, new)
+    if math.prod(grid.per_block) * axes.n_reduced <= MAX_DEVICE_CELLS:
+        return  # always allowed, as by ``check_size``: a few cells per device at any mesh size
     check_size(old, new)
     per_round = old.mesh.size * max(1, old.rank)
     if old.unreduced or new.unreduced:

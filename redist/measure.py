@@ -14,8 +14,6 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
-import numpy as np
-
 from redist.cost import NOTHING_WRITTEN, CostModel, Written, sized_kind
 from redist.exchange import cell_shape, check_schedule, crossed_axes, routing, schedule
 from redist.exchange_a2a import padded_recv_cells, slots
@@ -38,6 +36,7 @@ from redist.steps import (
 )
 from spmd_types import ShardingType
 from spmd_types.layout import check_index_range, overlap_elements
+from spmd_types.memo import Scope, memo
 
 
 class StepMeasure(NamedTuple):
@@ -230,22 +229,26 @@ MEASURE.register(ReduceScatter)(_ring_with_leading_copy(lambda before, after: be
 class ClosedForm(NamedTuple):
     """A point-to-point move without unreduced axes, without building its schedule."""
 
-    missing: np.ndarray
-    """Per device, elements of its new block it lacks (the transfer lower bound's summand)."""
+    mean_missing: float
+    """Elements of its new block a device lacks (the transfer lower bound's summand), averaged."""
+    max_missing: int
+    """The same on the device that lacks the most."""
     cell: int
     """Elements per cell: ``prod gcd(old local, new local)``; one cell per ``ppermute`` round."""
 
     @property
     def rounds(self) -> int:
         """Rounds on the busiest device (sends are balanced over the replicas)."""
-        return int(self.missing.max()) // self.cell
+        return self.max_missing // self.cell
 
 
+@memo(Scope.TYPE, maxsize=4096)
 def closed_form(before: ShardingType, after: ShardingType) -> ClosedForm:
-    """The one closed form of point-to-point traffic (measures and the synthesizer's floors)."""
+    """The one closed form of point-to-point traffic (measures and the synthesizer's floors, which
+    ask for the same pair: memoised, and only its two figures are kept, not the per-device table)."""
     missing = after.local_size - overlap_elements(before, after)
     cell = math.prod(cell_shape(before, after))
-    return ClosedForm(missing, cell)
+    return ClosedForm(float(missing.mean()), int(missing.max()), cell)
 
 
 @MEASURE.register(Permute, Exchange)
@@ -291,7 +294,7 @@ def _p2p_traffic(step: Step, before: ShardingType, after: ShardingType, cm: Cost
     rounds = cf.rounds
     time = cm.kind_time(profile_kind(step, before), names, rounds, rounds * cf.cell * before.itemsize,
                         written=written(step, before, after)) if rounds else 0.0
-    return StepMeasure(float(cf.missing.mean()) * before.itemsize, time, rounds, rounds)
+    return StepMeasure(cf.mean_missing * before.itemsize, time, rounds, rounds)
 
 
 @MEASURE.register(ExchangeAllToAll)

@@ -69,6 +69,24 @@ class Plan:
             types.append(cur)
         return Plan(src, cur, tuple(steps), tuple(types), cost_model)
 
+    def prefix(self, k: int) -> Plan:
+        """The first ``k`` steps as a plan, sharing this plan's measures where they are computed
+        already (the synthesizer reads the cost of every prefix of every candidate)."""
+        p = Plan(self.src, self.types[k - 1] if k else self.src, self.steps[:k], self.types[:k], self.cost_model)
+        if "measures" in self.__dict__:
+            p.__dict__["measures"] = self.measures[:k]
+        return p
+
+    def with_step(self, i: int, step: Step) -> Plan:
+        """This plan with step ``i`` run as ``step``, which must type the same (a variant: the
+        same types, so only step ``i`` is measured again)."""
+        p = Plan(self.src, self.dst, self.steps[:i] + (step,) + self.steps[i + 1:], self.types, self.cost_model)
+        if "measures" in self.__dict__:
+            ts = self.all_types
+            m = measure_step(step, ts[i], ts[i + 1], self.cost_model)
+            p.__dict__["measures"] = self.measures[:i] + (m,) + self.measures[i + 1:]
+        return p
+
     @property
     def all_types(self) -> tuple[ShardingType, ...]:
         return (self.src,) + self.types

@@ -30,7 +30,7 @@ import heapq
 import math
 from collections.abc import Callable, Iterator
 
-from redist.atoms import Atom, atom_axis, atoms_of, dims_atoms, unreduced_atoms
+from redist.atoms import Atom, atom_axis, atoms_of, axes_of_atoms, dims_atoms, unreduced_atoms
 from redist.bounds import lower_bound_bytes
 from redist.cost import DEFAULT_COST_MODEL, CostModel
 from redist.errors import RedistError, StepError
@@ -78,10 +78,10 @@ class _Greedy:
 
     def plen(self, i: int) -> int:
         d, t = self.dims[i], self.D[i]
-        k = 0
-        while k < len(d) and k < len(t) and d[k] == t[k]:
-            k += 1
-        return k
+        for k, (a, b) in enumerate(zip(d, t)):
+            if a != b:
+                return k
+        return min(len(d), len(t))
 
     def ready(self, j: int) -> bool:
         return self.plen(j) == len(self.dims[j]) < len(self.D[j])
@@ -93,24 +93,25 @@ class _Greedy:
         return {a for d in self.dims for a in d} | self.unred
 
     def slices(self) -> None:
-        changed = True
-        while changed:
-            changed = False
-            used = self.used()
-            for j in range(len(self.dims)):
-                # exhaust one dimension before the next, so its slices fuse into one step
-                while self.ready(j) and self.D[j][len(self.dims[j])] not in used:
-                    a = self.D[j][len(self.dims[j])]
-                    self.dims[j].append(a)
-                    used.add(a)
-                    self.steps.append(DynSlice(j, self.ax(a)))
-                    changed = True
+        """Slice every free destination atom that is next on its dimension. One pass: a slice only
+        lengthens its own dimension and uses one more atom, so it never readies another one."""
+        used = self.used()
+        for j in range(len(self.dims)):
+            # exhaust one dimension before the next, so its slices fuse into one step
+            while self.ready(j) and self.D[j][len(self.dims[j])] not in used:
+                a = self.D[j][len(self.dims[j])]
+                self.dims[j].append(a)
+                used.add(a)
+                self.steps.append(DynSlice(j, self.ax(a)))
 
     def step_once(self) -> bool:
-        """One non-slice step; False when done."""
+        """One non-slice step; False when done. Each branch returns as soon as it changes the
+        stacks, so every dimension's common prefix (``plen``) is read once up front."""
         rank = len(self.dims)
+        pl = [self.plen(j) for j in range(rank)]
+        ready = [pl[j] == len(self.dims[j]) < len(self.D[j]) for j in range(rank)]
         for j in range(rank):
-            if self.ready(j) and self.D[j][len(self.dims[j])] in self.unred:
+            if ready[j] and self.D[j][len(self.dims[j])] in self.unred:
                 a = self.D[j][len(self.dims[j])]
                 self.unred.discard(a)
                 self.dims[j].append(a)
@@ -118,17 +119,16 @@ class _Greedy:
                 return True
         for i in range(rank):
             # the longest minor-most run of dimension i that dimension j wants next, moved at once
-            for n in range(len(self.dims[i]) - self.plen(i), 0, -1):
+            for n in range(len(self.dims[i]) - pl[i], 0, -1):
                 run = self.dims[i][-n:]
                 want = self.needed_at.get(run[0])
-                if want is None or want == i or not self.ready(want):
+                if want is None or want == i or not ready[want]:
                     continue
                 at = len(self.dims[want])
                 if list(self.D[want][at : at + n]) == run:
                     del self.dims[i][-n:]
                     self.dims[want].extend(run)
-                    axes = tuple(atom_axis(self.t.mesh, a) for a in run)
-                    self.steps.append(AllToAll(i, want, canonical_axes(self.t.mesh, axes)))
+                    self.steps.append(AllToAll(i, want, axes_of_atoms(self.t.mesh, tuple(run))))
                     return True
         for a in sorted(self.unred - self.UD):
             if a not in self.needed_at:
@@ -136,11 +136,11 @@ class _Greedy:
                 self.steps.append(AllReduce(self.ax(a)))
                 return True
         for i in range(rank):
-            if self.removable(i) and self.dims[i][-1] not in self.needed_at and self.dims[i][-1] not in self.UD:
+            if len(self.dims[i]) > pl[i] and self.dims[i][-1] not in self.needed_at and self.dims[i][-1] not in self.UD:
                 self.steps.append(AllGather(i, self.ax(self.dims[i].pop())))
                 return True
         for i in range(rank):
-            if self.removable(i) and self.dims[i][-1] in self.UD:
+            if len(self.dims[i]) > pl[i] and self.dims[i][-1] in self.UD:
                 a = self.dims[i].pop()
                 self.unred.add(a)
                 self.steps.append(PadUnreduced(i, self.ax(a)))
@@ -159,7 +159,7 @@ class _Greedy:
             self.steps.append(AllReduce(self.ax(a)))
             return True
         for i in range(rank):
-            if self.removable(i):
+            if len(self.dims[i]) > pl[i]:
                 self.steps.append(AllGather(i, self.ax(self.dims[i].pop())))
                 return True
         raise RedistError(f"synthesizer made no progress from {self.t}")  # pragma: no cover
@@ -285,7 +285,7 @@ def _no_fusion(a: Step, b: Step, mesh: Mesh) -> Step | None:
 
 
 def _axes_dims(mesh, dims: list[list[Atom]]) -> tuple:  # type: ignore[no-untyped-def]
-    return tuple(canonical_axes(mesh, tuple(atom_axis(mesh, a) for a in d)) for d in dims)
+    return tuple(axes_of_atoms(mesh, tuple(d)) for d in dims)
 
 
 def _typed_candidates(src: ShardingType, dst: ShardingType, cm: CostModel) -> list[tuple[Step, ...]]:
@@ -382,8 +382,7 @@ def _move_wanted(g: _Greedy, last_first: bool = False) -> bool:
             run = d[-n:]
             del d[-n:]
             g.dims[want].extend(run)
-            axes = tuple(atom_axis(g.t.mesh, a) for a in run)
-            g.steps.append(AllToAll(i, want, canonical_axes(g.t.mesh, axes)))
+            g.steps.append(AllToAll(i, want, axes_of_atoms(g.t.mesh, tuple(run))))
             moved = changed = True
     return moved
 
@@ -477,7 +476,7 @@ def _exchange_floor(cur: ShardingType, dst: ShardingType, cm: CostModel) -> tupl
     lat, inv_bw = _fastest(cm)
     if not (cur.unreduced or dst.unreduced):
         cf = closed_form(cur, dst)
-        return (float(cf.missing.mean()) * cur.itemsize, cf.rounds * lat)
+        return (cf.mean_missing * cur.itemsize, cf.rounds * lat)
     cell = math.prod(cell_shape(cur, dst))
     cells = max(group_missing_total(cur, dst) // cell, reduced_cells(cur, dst))
     recv = max(lower_bound_bytes(cur, dst), cells * (cell * cur.itemsize) / cur.mesh.size)
@@ -513,7 +512,7 @@ def _pending_sum_rounds(cur: ShardingType, dst: ShardingType, cell: int, mean_ce
     devices receives every cell the group lacks (``redist.exchange.provider_cells``)."""
     rounds = math.ceil(mean_cells * TIME_SLACK)
     if not dst.unreduced:
-        rounds = max(rounds, int(closed_form(cur, dst).missing.max()) // cell)
+        rounds = max(rounds, closed_form(cur, dst).max_missing // cell)
     rounds = max(rounds, provider_cells(cur, dst))  # one device receives each cell its group lacks
     m = cur.mesh
     us, ud = unreduced_atoms(cur), unreduced_atoms(dst)
@@ -562,29 +561,31 @@ def _typed_plans(src: ShardingType, dst: ShardingType, cm: CostModel, best: _Bes
     seen: set[tuple[Step, ...]] = {()}
     for steps in dict.fromkeys(_typed_candidates(src, dst, cm)):  # distinct, in order
         full = Plan.build(src, steps, cm)
+        _ = full.measures  # measured once here; every prefix below shares them
         best.consider(full)
         _step_variants(full, best)
         for k in range(len(steps) + 1):
-            for head in _variant_heads(steps[:k]):
-                prefix = Plan(src, full.types[k - 1] if k else src, head, full.types[:k], cm)
-                if prefix.dst == dst or head in seen:
+            if (full.types[k - 1] if k else src) == dst:
+                continue
+            for head in _variant_heads(full.prefix(k)):
+                if head.steps in seen:
                     continue
-                seen.add(head)
-                prefixes.append(prefix)
+                seen.add(head.steps)
+                prefixes.append(head)
     return prefixes
 
 
-def _variant_heads(head: tuple[Step, ...]) -> list[tuple[Step, ...]]:
-    """``head`` and each copy of it with one step run another way (``VARIANTS``; same types). Each
-    is an exchange start of its own: the floor that prunes an exchange after ``head`` counts
-    ``head``'s own time, so it bounds neither the exchange after a faster variant of ``head``
-    nor, therefore, the variants ``_step_variants`` would try on that exchange (golden
-    ``seed10_rand034``: reduce-scatter + exchange pruned at 419 us hid all-reduce-slice +
-    exchange at 272 us)."""
-    out = [head]
-    for i, step in enumerate(head):
-        out.extend(head[:i] + (v,) + head[i + 1:] for v in VARIANTS[type(step)](step))
-    return out
+def _variant_heads(head: Plan) -> Iterator[Plan]:
+    """``head`` and each copy of it with one step run another way (``VARIANTS``; same types, so
+    only that step is measured again). Each is an exchange start of its own: the floor that
+    prunes an exchange after ``head`` counts ``head``'s own time, so it bounds neither the
+    exchange after a faster variant of ``head`` nor, therefore, the variants ``_step_variants``
+    would try on that exchange (golden ``seed10_rand034``: reduce-scatter + exchange pruned at
+    419 us hid all-reduce-slice + exchange at 272 us)."""
+    yield head
+    for i, step in enumerate(head.steps):
+        for v in VARIANTS[type(step)](step):
+            yield head.with_step(i, v)
 
 
 def _exchange_plans(src: ShardingType, dst: ShardingType, cm: CostModel, prefixes: list[Plan], best: _Best) -> None:
@@ -691,13 +692,19 @@ def _step_variants(plan: Plan, best: _Best) -> None:
     reduce-scatter + exchange, all-reduce + slice onto hidden beats both)."""
     for i, step in enumerate(plan.steps):
         for v in VARIANTS[type(step)](step):
-            _consider_built(best, plan.src, plan.steps[:i] + (v,) + plan.steps[i + 1:], plan.cost_model)
+            _consider_variant(best, plan, i, v)
 
 
-def _consider_built(best: _Best, src: ShardingType, steps: tuple[Step, ...], cm: CostModel) -> None:
-    """A variant may refuse the types it is given (``ExchangeAllToAll`` of an irregular exchange)."""
+def _consider_variant(best: _Best, plan: Plan, i: int, v: Step) -> None:
+    """``plan`` with step ``i`` run as ``v``: where ``v`` types as the step did (a variant does),
+    the other steps' types and measures are ``plan``'s own, so only ``v`` is measured. A variant
+    may refuse the types it is given (``ExchangeAllToAll`` of an irregular exchange)."""
+    ts = plan.all_types
     try:
-        best.consider(Plan.build(src, steps, cm))
+        if apply_step(v, ts[i]) == ts[i + 1]:
+            best.consider(plan.with_step(i, v))
+        else:  # pragma: no cover - variants type alike; kept so a new variant cannot go wrong silently
+            best.consider(Plan.build(plan.src, plan.steps[:i] + (v,) + plan.steps[i + 1:], plan.cost_model))
     except StepError:
         pass
 
@@ -706,8 +713,7 @@ def _with_variants(plan: Plan, best: _Best) -> None:
     """Swap each step for a variant where that is better under the cost model (same types)."""
     for i, step in enumerate(plan.steps):
         for v in VARIANTS[type(step)](step):
-            cur = best.plan or plan
-            _consider_built(best, plan.src, cur.steps[:i] + (v,) + cur.steps[i + 1:], plan.cost_model)
+            _consider_variant(best, best.plan or plan, i, v)
 
 
 def synthesize(src: ShardingType, dst: ShardingType, cm: CostModel = DEFAULT_COST_MODEL) -> Plan:

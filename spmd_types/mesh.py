@@ -14,6 +14,7 @@ import operator
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from spmd_types.errors import MeshError, MeshTooLargeError, UnknownAxisError
@@ -120,6 +121,18 @@ class Mesh:
         object.__setattr__(self, "_index", seen)
         object.__setattr__(self, "_spans_ok", set())  # validated sub-axes (memo; not part of equality)
 
+    def __hash__(self) -> int:
+        """Cached: the mesh is part of every memo key of the planner (thousands a plan)."""
+        h = self.__dict__.get("_hash")
+        if h is None:
+            h = hash(self.axes)
+            object.__setattr__(self, "_hash", h)
+        return h
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickle without the cached hash: string hashes differ between processes."""
+        return {k: v for k, v in self.__dict__.items() if k != "_hash"}
+
     # -- basic queries -------------------------------------------------------------------------
     @property
     def names(self) -> tuple[str, ...]:
@@ -129,7 +142,7 @@ class Mesh:
     def shape(self) -> dict[str, int]:
         return dict(self.axes)
 
-    @property
+    @cached_property
     def size(self) -> int:
         return math.prod(s for _, s in self.axes)
 

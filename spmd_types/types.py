@@ -159,11 +159,14 @@ class ShardingType:
     @classmethod
     def trusted(
         cls, shape: tuple[int, ...], dtype: str, dims: tuple[tuple[Axis, ...], ...], mesh: Mesh,
-        unreduced: frozenset[Axis],
+        unreduced: frozenset[Axis], local_shape: tuple[int, ...] | None = None,
     ) -> ShardingType:
         """Build without validation, for callers (the planner's step rules) that construct only
-        canonical, disjoint axes and check divisibility themselves; planning builds thousands."""
+        canonical, disjoint axes and check divisibility themselves; planning builds thousands.
+        ``local_shape``, where the caller has divided the shape already, is kept as is."""
         t = object.__new__(cls)
+        if local_shape is not None:
+            t.__dict__["local_shape"] = local_shape
         object.__setattr__(t, "shape", shape)
         object.__setattr__(t, "dtype", dtype)
         object.__setattr__(t, "dims", dims)
@@ -177,6 +180,10 @@ class ShardingType:
             h = hash((self.shape, self.dtype, self.dims, self.unreduced, self.mesh))
             object.__setattr__(self, "_hash", h)
         return h
+
+    def __getstate__(self) -> dict[str, object]:
+        """Pickle without the cached hash: string hashes differ between processes."""
+        return {k: v for k, v in self.__dict__.items() if k != "_hash"}
 
     # -- construction helpers -----------------------------------------------------------------------
     @staticmethod
@@ -202,7 +209,7 @@ class ShardingType:
     def rank(self) -> int:
         return len(self.shape)
 
-    @property
+    @cached_property
     def itemsize(self) -> int:
         return itemsize(self.dtype)
 
@@ -220,7 +227,7 @@ class ShardingType:
     def local_size(self) -> int:
         return math.prod(self.local_shape)
 
-    @property
+    @cached_property
     def local_bytes(self) -> int:
         return self.local_size * self.itemsize
 

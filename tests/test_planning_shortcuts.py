@@ -1,0 +1,96 @@
+"""The planner's shortcuts give the figures the long way gives: shared prefix measures, the atom
+memos, the closed form's kept figures, ``check_size``'s early return, and cached hashes that do
+not travel in pickles."""
+
+from __future__ import annotations
+
+import pickle
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from redist.atoms import dims_atoms, from_atoms, unreduced_atoms
+from redist.exchange import MAX_DEVICE_CELLS, _cell_grid, _partial_axes, check_size
+from redist.exchange_classes import classes
+from redist.measure import closed_form
+from redist.plan import Plan, measure_step
+from redist.steps import AllReduceSlice, ReduceScatter
+from redist.synth import _typed_candidates
+from spmd_types import Mesh, ShardingType
+from spmd_types.layout import overlap_elements
+from tests.strategies import type_pairs
+
+MESH = Mesh({"a": 2, "b": 2, "c": 4})
+
+
+def _fresh(p: Plan) -> tuple:
+    ts = p.all_types
+    return tuple(measure_step(s, ts[i], ts[i + 1], p.cost_model) for i, s in enumerate(p.steps))
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.data())
+def test_prefix_and_variant_measures_equal_fresh_ones(data: st.DataObject) -> None:
+    """``Plan.prefix`` and ``Plan.with_step`` hand on measures already computed: they must be the
+    measures a plan built from scratch has (and a variant types the same)."""
+    src, dst = data.draw(type_pairs(MESH, min_rank=1, max_rank=3, dtypes=["f32"], unreduced=True))
+    for steps in _typed_candidates(src, dst, Plan(src, src, (), ()).cost_model):
+        full = Plan.build(src, steps)
+        _ = full.measures
+        for k in range(len(steps) + 1):
+            head = full.prefix(k)
+            assert head == Plan.build(src, steps[:k])
+            assert head.measures == _fresh(head)
+            for i, step in enumerate(head.steps):
+                if type(step) in (ReduceScatter, AllReduceSlice):
+                    other = (AllReduceSlice if type(step) is ReduceScatter else ReduceScatter)(step.dim, step.axes)
+                    v = head.with_step(i, other)
+                    assert v == Plan.build(src, v.steps)
+                    assert v.measures == _fresh(v)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.data())
+def test_from_atoms_round_trip_and_local_shape(data: st.DataObject) -> None:
+    """A type rebuilt from its own atoms (memoised per mesh) is the type, with its local shape."""
+    mesh = Mesh({"x": 6, "y": 4})
+    src, _ = data.draw(type_pairs(mesh, min_rank=1, max_rank=3, dtypes=["f32"], unreduced=True, subaxes=True))
+    t = from_atoms(src, dims_atoms(src), unreduced_atoms(src))
+    assert t == src
+    assert t.local_shape == tuple(n // src.dim_shards(d) for d, n in enumerate(src.shape))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.data())
+def test_closed_form_keeps_the_per_device_figures(data: st.DataObject) -> None:
+    src, dst = data.draw(type_pairs(MESH, min_rank=1, max_rank=3, dtypes=["f32"]))
+    missing = dst.local_size - overlap_elements(src, dst)
+    cf = closed_form(src, dst)
+    assert cf.mean_missing == float(missing.mean())
+    assert cf.max_missing == int(missing.max())
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.data())
+def test_check_size_early_return_is_exact(data: st.DataObject) -> None:
+    """``check_size`` returns early when a device handles at most ``MAX_DEVICE_CELLS`` (cell,
+    partial) pairs: always allowed, because a class of devices has the same count per device."""
+    src, dst = data.draw(type_pairs(MESH, min_rank=1, max_rank=3, dtypes=["f32"], unreduced=True))
+    per_device = int(np.prod(_cell_grid(src, dst).per_block)) * _partial_axes(src, dst).n_reduced
+    c = classes(src, dst)
+    if c is not None:
+        q_old, q_new = c.quotient_old, c.quotient_new
+        assert int(np.prod(_cell_grid(q_old, q_new).per_block)) * _partial_axes(q_old, q_new).n_reduced == per_device
+    if per_device <= MAX_DEVICE_CELLS:
+        check_size(src, dst)  # does not raise
+
+
+def test_cached_hashes_are_not_pickled() -> None:
+    """String hashes differ between processes: a pickled mesh or type recomputes its hash."""
+    t = ShardingType((8, 4), "f32", [("a",), None], MESH, ["b"])
+    hash(t), hash(MESH)
+    for x in (MESH, t):
+        y = pickle.loads(pickle.dumps(x))
+        assert "_hash" not in y.__dict__
+        assert y == x and hash(y) == hash(x)
