@@ -223,7 +223,10 @@ class Timer:
         from jax._src import distributed
 
         self.index, self.processes, self.align, self.clock = index, processes, align, clock
-        self.client = distributed.global_state.client
+        client = distributed.global_state.client
+        if client is None:
+            raise RuntimeError("Timer needs jax.distributed to be initialized (init_distributed)")
+        self.client: Any = client
         self.barriers = 0
 
     def barrier(self) -> None:
