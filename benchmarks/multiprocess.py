@@ -6,14 +6,17 @@ process without a device (6-device meshes over 4 processes), are skipped. ``pyth
 [--cases NAME...] [--reps N]`` starts the processes (each with ``8 / processes`` CPU devices),
 plans every case in each of them (plans are deterministic, so all processes build the same
 program), checks every addressable block against the NumPy reference, and, with ``--reps``,
-times ours against XLA's (Shardy), both as compiled executables, interleaved with an A/A control
-(XLA's program compiled a second time: the spread of identical work) and with ``plan(x)`` (its
-extra time over our executable, the per-call Python, is printed as ``call``), a fixed number of
-runs (every process must issue the same collectives, so no time budget); process 0 prints one
-line per case and a summary. ``--profile`` plans with a profile from ``redist calibrate``
-(default: the shipped one for the runtime, ``redist.profile.runtime_profile``); ``--steps`` also
-times each step of a multi-step plan alone; ``--hlo`` says whether our program runs the same
-collectives as XLA's.
+times ours against XLA's (Shardy), both as compiled executables, paired per repetition with an
+A/A control (XLA's program compiled a second time: the spread of identical work), the processes
+lined up before each call and each call's span taken across all of them (``Timer``); ratios are
+medians of per-repetition ratios with a 95% interval (``benchmarks.paired``). ``--seconds`` adds
+repetitions, in chunks process 0 decides on, until that many seconds pass per case (every process
+must issue the same collectives). ``plan(x)``'s extra time over our executable, the per-call
+Python, is timed apart and printed as ``call``; process 0 prints one line per case and a summary.
+``--profile`` plans with a profile from ``redist calibrate`` (default: the shipped one for the
+runtime, ``redist.profile.runtime_profile``); ``--steps`` also times each step of a multi-step plan
+alone; ``--hlo`` says whether XLA's program is structurally ours (``hlo_verdict``) and prints the
+ceiling that such ties put on the geometric mean.
 """
 
 from __future__ import annotations
