@@ -6,36 +6,44 @@ process without a device (6-device meshes over 4 processes), are skipped. ``pyth
 [--cases NAME...] [--reps N]`` starts the processes (each with ``8 / processes`` CPU devices),
 plans every case in each of them (plans are deterministic, so all processes build the same
 program), checks every addressable block against the NumPy reference, and, with ``--reps``,
-times ours against XLA's (Shardy), both as compiled executables, interleaved with an A/A control
-(XLA's program compiled a second time: the spread of identical work) and with ``plan(x)`` (its
-extra time over our executable, the per-call Python, is printed as ``call``), a fixed number of
-runs (every process must issue the same collectives, so no time budget); process 0 prints one
-line per case and a summary. ``--profile`` plans with a profile from ``redist calibrate``
-(default: the shipped one for the runtime, ``redist.profile.runtime_profile``); ``--steps`` also
-times each step of a multi-step plan alone; ``--hlo`` says whether our program runs the same
-collectives as XLA's.
+times ours against XLA's (Shardy), both as compiled executables, paired per repetition with an
+A/A control (XLA's program compiled a second time: the spread of identical work), the processes
+lined up before each call and each call's span taken across all of them (``Timer``); ratios are
+medians of per-repetition ratios with a 95% interval (``benchmarks.paired``). ``--seconds`` adds
+repetitions, in chunks process 0 decides on, until that many seconds pass per case (every process
+must issue the same collectives). ``plan(x)``'s extra time over our executable, the per-call
+Python, is timed apart and printed as ``call``; process 0 prints one line per case and a summary.
+``--profile`` plans with a profile from ``redist calibrate`` (default: the shipped one for the
+runtime, ``redist.profile.runtime_profile``); ``--steps`` also times each step of a multi-step plan
+alone; ``--hlo`` says whether XLA's program is structurally ours (``hlo_verdict``) and prints the
+ceiling that such ties put on the geometric mean.
 """
 
 from __future__ import annotations
 
 import argparse
-import math
+import json
 import os
 import re
 import socket
+import statistics
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
+from benchmarks.paired import balanced_order, paired_ratio, spans
 from redist.plan import Plan
 
 DEVICES = 8
+EIGEN_SINGLE = "--xla_cpu_multi_thread_eigen=false"
+"""XLA's CPU flag for single-threaded Eigen kernels: 4-8 simulated devices and Gloo's threads already
+oversubscribe 2 cores; set in every process, so it applies to XLA's programs and ours alike."""
 CASE_LINE = re.compile(r"\b[a-z0-9_]+ +(?:OK|WRONG) \d+ steps[^\n\[]*")
 STEP_LINE = re.compile(r" +[a-z0-9_]+#\d+ +[a-z_]+ +ours +[\d.]+ ms +predicted +[\d.]+ ms")
 """With ``--steps``: one step of a case's plan timed alone (a single-step plan on its input type)."""
-SPEED = re.compile(r"xla +([\d.]+) ms +ours +([\d.]+) ms .*predicted +([\d.]+) ms +A/A +([\d.]+)x")
+SPEED = re.compile(r"xla +([\d.]+) ms +ours +([\d.]+) ms +([\d.]+)x .*predicted +([\d.]+) ms +A/A +([\d.]+)x")
 """A case's line in process 0's output (Gloo logs there too, sometimes in the middle of a line)."""
 
 
@@ -45,21 +53,23 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def launch(processes: int, args: Sequence[str], timeout_s: float) -> list[subprocess.CompletedProcess[str]]:
+def launch(processes: int, args: Sequence[str], timeout_s: float,
+           xla_flags: str = "") -> list[subprocess.CompletedProcess[str]]:
     """Run ``processes`` benchmark workers on 127.0.0.1; their results, in process order."""
     return spawn_local(processes, DEVICES // processes,
                        lambda i, port: ["-m", "benchmarks.multiprocess", "--worker", str(i), "--processes",
-                                        str(processes), "--port", str(port), *args], timeout_s)
+                                        str(processes), "--port", str(port), *args], timeout_s, xla_flags)
 
 
 def spawn_local(processes: int, devices_per_process: int, argv: Callable[[int, int], Sequence[str]],
-                timeout_s: float) -> list[subprocess.CompletedProcess[str]]:
+                timeout_s: float, xla_flags: str = "") -> list[subprocess.CompletedProcess[str]]:
     """Run ``python argv(i, port)`` for each process ``i`` (CPU only, ``devices_per_process``
-    devices each; ``port`` a free coordinator port on 127.0.0.1); results in process order. On a
-    timeout every process is killed and ``TimeoutExpired`` raised."""
+    devices each; ``port`` a free coordinator port on 127.0.0.1; ``xla_flags`` more XLA flags, the same
+    in every process); results in process order. On a timeout every process is killed and
+    ``TimeoutExpired`` raised."""
     port = free_port()
-    env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={devices_per_process}",
-               JAX_PLATFORMS="cpu")
+    flags = f"--xla_force_host_platform_device_count={devices_per_process} {xla_flags}".strip()
+    env = dict(os.environ, XLA_FLAGS=flags, JAX_PLATFORMS="cpu")
     procs = [subprocess.Popen([sys.executable, *argv(i, port)], env=env, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True) for i in range(processes)]
     out = []
@@ -75,6 +85,15 @@ def spawn_local(processes: int, devices_per_process: int, argv: Callable[[int, i
     return out
 
 
+class TimerArgs(NamedTuple):
+    """How ``Timer`` measures (the command line's ``--no-align``, ``--clock``, ``--warmup``, ``--seconds``)."""
+
+    align: bool = True
+    clock: str = "span"
+    warmup: int = 5
+    seconds: float = 0.0
+
+
 def init_distributed(index: int, processes: int, coordinator: str) -> None:
     """Join ``jax.distributed`` as process ``index`` of ``processes``, CPU collectives over Gloo."""
     import jax
@@ -85,7 +104,7 @@ def init_distributed(index: int, processes: int, coordinator: str) -> None:
 
 
 def worker(index: int, processes: int, port: int, cases: Sequence[str], reps: int, profile: str = "",
-           steps: bool = False, hlo: bool = False) -> int:
+           steps: bool = False, hlo: bool = False, timer_args: TimerArgs | None = None) -> int:
     init_distributed(index, processes, f"127.0.0.1:{port}")
     import jax
     import numpy as np
@@ -98,6 +117,8 @@ def worker(index: int, processes: int, port: int, cases: Sequence[str], reps: in
     from redist.profile import load_profile, process_crossing_axes
     from spmd_types.jax_interop import to_partition_spec
 
+    timer_args = timer_args or TimerArgs()
+    timer = Timer(index, processes, timer_args.align, timer_args.clock)
     for case in select_cases(NAMED_CASES, list(cases)):
         src, dst = case.src_type, case.dst_type
         if src.unreduced:  # a global value cannot express per-device partials across processes
@@ -117,9 +138,11 @@ def worker(index: int, processes: int, port: int, cases: Sequence[str], reps: in
         if reps > 0 or hlo:
             xla, ours = compiled(plan, jm, x, dst)
         if reps > 0:
-            line += "  " + time_case(plan, jm, x, dst, reps, xla, ours)
+            again = xla_program(jm, x, dst)  # XLA's program compiled a second time: the A/A control
+            line += "  " + time_case(timer, case.name, plan, x, reps, xla, ours, again, timer_args.warmup,
+                                     timer_args.seconds)
         if hlo:
-            line += "  " + compare_hlo(xla, ours)
+            line += "  " + compare_hlo(xla, ours, max(src.local_bytes, dst.local_bytes))
         if index == 0:
             print(line, flush=True)
         if steps and reps > 0 and len(plan.steps) > 1:
@@ -150,32 +173,136 @@ def compiled(plan: Plan, jm: Any, x: Any, dst: Any) -> tuple[Any, Any]:
     return xla_program(jm, x, dst), compile_plan(plan, jm).lower(x).compile()
 
 
-def compare_hlo(xla: Any, ours: Any) -> str:
-    """Whether our compiled program runs the same collectives as XLA's (Shardy) across the
-    processes (``benchmarks.hlo.collective_signature``): where it does, only local passes or the
-    clock's noise can tell them apart. ``same`` or ``differs``, then both collective summaries."""
-    from benchmarks.hlo import collective_signature, parse_collectives
+def compare_hlo(xla: Any, ours: Any, block_bytes: int) -> str:
+    """How our compiled program compares with XLA's (Shardy) across the processes (``hlo_verdict``),
+    then both collective summaries."""
+    from benchmarks.hlo import parse_collectives
 
-    theirs, mine = (parse_collectives(p.as_text() or "") for p in (xla, ours))
-    same = collective_signature(mine) == collective_signature(theirs)
-    return f"hlo {'same' if same else 'differs'}: ours {mine.summary()}; xla {theirs.summary()}"
+    texts = [p.as_text() or "" for p in (xla, ours)]
+    theirs, mine = (parse_collectives(t) for t in texts)
+    return f"hlo {hlo_verdict(texts[0], texts[1], block_bytes)}: ours {mine.summary()}; xla {theirs.summary()}"
 
 
-def time_case(plan: Plan, jm: Any, x: Any, dst: Any, reps: int, xla: Any, ours: Any) -> str:
+def hlo_verdict(xla_text: str, ours_text: str, block_bytes: int) -> str:
+    """``tie``: a structural tie as ``benchmarks.speed`` defines it (``Row.structural_tie``): the
+    same collectives (kind, groups, elements) in the same order and as many local passes (bytes
+    written besides the collectives, in blocks of ``block_bytes``, to 3 decimals), so 1.0x is the
+    best either side can reach; ``same``: the same collectives in another order or with other local
+    passes; ``differs``: other collectives."""
+    from benchmarks.hlo import collective_sequence, collective_signature, local_writes, parse_collectives
+
+    theirs, mine = parse_collectives(xla_text), parse_collectives(ours_text)
+    if collective_signature(mine) != collective_signature(theirs):
+        return "differs"
+    passes = [round(local_writes(t).passes(block_bytes), 3) for t in (xla_text, ours_text)]
+    in_order = collective_sequence(mine) == collective_sequence(theirs)
+    return "tie" if in_order and passes[0] == passes[1] else "same"
+
+
+TIMED_SIDES = ("xla", "ours", "xla_again", "call")
+"""The programs timed in every repetition: XLA's (Shardy), ours, XLA's compiled a second time (the
+A/A control: the spread of identical work) and ``plan(x)`` (our executable plus the per-call Python)."""
+
+
+CHUNK = 16
+"""Repetitions per chunk once the minimum count has run (a multiple of ``2 * len(sides)`` for 2 and 4
+sides, so ``balanced_order`` stays balanced; 3 sides are balanced within 1 repetition in 6)."""
+MAX_REPS = 2000
+CALL_REPS = 32
+"""Repetitions of ``plan(x)`` against our executable: only its extra Python is read off them."""
+
+
+class Timer:
+    """Times compiled programs across the processes of one host, paired and aligned.
+
+    Every repetition runs every side once, in ``balanced_order``; before each call all processes
+    meet at a barrier of the coordination service (``align``; not a Gloo collective, so it adds no
+    traffic to the sockets measured); each process records its start and end on CLOCK_MONOTONIC,
+    which all processes of one host share. Process 0 gathers them through the coordinator's
+    key-value store and takes each call's ``spans`` (``clock="span"``: last start to last end) or its
+    own (``clock="own"``: what the harness measured before, including the wait for a late peer)."""
+
+    def __init__(self, index: int, processes: int, align: bool = True, clock: str = "span") -> None:
+        from jax._src import distributed
+
+        self.index, self.processes, self.align, self.clock = index, processes, align, clock
+        client = distributed.global_state.client
+        if client is None:
+            raise RuntimeError("Timer needs jax.distributed to be initialized (init_distributed)")
+        self.client: Any = client
+        self.barriers = 0
+
+    def barrier(self) -> None:
+        if self.align:
+            self.barriers += 1
+            self.client.wait_at_barrier(f"mp-timer-{self.barriers}", 120_000)
+
+    def run(self, tag: str, sides: dict[str, Callable[[], Any]], reps: int, warmup: int,
+            seconds: float = 0.0) -> dict[str, list[float]]:
+        """Seconds per call of each side (process 0; ``{}`` elsewhere): at least ``reps`` repetitions,
+        then more, a chunk at a time, until ``seconds`` have passed (at most ``MAX_REPS``). Every
+        process must issue the same calls, so process 0 decides whether another chunk runs and
+        tells the others through the key-value store: cheap cases get many more samples."""
+        names = list(sides)
+        for _ in range(warmup):
+            for n in names:
+                self.barrier()
+                sides[n]().block_until_ready()
+        t: dict[str, tuple[list[float], list[float]]] = {n: ([], []) for n in names}
+        start, r = time.monotonic(), 0
+        while r < reps or self.another_chunk(f"{tag}/{r}", seconds > time.monotonic() - start and r < MAX_REPS):
+            for _ in range(CHUNK if r >= reps else reps):
+                for n in balanced_order(names, r):
+                    self.barrier()
+                    t0 = time.clock_gettime(time.CLOCK_MONOTONIC)
+                    sides[n]().block_until_ready()
+                    t[n][0].append(t0)
+                    t[n][1].append(time.clock_gettime(time.CLOCK_MONOTONIC))
+                r += 1
+        return self.gather(tag, t)
+
+    def another_chunk(self, key: str, go: bool) -> bool:
+        """Process 0's ``go``, the same on every process."""
+        if self.index == 0:
+            self.client.key_value_set(f"mp-go/{key}", "1" if go else "0")
+            return go
+        return self.client.blocking_key_value_get(f"mp-go/{key}", 120_000) == "1"
+
+    def gather(self, tag: str, t: dict[str, tuple[list[float], list[float]]]) -> dict[str, list[float]]:
+        self.client.key_value_set(f"mp-times/{tag}/{self.index}", json.dumps(t))
+        if self.index != 0:
+            return {}
+        rows = [json.loads(self.client.blocking_key_value_get(f"mp-times/{tag}/{p}", 120_000))
+                for p in range(self.processes)]
+        if self.clock == "own":
+            return {n: [e - s for s, e in zip(*t[n])] for n in t}
+        return {n: spans([r[n][0] for r in rows], [r[n][1] for r in rows]) for n in t}
+
+
+def time_case(timer: Timer, tag: str, plan: Plan, x: Any, reps: int, xla: Any, ours: Any, again: Any,
+              warmup: int = 5, seconds: float = 0.0) -> str:
     """Ours against XLA's (Shardy) program, both called as compiled executables (as in
-    ``benchmarks.speed``), interleaved with the A/A control and with ``plan(x)``, whose extra time
-    over our executable is the per-call Python of the fast path, shown apart (``call``). Timing
-    ``plan(x)`` as "ours" charged that Python, about 0.1 ms a call on a loaded 2-core machine,
-    to the plan: the same single collective-permute as XLA's measured 0.71-0.86x."""
-    from benchmarks.speed import round_robin, thunk
+    ``benchmarks.speed``), paired per repetition with the A/A control and ``plan(x)`` (``Timer``).
+    Ratios are medians of per-repetition ratios with their ~95% interval (``paired_ratio``); the
+    times printed are medians. Timing ``plan(x)`` as "ours" charged its Python, about 0.1 ms a call
+    on a loaded 2-core machine, to the plan; it is shown apart (``call``)."""
+    from benchmarks.speed import thunk
 
-    again = xla_program(jm, x, dst)  # XLA's program compiled a second time: the A/A control
-    # a fixed count, never a time budget: every process must issue the same collectives
-    med = round_robin({"xla": thunk(xla, x), "ours": thunk(ours, x), "xla_again": thunk(again, x),
-                       "call": thunk(plan, x)}, 0.0, min_reps=reps)
-    return (f"xla {med['xla'] * 1e3:8.3f} ms  ours {med['ours'] * 1e3:8.3f} ms  {med['xla'] / med['ours']:.2f}x"
-            f"  predicted {plan.time_s * 1e3:8.3f} ms  A/A {med['xla'] / med['xla_again']:.2f}x"
-            f"  call {(med['call'] - med['ours']) * 1e3:+.3f} ms")
+    sides = {"xla": thunk(xla, x), "ours": thunk(ours, x), "xla_again": thunk(again, x)}
+    t = timer.run(tag, sides, reps, warmup, seconds)
+    # plan(x) apart: in the rotation it would stand between the sides compared
+    c = timer.run(f"{tag}/call", {"ours": thunk(ours, x), "call": thunk(plan, x)}, CALL_REPS, 1)
+    if not t:
+        return ""
+    if os.environ.get("REDIST_MP_DUMP"):  # the raw per-call seconds, for a closer look at the noise
+        with open(os.path.join(os.environ["REDIST_MP_DUMP"], f"{tag}.json"), "w") as f:
+            json.dump(t, f)
+    med = {n: statistics.median(v) for n, v in t.items()}
+    speed, aa = paired_ratio(t["xla"], t["ours"]), paired_ratio(t["xla"], t["xla_again"])
+    return (f"xla {med['xla'] * 1e3:8.3f} ms  ours {med['ours'] * 1e3:8.3f} ms  {speed.median:.2f}x"
+            f" ({speed.lo:.2f}-{speed.hi:.2f})  predicted {plan.time_s * 1e3:8.3f} ms"
+            f"  A/A {aa.median:.2f}x ({aa.lo:.2f}-{aa.hi:.2f})"
+            f"  call {(statistics.median(c['call']) - statistics.median(c['ours'])) * 1e3:+.3f} ms  reps {len(t['xla'])}")
 
 
 def time_steps(plan: Plan, jm: Any, reps: int) -> list[str]:
@@ -209,24 +336,36 @@ def time_steps(plan: Plan, jm: Any, reps: int) -> list[str]:
 
 
 def summary(lines: Sequence[str]) -> str:
-    """Geometric-mean speedup, worst case, and predicted-vs-measured rank correlation of case lines."""
+    """Geometric-mean speedup, worst case, the A/A control's spread, predicted-vs-measured rank
+    correlation, and (with ``--hlo``) the ceiling that structural ties put on the geometric mean."""
+    from benchmarks.speed import ceiling_of, geomean
     from redist.profile import spearman
 
-    names = [ln.split()[0] for ln in lines if SPEED.search(ln)]
-    rows = [[float(g) for g in m.groups()] for ln in lines if (m := SPEED.search(ln))]
-    if not rows:
+    hits = [(ln.split()[0], m, ln) for ln in lines if (m := SPEED.search(ln))]
+    if not hits:
         return ""
-    speed = [x / o for x, o, _, _ in rows]
-    aa = [r[3] for r in rows]
+    names = [h[0] for h in hits]
+    rows = [[float(g) for g in m.groups()] for _, m, _ in hits]
+    speed = [r[2] for r in rows]
+    aa = [r[4] for r in rows]
     worst = min(range(len(rows)), key=speed.__getitem__)
-    rho = spearman([r[2] for r in rows], [r[1] for r in rows])
-    return (f"{len(rows)} cases: geomean {geomean(speed):.2f}x, worst {speed[worst]:.2f}x ({names[worst]}); "
-            f"A/A control (XLA vs XLA) geomean {geomean(aa):.2f}x, range {min(aa):.2f}-{max(aa):.2f}x; "
-            f"predicted vs measured (ours) Spearman {rho:.2f}")
+    rho = spearman([r[3] for r in rows], [r[1] for r in rows])
+    out = (f"{len(rows)} cases: geomean {geomean(speed):.2f}x, worst {speed[worst]:.2f}x ({names[worst]}), "
+           f"{sum(v < 0.95 for v in speed)} below 0.95x; A/A control (XLA vs XLA) geomean {geomean(aa):.2f}x, "
+           f"range {min(aa):.2f}-{max(aa):.2f}x; predicted vs measured (ours) Spearman {rho:.2f}")
+    if all(" hlo " in ln for _, _, ln in hits):
+        out += "\n" + ceiling_sentence(ceiling_of(speed, [" hlo tie:" in ln for _, _, ln in hits]), len(rows))
+    return out
 
 
-def geomean(xs: Sequence[float]) -> float:
-    return math.exp(sum(map(math.log, xs)) / len(xs))
+def ceiling_sentence(c: Any, n: int) -> str:
+    """``benchmarks.speed``'s ceiling (a ``Ceiling``) in one sentence for this harness's summary."""
+    if not c.rest:
+        return f"ceiling: all {n} cases are structural ties with XLA (1.0x is the best possible on each)"
+    return (f"ceiling: {c.ties} of {n} cases are structural ties with XLA (same collectives in the same order, "
+            f"same local passes: 1.0x is the best possible there; measured geomean {c.ties_geomean:.2f}x); "
+            f"with those at 1.0x, {c.target}x overall needs the other {c.rest} at {c.target}^({n}/{c.rest}) = "
+            f"{c.rest_needed:.2f}x; they measured {c.rest_geomean:.2f}x")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -239,14 +378,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--hlo", action="store_true", help="also say whether ours runs the same collectives as XLA's")
     ap.add_argument("--profile", default="", help="plan with this cost profile (default: the shipped one for "
                                                    "the runtime, redist/profiles/cpu-gloo.json across processes)")
+    ap.add_argument("--warmup", type=int, default=5, help="untimed repetitions before the timed ones")
+    ap.add_argument("--seconds", type=float, default=0.0,
+                    help="after --reps, more repetitions per case until this many seconds pass")
+    ap.add_argument("--no-align", action="store_true",
+                    help="no barrier before each timed call (the processes drift against each other)")
+    ap.add_argument("--clock", choices=("span", "own"), default="span",
+                    help="span: a call lasts from the last process's start to the last one's end; "
+                         "own: process 0's own time (includes waiting for a late peer)")
+    ap.add_argument("--xla-flags", default=EIGEN_SINGLE,
+                    help=f"XLA flags for every process (default {EIGEN_SINGLE!r}; '' for XLA's defaults)")
     ap.add_argument("--worker", type=int, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.worker is not None:
-        return worker(a.worker, a.processes, a.port, a.cases, a.reps, a.profile, a.steps, a.hlo)
-    rest = ["--reps", str(a.reps), "--profile", a.profile, *(["--steps"] if a.steps else []),
+        return worker(a.worker, a.processes, a.port, a.cases, a.reps, a.profile, a.steps, a.hlo,
+                      TimerArgs(not a.no_align, a.clock, a.warmup, a.seconds))
+    rest = ["--reps", str(a.reps), "--profile", a.profile, "--warmup", str(a.warmup), "--clock", a.clock,
+            "--seconds", str(a.seconds),
+            *(["--no-align"] if a.no_align else []), *(["--steps"] if a.steps else []),
             *(["--hlo"] if a.hlo else []), "--cases", *a.cases]
-    results = launch(a.processes, rest, a.timeout)
+    results = launch(a.processes, rest, a.timeout, a.xla_flags)
     # Gloo logs its connections to stdout, sometimes mid-line: keep only the case lines
     lines = [m.group(0) for m in CASE_LINE.finditer(results[0].stdout)]
     either = re.compile(f"{CASE_LINE.pattern}|{STEP_LINE.pattern}")

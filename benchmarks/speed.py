@@ -133,10 +133,15 @@ def ceiling(rows: Sequence[Row], target: float = GEOMEAN_TARGET) -> Ceiling:
     """Why a tie caps the geometric mean: where both sides run one program a tie is the best
     possible, so with those at 1.0x the other ``k`` of ``n`` cases need ``target ** (n / k)`` for
     ``target`` overall (``inf`` if every case is a tie)."""
-    ties = [r.speedup for r in rows if r.structural_tie]
-    rest = [r.speedup for r in rows if not r.structural_tie]
-    need = target ** (len(rows) / len(rest)) if rest else math.inf
-    return Ceiling(len(ties), geomean(ties), len(rest), geomean(rest), need, target)
+    return ceiling_of([r.speedup for r in rows], [r.structural_tie for r in rows], target)
+
+
+def ceiling_of(speedups: Sequence[float], ties: Sequence[bool], target: float = GEOMEAN_TARGET) -> Ceiling:
+    """``ceiling`` of bare numbers: each case's speedup and whether it is a structural tie."""
+    tied = [s for s, t in zip(speedups, ties) if t]
+    rest = [s for s, t in zip(speedups, ties) if not t]
+    need = target ** (len(speedups) / len(rest)) if rest else math.inf
+    return Ceiling(len(tied), geomean(tied), len(rest), geomean(rest), need, target)
 
 
 def ceiling_lines(c: Ceiling) -> list[str]:

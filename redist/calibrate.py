@@ -17,6 +17,7 @@ clock is the one fitted (``redist_cli.cmd_calibrate`` writes the file there).
 
 from __future__ import annotations
 
+import itertools
 import math
 import statistics
 import time
@@ -255,9 +256,26 @@ def samples(plans: Sequence[Plan], reps: int) -> list[Sample]:
 
 
 def _call_time(fn: Callable[[Any], Any], x: Any) -> float:
+    _align()
     t = time.perf_counter()
     fn(x).block_until_ready()
     return time.perf_counter() - t
+
+
+_BARRIERS = itertools.count()
+
+
+def _align() -> None:
+    """Across processes, all of them start the call together (a barrier of jax.distributed's
+    coordination service, not a collective on the transport timed): without it a process's time
+    also counts the wait for a peer still finishing its previous call, and a sample over Gloo
+    swung 3x between runs (``benchmarks.multiprocess.Timer`` measures the same way)."""
+    if jax.process_count() > 1:
+        from jax._src import distributed
+
+        client = distributed.global_state.client
+        if client is not None:
+            client.wait_at_barrier(f"calibrate-{next(_BARRIERS)}", 120_000)
 
 
 def _sample(plan: Plan, secs: float) -> Sample:

@@ -1,0 +1,80 @@
+"""The Gloo benchmark's paired statistics, tie classification and ceiling line (issue 11): exact
+quantities on fixed numbers and fixed HLO text, never a clock."""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmarks.multiprocess import hlo_verdict, summary
+from benchmarks.paired import balanced_order, median_ci, paired_ratio, spans, spread
+
+
+def test_balanced_order_puts_every_side_in_every_position() -> None:
+    assert [balanced_order("AB", r) for r in range(4)] == [list("AB"), list("BA"), list("BA"), list("AB")]
+    orders = [balanced_order("ABC", r) for r in range(6)]
+    for pos in range(3):
+        assert sorted(o[pos] for o in orders) == list("AABBCC")
+    assert balanced_order([], 3) == []
+
+
+def test_median_ci_takes_order_statistics() -> None:
+    ci = median_ci([float(v) for v in range(1, 101)])
+    assert ci.median == 50.5 and ci.n == 100
+    # ranks 50 -+ 1.96 * 10 / 2: the 41st and 60th values (1-based)
+    assert (ci.lo, ci.hi) == (41.0, 60.0)
+    assert median_ci([3.0, 1.0, 2.0]) == (2.0, 1.0, 3.0, 3)
+    assert not ci.excludes(50.0) and ci.excludes(61.0)
+    with pytest.raises(ValueError):
+        median_ci([])
+
+
+def test_paired_ratio_is_the_median_of_per_pair_ratios() -> None:
+    # a slow phase hits both sides of pair 3: the ratio of medians would be 2.0 / 1.5, the pairs say 2.0
+    a, b = [2.0, 2.0, 20.0, 2.0, 2.0], [1.0, 1.0, 10.0, 1.5, 1.0]
+    assert paired_ratio(a, b).median == 2.0
+    with pytest.raises(ValueError):
+        paired_ratio([1.0], [1.0, 2.0])
+
+
+def test_spans_run_from_the_last_start_to_the_last_end() -> None:
+    starts = [[0.0, 10.0], [1.0, 10.5]]
+    ends = [[3.0, 12.0], [2.5, 13.0]]
+    assert spans(starts, ends) == [2.0, 2.5]
+    with pytest.raises(ValueError):
+        spans([[0.0]], [[1.0, 2.0]])
+    assert spread([1.1, 0.9, 1.0]) == (0.9, 1.1)
+
+
+_MODULE = """HloModule m, num_partitions=8
+
+ENTRY %main (p: f32[64,32]) -> f32[64,32] {
+  %p = f32[64,32]{1,0} parameter(0)
+  %c = f32[64,32]{1,0} copy(%p)
+  %a2a = f32[64,32]{1,0} all-to-all(%c), replica_groups={{0,1},{2,3},{4,5},{6,7}}, dimensions={0}
+  ROOT %cp = f32[64,32]{1,0} collective-permute(%a2a), source_target_pairs={{0,2},{2,0}}
+}
+"""
+
+
+def test_hlo_verdict_tie_same_differs() -> None:
+    block = 64 * 32 * 4
+    assert hlo_verdict(_MODULE, _MODULE, block) == "tie"
+    no_copy = _MODULE.replace("  %c = f32[64,32]{1,0} copy(%p)\n", "").replace("all-to-all(%c)", "all-to-all(%p)")
+    assert hlo_verdict(_MODULE, no_copy, block) == "same"  # one local pass (the copy) fewer
+    reordered = "\n".join(_MODULE.splitlines()[:5] + [
+        "  %cp = f32[64,32]{1,0} collective-permute(%c), source_target_pairs={{0,2},{2,0}}",
+        "  ROOT %a2a = f32[64,32]{1,0} all-to-all(%cp), replica_groups={{0,1},{2,3},{4,5},{6,7}}, dimensions={0}",
+        "}"])
+    assert hlo_verdict(_MODULE, reordered, block) == "same"  # the permute first
+    other = _MODULE.replace("{{0,1},{2,3},{4,5},{6,7}}", "{{0,4},{1,5},{2,6},{3,7}}")
+    assert hlo_verdict(_MODULE, other, block) == "differs"
+
+
+def test_summary_prints_the_ceiling_of_structural_ties() -> None:
+    lines = [f"c{i} OK 1 steps  xla 1.000 ms  ours 1.000 ms  {s:.2f}x (0.90-1.10)  predicted 1.000 ms"
+             f"  A/A 1.00x (0.95-1.05)  call +0.100 ms  reps 64  hlo {v}: ours x; xla x"
+             for i, (s, v) in enumerate([(1.0, "tie"), (1.0, "tie"), (1.69, "differs"), (1.69, "same")])]
+    out = summary(lines)
+    assert "4 cases: geomean 1.30x, worst 1.00x (c0), 0 below 0.95x" in out
+    assert "A/A control (XLA vs XLA) geomean 1.00x, range 1.00-1.00x" in out
+    assert "2 of 4 cases are structural ties" in out and "1.3^(4/2) = 1.69x; they measured 1.69x" in out
