@@ -197,14 +197,16 @@ def _check_size(old: ShardingType, new: ShardingType, grid: CellGrid, axes: Part
 def check_schedule(old: ShardingType, new: ShardingType) -> None:
     """Raise ``ExchangeTooFineError`` if ``schedule(old, new)`` would be refused: past ``MAX_CELLS``
     (``check_size``) or ``MAX_PACKED``, unless each device handles at most ``MAX_DEVICE_CELLS``. Its rounds are the closed form's without pending sums
-    (``redist.measure.closed_form``, the same count), else the routing's (which planning read)."""
+    (``redist.measure.closed_form``, the same count), else the routing's (which planning read), or
+    its floor ``provider_cells`` where that alone is past the limit."""
     grid, axes = _cell_grid(old, new), _partial_axes(old, new)
     if math.prod(grid.per_block) * axes.n_reduced <= MAX_DEVICE_CELLS:
         return  # always allowed, as by ``check_size``: a few cells per device at any mesh size
     check_size(old, new)
     per_round = old.mesh.size * max(1, old.rank)
-    if old.unreduced or new.unreduced:
-        rounds = routing(old, new).rounds
+    if old.unreduced or new.unreduced:  # the round floor refuses without routing where it can
+        floor = provider_cells(old, new)
+        rounds = floor if floor * per_round > MAX_PACKED else routing(old, new).rounds
     elif math.prod(_cell_grid(old, new).per_block) * per_round <= MAX_PACKED:
         return  # a plain exchange has at most one round per cell of a new block
     else:

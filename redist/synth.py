@@ -34,7 +34,14 @@ from redist.atoms import Atom, atom_axis, atoms_of, axes_of_atoms, dims_atoms, u
 from redist.bounds import lower_bound_bytes
 from redist.cost import DEFAULT_COST_MODEL, CostModel
 from redist.errors import RedistError, StepError
-from redist.exchange import cell_shape, group_missing_total, provider_cells, reduced_cells, routing
+from redist.exchange import (
+    cell_shape,
+    check_schedule,
+    group_missing_total,
+    provider_cells,
+    reduced_cells,
+    routing,
+)
 from redist.exchange_a2a import MAX_DEVICES as A2A_MAX_DEVICES
 from redist.facets import FacetTable
 from redist.measure import closed_form, moved_kind
@@ -649,11 +656,12 @@ def _exact_floor_open(prefix: Plan, dst: ShardingType, cm: CostModel, best: _Bes
     """With pending sums the floor of an exchange (transfer bound, fewest rounds) is not always
     met, so read its exact bytes and rounds off the routing (``redist.exchange.routing``, no rounds
     built) and skip it if the best plan so far beats that, each round at the fastest link. False
-    also when the exchange is refused."""
+    also when the exchange is refused (``check_schedule``)."""
     cur = prefix.dst
     if not (cur.unreduced or dst.unreduced):
         return True  # the closed-form floor is exact already
     try:
+        check_schedule(cur, dst)  # what could not be lowered, by its round floor before any routing
         r = routing(cur, dst)
     except StepError:
         return False
