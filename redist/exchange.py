@@ -166,13 +166,44 @@ def _cell_grid(old: ShardingType, new: ShardingType) -> CellGrid:
     return CellGrid(cell, tuple(n // c for n, c in zip(new.local_shape, cell)))
 
 
+class ClosedForm(NamedTuple):
+    """A point-to-point move without unreduced axes, without building its schedule."""
+
+    mean_missing: float
+    """Elements of its new block a device lacks (the transfer lower bound's summand), averaged."""
+    max_missing: int
+    """The same on the device that lacks the most."""
+    cell: int
+    """Elements per cell: ``prod gcd(old local, new local)``; one cell per ``ppermute`` round."""
+
+    @property
+    def rounds(self) -> int:
+        """Rounds on the busiest device (sends are balanced over the replicas)."""
+        return self.max_missing // self.cell
+
+
+@memo(Scope.TYPE, maxsize=4096)
+def closed_form(before: ShardingType, after: ShardingType) -> ClosedForm:
+    """The one closed form of point-to-point traffic without pending sums (``redist.measure``'s
+    measures, the synthesizer's floors and ``check_schedule``, which ask for the same pair:
+    memoised, and only its two figures are kept, not the per-device table)."""
+    missing = after.local_size - overlap_elements(before, after)
+    cell = math.prod(cell_shape(before, after))
+    return ClosedForm(float(missing.mean()), int(missing.max()), cell)
+
+
+def _few_cells(old: ShardingType, new: ShardingType) -> bool:
+    """Whether each device handles at most ``MAX_DEVICE_CELLS`` (cell, partial) pairs: always
+    allowed, at any mesh size, by both limits."""
+    return math.prod(_cell_grid(old, new).per_block) * _partial_axes(old, new).n_reduced <= MAX_DEVICE_CELLS
+
+
 def check_size(old: ShardingType, new: ShardingType) -> None:
     """Raise ``ExchangeTooFineError`` if ``schedule(old, new)`` (and, with pending sums,
     ``routing(old, new)``) would be refused: its size limit, which applies to one class of devices
     (``redist.exchange_classes``)."""
-    grid, axes = _cell_grid(old, new), _partial_axes(old, new)
-    if math.prod(grid.per_block) * axes.n_reduced <= MAX_DEVICE_CELLS:
-        return  # always allowed; a class has the same cells and partials per device (planning asks often)
+    if _few_cells(old, new):
+        return  # a class has the same cells and partials per device (planning asks often)
     c = classes(old, new)
     if c is not None:
         old, new = c.quotient_old, c.quotient_new
@@ -197,11 +228,10 @@ def _check_size(old: ShardingType, new: ShardingType, grid: CellGrid, axes: Part
 def check_schedule(old: ShardingType, new: ShardingType) -> None:
     """Raise ``ExchangeTooFineError`` if ``schedule(old, new)`` would be refused: past ``MAX_CELLS``
     (``check_size``) or ``MAX_PACKED``, unless each device handles at most ``MAX_DEVICE_CELLS``. Its rounds are the closed form's without pending sums
-    (``redist.measure.closed_form``, the same count), else the routing's (which planning read), or
+    (``closed_form``, the same count), else the routing's (which planning read), or
     its floor ``provider_cells`` where that alone is past the limit."""
-    grid, axes = _cell_grid(old, new), _partial_axes(old, new)
-    if math.prod(grid.per_block) * axes.n_reduced <= MAX_DEVICE_CELLS:
-        return  # always allowed, as by ``check_size``: a few cells per device at any mesh size
+    if _few_cells(old, new):
+        return
     check_size(old, new)
     per_round = old.mesh.size * max(1, old.rank)
     if old.unreduced or new.unreduced:  # the round floor refuses without routing where it can
@@ -210,8 +240,7 @@ def check_schedule(old: ShardingType, new: ShardingType) -> None:
     elif math.prod(_cell_grid(old, new).per_block) * per_round <= MAX_PACKED:
         return  # a plain exchange has at most one round per cell of a new block
     else:
-        missing = new.local_size - overlap_elements(old, new)
-        rounds = int(missing.max()) // math.prod(cell_shape(old, new))
+        rounds = closed_form(old, new).rounds
     packed = rounds * per_round
     if packed > MAX_PACKED:
         raise ExchangeTooFineError(

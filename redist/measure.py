@@ -15,7 +15,15 @@ from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 from redist.cost import NOTHING_WRITTEN, CostModel, Written, sized_kind
-from redist.exchange import cell_shape, check_schedule, crossed_axes, routing, schedule
+from redist.exchange import (
+    ClosedForm,
+    cell_shape,
+    check_schedule,
+    closed_form,
+    crossed_axes,
+    routing,
+    schedule,
+)
 from redist.exchange_a2a import padded_recv_cells, slots
 from redist.facets import FacetTable
 from redist.groups import coords as mesh_coords
@@ -35,8 +43,7 @@ from redist.steps import (
     Step,
 )
 from spmd_types import ShardingType
-from spmd_types.layout import check_index_range, overlap_elements
-from spmd_types.memo import Scope, memo
+from spmd_types.layout import check_index_range
 
 
 class StepMeasure(NamedTuple):
@@ -224,31 +231,6 @@ def _leading_copy(step: Any, before: ShardingType, after: ShardingType) -> Writt
 MEASURE.register(AllReduce, AllReduceSlice)(_ring(lambda before, after: before.local_bytes, 2))
 MEASURE.register(ReduceScatter)(_ring_with_leading_copy(lambda before, after: before.local_bytes,
                                                         lambda before, after: before.local_bytes))
-
-
-class ClosedForm(NamedTuple):
-    """A point-to-point move without unreduced axes, without building its schedule."""
-
-    mean_missing: float
-    """Elements of its new block a device lacks (the transfer lower bound's summand), averaged."""
-    max_missing: int
-    """The same on the device that lacks the most."""
-    cell: int
-    """Elements per cell: ``prod gcd(old local, new local)``; one cell per ``ppermute`` round."""
-
-    @property
-    def rounds(self) -> int:
-        """Rounds on the busiest device (sends are balanced over the replicas)."""
-        return self.max_missing // self.cell
-
-
-@memo(Scope.TYPE, maxsize=4096)
-def closed_form(before: ShardingType, after: ShardingType) -> ClosedForm:
-    """The one closed form of point-to-point traffic (measures and the synthesizer's floors, which
-    ask for the same pair: memoised, and only its two figures are kept, not the per-device table)."""
-    missing = after.local_size - overlap_elements(before, after)
-    cell = math.prod(cell_shape(before, after))
-    return ClosedForm(float(missing.mean()), int(missing.max()), cell)
 
 
 @MEASURE.register(Permute, Exchange)
