@@ -127,17 +127,16 @@ def _ring(fraction_of: Callable[[ShardingType, ShardingType], int], phases: int)
     return ring
 
 
-def _ring_with_leading_copy(fraction_of: Callable[[ShardingType, ShardingType], int],
-                            copied: Callable[[ShardingType, ShardingType], int]) -> Measure:
-    """``_ring``, plus one copy of ``copied(before, after)`` bytes that brings ``dim``'s blocks to or
+def _ring_with_leading_copy(block_of: Callable[[ShardingType, ShardingType], int]) -> Measure:
+    """``_ring`` over ``block_of(before, after)`` bytes, plus one copy of them that brings ``dim``'s blocks to or
     from the front (``redist.executor``: a gather's stacked blocks moved into ``dim``, a
     reduce-scatter's chunks moved before it) unless every dimension before ``dim`` has local extent 1."""
-    ring = _ring(fraction_of, 1)
+    ring = _ring(block_of, 1)
 
     def measure(step: Any, before: ShardingType, after: ShardingType, cm: CostModel) -> StepMeasure:
         m = ring(step, before, after, cm)
         if m.rounds and math.prod(before.local_shape[: step.dim]) > 1 and not _prices_rows(step, before, cm):
-            return m._replace(time_s=m.time_s + cm.copy_time(copied(before, after)))
+            return m._replace(time_s=m.time_s + cm.copy_time(block_of(before, after)))
         return m
 
     return measure
@@ -150,19 +149,10 @@ def _prices_rows(step: Step, before: ShardingType, cm: CostModel) -> bool:
     return kc is not None and (kc.strided_s_per_byte > 0 or kc.run_s > 0)
 
 
-MEASURE.register(AllGather)(_ring_with_leading_copy(lambda before, after: after.local_bytes,
-                                                    lambda before, after: after.local_bytes))
-@MEASURE.register(AllToAll, MultiAllToAll)
-def _all_to_all(step: AllToAll | MultiAllToAll, before: ShardingType, after: ShardingType, cm: CostModel) -> StepMeasure:
-    """``_ring`` over ``before``'s block, plus what it copies in short rows (``written``); a
-    ``MultiAllToAll`` is one all-to-all over the flattened group, priced as one ``all_to_all``."""
-    p = group_size(step, before)
-    if p <= 1:
-        return FREE
-    recv = (p - 1) / p * before.local_bytes
-    time = cm.collective_time(step.group_axes(), p, recv, 1, kind=profile_kind(step, before),
-                              written=written(step, before, after))
-    return StepMeasure(recv, time, math.ceil(math.log2(p)), 1)
+MEASURE.register(AllGather)(_ring_with_leading_copy(lambda before, after: after.local_bytes))
+# an all-to-all: a ring over ``before``'s block plus what it copies in short rows (``written``);
+# a ``MultiAllToAll`` is one all-to-all over the flattened group, priced as one ``all_to_all``
+MEASURE.register(AllToAll, MultiAllToAll)(_ring(lambda before, after: before.local_bytes, 1))
 
 
 def runs_in(piece: Sequence[int], block: Sequence[int]) -> int:
@@ -229,8 +219,7 @@ def _leading_copy(step: Any, before: ShardingType, after: ShardingType) -> Writt
 
 
 MEASURE.register(AllReduce, AllReduceSlice)(_ring(lambda before, after: before.local_bytes, 2))
-MEASURE.register(ReduceScatter)(_ring_with_leading_copy(lambda before, after: before.local_bytes,
-                                                        lambda before, after: before.local_bytes))
+MEASURE.register(ReduceScatter)(_ring_with_leading_copy(lambda before, after: before.local_bytes))
 
 
 @MEASURE.register(Permute, Exchange)
