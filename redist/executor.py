@@ -244,15 +244,14 @@ def _point_to_point(before: ShardingType, after: ShardingType, x: jax.Array) -> 
     out = jnp.zeros(after.local_shape, dtype=x.dtype)
     for r in rounds:
         # A forwarding round sends a cell of the new block (a sum completed in earlier rounds).
-        piece = lax.dynamic_slice(out if r.from_output else x, _offsets(r.send_offset, lin, rank), cell)
-        if r.pairs:
-            piece = lax.ppermute(piece, _axis_name(names), perm=list(r.pairs))
+        piece = _round_piece(r, out if r.from_output else x, lin, cell, names)
         out = _add_cell(out, piece, _lookup(r.recv_valid, lin), _offsets(r.recv_offset, lin, rank), sums)
     return out
 
 
 def _round_piece(r: Round, x: jax.Array, lin: jax.Array, cell: Sequence[int], names: tuple[str, ...]) -> jax.Array:
-    """The cell a round (or local copy) delivers to each device: cut from the old block, moved."""
+    """The cell a round (or local copy) delivers to each device: cut from ``x`` (the old block, or
+    the new one for a forwarding round), moved."""
     piece = lax.dynamic_slice(x, _offsets(r.send_offset, lin, x.ndim), cell)
     return lax.ppermute(piece, _axis_name(names), perm=list(r.pairs)) if r.pairs else piece
 

@@ -519,7 +519,7 @@ def _pending_sum_rounds(cur: ShardingType, dst: ShardingType, cell: int, mean_ce
     devices receives every cell the group lacks (``redist.exchange.provider_cells``)."""
     rounds = math.ceil(mean_cells * TIME_SLACK)
     if not dst.unreduced:
-        rounds = max(rounds, closed_form(cur, dst).max_missing // cell)
+        rounds = max(rounds, closed_form(cur, dst).rounds)  # its cell is ``cell``
     rounds = max(rounds, provider_cells(cur, dst))  # one device receives each cell its group lacks
     m = cur.mesh
     us, ud = unreduced_atoms(cur), unreduced_atoms(dst)
