@@ -34,6 +34,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 from benchmarks.paired import balanced_order, paired_ratio, spans
+from redist import coordination
 from redist.plan import Plan
 
 DEVICES = 8
@@ -223,10 +224,8 @@ class Timer:
     own (``clock="own"``: what the harness measured before, including the wait for a late peer)."""
 
     def __init__(self, index: int, processes: int, align: bool = True, clock: str = "span") -> None:
-        from jax._src import distributed
-
         self.index, self.processes, self.align, self.clock = index, processes, align, clock
-        client = distributed.global_state.client
+        client = coordination.client()
         if client is None:
             raise RuntimeError("Timer needs jax.distributed to be initialized (init_distributed)")
         self.client: Any = client
@@ -235,7 +234,7 @@ class Timer:
     def barrier(self) -> None:
         if self.align:
             self.barriers += 1
-            self.client.wait_at_barrier(f"mp-timer-{self.barriers}", 120_000)
+            coordination.barrier(f"mp-timer-{self.barriers}")
 
     def run(self, tag: str, sides: dict[str, Callable[[], Any]], reps: int, warmup: int,
             seconds: float = 0.0) -> dict[str, list[float]]:
@@ -266,13 +265,13 @@ class Timer:
         if self.index == 0:
             self.client.key_value_set(f"mp-go/{key}", "1" if go else "0")
             return go
-        return self.client.blocking_key_value_get(f"mp-go/{key}", 120_000) == "1"
+        return self.client.blocking_key_value_get(f"mp-go/{key}", coordination.TIMEOUT_MS) == "1"
 
     def gather(self, tag: str, t: dict[str, tuple[list[float], list[float]]]) -> dict[str, list[float]]:
         self.client.key_value_set(f"mp-times/{tag}/{self.index}", json.dumps(t))
         if self.index != 0:
             return {}
-        rows = [json.loads(self.client.blocking_key_value_get(f"mp-times/{tag}/{p}", 120_000))
+        rows = [json.loads(self.client.blocking_key_value_get(f"mp-times/{tag}/{p}", coordination.TIMEOUT_MS))
                 for p in range(self.processes)]
         if self.clock == "own":
             return {n: [e - s for s, e in zip(*t[n])] for n in t}

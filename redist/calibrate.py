@@ -29,6 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import NamedSharding
 
+from redist.coordination import barrier
 from redist.cost import CostModel, KindCost, crosses
 from redist.errors import StepError
 from redist.executor import compile_plan
@@ -266,16 +267,12 @@ _BARRIERS = itertools.count()
 
 
 def _align() -> None:
-    """Across processes, all of them start the call together (a barrier of jax.distributed's
-    coordination service, not a collective on the transport timed): without it a process's time
-    also counts the wait for a peer still finishing its previous call, and a sample over Gloo
-    swung 3x between runs (``benchmarks.multiprocess.Timer`` measures the same way)."""
+    """Across processes, all of them start the call together (``redist.coordination.barrier``):
+    without it a process's time also counts the wait for a peer still finishing its previous
+    call, and a sample over Gloo swung 3x between runs (``benchmarks.multiprocess.Timer`` measures
+    the same way)."""
     if jax.process_count() > 1:
-        from jax._src import distributed
-
-        client = distributed.global_state.client
-        if client is not None:
-            client.wait_at_barrier(f"calibrate-{next(_BARRIERS)}", 120_000)
+        barrier(f"calibrate-{next(_BARRIERS)}")
 
 
 def _sample(plan: Plan, secs: float) -> Sample:

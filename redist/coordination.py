@@ -1,0 +1,29 @@
+"""jax.distributed's coordination service: lining processes up without the transport being timed.
+
+Timing across processes (``redist.calibrate``, ``benchmarks.multiprocess``) needs every process to
+start a call together, or one process's clock also counts its wait for a peer still finishing
+the previous call. A barrier of the coordination service (gRPC to the coordinator) does that
+without a collective on the transport being measured (Gloo's sockets).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+TIMEOUT_MS = 120_000
+"""How long a barrier or key-value read waits for the other processes."""
+
+
+def client() -> Any | None:
+    """The coordination-service client of this process; ``None`` without ``jax.distributed``."""
+    from jax._src import distributed
+
+    return distributed.global_state.client
+
+
+def barrier(name: str) -> None:
+    """Wait until every process reaches the barrier ``name`` (unique per barrier, the same on every
+    process); nothing on a single process."""
+    c = client()
+    if c is not None:
+        c.wait_at_barrier(name, TIMEOUT_MS)
