@@ -144,10 +144,12 @@ def collective_sequence(h: HloCollectives) -> Signature:
     computation in schedule order). Why besides the multiset: the same two collectives in the
     other order are another program, and run at another speed (``tp2d_transpose_2x4``: a
     permute before an all-to-all ran 3-7% slower than the all-to-all before the permute)."""
-    return tuple(_collective_key(c) for c in h.collectives)
+    return tuple(collective_key(c) for c in h.collectives)
 
 
-def _collective_key(c: Collective) -> tuple[str, tuple[tuple[int, ...], ...], float]:
+def collective_key(c: Collective) -> tuple[str, tuple[tuple[int, ...], ...], float]:
+    """What a collective costs by: kind, groups as sets (permute pairs without self-pairs),
+    elements received per device."""
     groups: tuple[tuple[int, ...], ...]
     if c.kind == "collective-permute":
         groups = tuple(sorted((s, t) for s, t in c.groups if s != t))

@@ -105,3 +105,21 @@ def test_ceiling_without_open_cases_is_unreachable() -> None:
 
     from benchmarks.speed import ceiling
     assert ceiling([_tie_row("t", 1.0, True)]).rest_needed == math.inf
+
+
+def test_above_bound_section_says_why_each_time_plan_moves_more() -> None:
+    """Issue 11: under the time objective the report says where and why a plan moves more bytes
+    than the bound (the bytes objective's plan beside it, both predictions and measurements)."""
+    from dataclasses import replace
+
+    from benchmarks.speed import above_bound, above_bound_section
+    at = _row(1.0, True)
+    more = replace(at, case="m", recv_bytes=2.0, bytes_recv_bytes=1.0, predicted_s=1e-3, bytes_predicted_s=1.5e-3,
+                   bytes_steps="exchange(-> [(x)])", plan_collectives={"ours": 1, "ours_bytes": 3},
+                   median_s={**at.median_s, "ours": 1.0, "ours_bytes": 1.2})
+    assert not above_bound(at) and above_bound(more)
+    assert above_bound_section([at])[-1].startswith("None")
+    line = above_bound_section([at, more])[-1]
+    assert line.startswith("| m | 2 / 1, 1, 1000, 1000.000 | 1, 3, 1500, 1200.000 |")
+    assert "predicted 500 us faster with 2.00x the bytes; the clock agrees" in line
+    assert line.endswith("| exchange(-> [(x)]) |")
