@@ -17,11 +17,14 @@ axes added (major first). A greedy pass then takes, in order of preference:
 Slices first and gathers last keep every intermediate within ``max(src, dst)`` local bytes.
 Candidates add a *relabelling* ``Permute`` (swap axes of equal size in place, e.g. ``[8@x,8@y] ->
 [8@y,8@x]``, or the major half of ``y`` for ``x``), at the start or after the free slices, and an
-``Exchange`` of exactly the missing cells, alone or after any prefix of a typed plan. Each
+``Exchange`` of exactly the missing cells, alone or after any prefix of a typed plan; each
+candidate that opens with a relabelling permute is also tried mirrored, the permute last (XLA's
+order for ``tp2d_transpose_2x4``; a permute-then-slice candidate becomes slice-then-permute). Each
 candidate is measured; the plan returned meets the memory bound and has the least received bytes,
 then the least estimated time, then the fewest collectives (a typed collective wins ties). Under
 the time objective, time comes first; a measured profile's ``CostModel.tie_tolerance`` makes plans
-within its measured error of the fastest ties, won by the fewest collective ops (``_Best.choice``).
+within its measured error of the fastest ties, won by the fewest collective ops, then by steps
+that span processes coming last (``_Best.choice``, ``_crossing_order``).
 """
 
 from __future__ import annotations
