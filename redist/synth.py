@@ -321,7 +321,10 @@ def _permute_last_candidates(src: ShardingType, dst: ShardingType, cm: CostModel
     collectives over the relabelled groups, with the point-to-point step last instead of first,
     as XLA's partitioner orders ``tp2d_transpose_2x4`` (an all-to-all inside each process, then a
     permute across processes). Where the groups are priced alike the two orders tie on the model;
-    ``_Best.choice`` then puts steps that span processes last (``_crossing_order``)."""
+    ``_Best.choice`` then puts steps that span processes last (``_crossing_order``). A mirror that
+    receives more than its candidate (a gather before the permute: the permute then moves the
+    gathered block) is dropped: ``fsdp_gather_data`` over 4 Gloo processes priced such a mirror
+    20% faster and it ran 6% slower (paired, 95% interval 1.00-1.14)."""
     if src.unreduced or dst.unreduced:
         return []
     out = []
@@ -333,7 +336,9 @@ def _permute_last_candidates(src: ShardingType, dst: ShardingType, cm: CostModel
             if inverse is None:
                 continue
             mid = apply_step(Permute(_axes_dims(src.mesh, [[inverse[a] for a in d] for d in dims_atoms(dst)])), dst)
-            out.append(_merge(src, [*_Greedy(src, mid).run(), Permute(dst.dims)], cm))
+            mirror = _merge(src, [*_Greedy(src, mid).run(), Permute(dst.dims)], cm)
+            if Plan.build(src, mirror, cm).recv_bytes <= Plan.build(src, steps, cm).recv_bytes:
+                out.append(mirror)
         except (StepError, RedistError):
             continue
     return out
