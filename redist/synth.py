@@ -435,8 +435,8 @@ def _reduce_early_candidates(src: ShardingType, dst: ShardingType, cm: CostModel
     """Reduce-scatter every unreduced axis first, into one dimension, while the array is small:
     axes the destination drops are then done, and axes it keeps unreduced become a pending sum
     again at the end for free (cheaper than moving them partial by partial). Where the types
-    share an unreduced axis, also (into the source's widest dimension only, to keep planning
-    fast) the shared axes alone, so the others reduce on the smaller array
+    share an unreduced axis, also (into the source's widest dimension they divide only, to keep
+    planning fast) the shared axes alone, so the others reduce on the smaller array
     (``s32[12]{U:(x,y,z)} -> s32[12]{U:x}``: 60 B, not 72 B), and the shared axes after slicing
     the free ones, so each replica reduces its own part before the gathers (or the exchange)
     restore it (``f32[16384@(data,fsdp),16384@pod,512]{U:seq} -> f32[16384,16384@(data,fsdp),
@@ -449,13 +449,18 @@ def _reduce_early_candidates(src: ShardingType, dst: ShardingType, cm: CostModel
     shared = tuple(a for a in kept if a in g0.UD)
     if not shared:
         return out
-    widest = (max(range(src.rank), key=lambda j: src.local_shape[j]),)
     if shared != tuple(kept):
-        out += _park(src, dst, cm, shared, reduce=frozenset(shared), dims=widest)
+        out += _park(src, dst, cm, shared, reduce=frozenset(shared), dims=_widest(src, shared))
     free = _free_after_slices(g0)
     if free:
-        out += _park(src, dst, cm, free + shared, reduce=frozenset(shared), dims=widest)
+        out += _park(src, dst, cm, free + shared, reduce=frozenset(shared), dims=_widest(src, free + shared))
     return out
+
+
+def _widest(src: ShardingType, atoms: tuple[Atom, ...]) -> tuple[int]:
+    """The source's widest dimension that ``atoms`` divide (else its widest)."""
+    n = math.prod(a.size for a in atoms)
+    return (max(range(src.rank), key=lambda j: (src.local_shape[j] % n == 0, src.local_shape[j])),)
 
 
 def _park(
