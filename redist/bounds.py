@@ -31,8 +31,8 @@ each partial confined to ``G*`` (another incomplete group lacks it, as no copy l
 partials have distinct holders. At most one confined partial's holders send *only* messages of
 (a): of two such partials, take the first delivered message any of their holders sends, from a
 holder of the one, completing some ``G``; ``G`` then knows the other too, which left its holders
-in a message delivered still earlier, a contradiction. So ``|R| >= (I - 1) + X(G*) - 1`` when ``X(G*) >= 1`` and ``I >= 2``, and
-``|P'| + |R|`` gives the bound.
+in a message delivered still earlier, a contradiction. So ``|R| >= (I - 1) + X(G*) - 1`` when
+``X(G*) >= 1`` and ``I >= 2``, and ``|P'| + |R|`` gives the bound.
 
 A group complete from the start does not shorten this: its sum is spread over its members, so
 forwarding it as one value needs the same merge (before 2026-11-24 the bound was ``I`` there,
@@ -57,10 +57,11 @@ neither shards nor sums over (``Fd``); a group holds a source copy only where it
 source block on ``Fd`` atoms the source shards, and it then covers exactly the partials along the
 atoms unreduced in both. A partial's replicas differ along the atoms the source neither shards
 nor sums over: they are all confined to the holding group exactly when each of those atoms is
-summed over in the destination; then ``X = cov`` and the least cost is ``k + I - 2``. So the bound is two closed forms weighted by how many elements are
-consistent, and that count is the summed per-device overlap (``spmd_types.layout``) divided by
-how many devices share each block pair: the cost grows with the devices' NumPy rows, never with
-cells, and every count is an exact Python integer.
+summed over in the destination; then ``X = cov`` and, with ``I >= 2``, the least cost is
+``k + I - 2``. So the bound is two closed forms weighted by how many elements are consistent, and
+that count is the summed per-device overlap (``spmd_types.layout``) divided by how many devices
+share each block pair: the cost grows with the devices' NumPy rows, never with cells, and every
+count is an exact Python integer.
 
 Every bound is in bytes averaged over devices, so it is comparable with ``Plan.recv_bytes``.
 """
