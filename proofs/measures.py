@@ -185,9 +185,13 @@ def _pending_bound(src: ShardingType, dst: ShardingType, L: Sequence[int], coord
     if n_groups * n_sb * k >= 1 << 62:
         raise VerificationError("lower_bound", f"{src} -> {dst}: {n_groups} groups x {n_sb} source blocks x {k} "
                                 f"partials exceed the int64 codes of the vectorised count", {"types": f"{src} -> {dst}"})
-    # cover[g, sb]: distinct partials the members of group g hold of src block sb
-    held = np.unique((gid * n_sb + sblk) * k + partial) // k
-    cov_key, cov_n = np.unique(held, return_counts=True)
+    # cover[g, sb]: distinct partials the members of group g hold of src block sb; confined[g, sb]:
+    # those of them that no device outside g holds
+    held, in_g = np.unique((gid * n_sb + sblk) * k + partial, return_counts=True)
+    copies, everywhere = np.unique(sblk * k + partial, return_counts=True)
+    whole = in_g == everywhere[np.searchsorted(copies, held % (n_sb * k))]
+    cov_key, cov_n = np.unique(held // k, return_counts=True)
+    conf_n = np.bincount(np.searchsorted(cov_key, held // k), weights=whole, minlength=len(cov_key)).astype(np.int64)
     cls = _cell_classes(src, dst, counts)
     order = np.argsort(gdst, kind="stable")
     n_dblk = math.prod(shards(dst, d) for d in range(rank))
@@ -198,12 +202,17 @@ def _pending_bound(src: ShardingType, dst: ShardingType, L: Sequence[int], coord
     row_g = order[first[cls.dst_block][row_cls] + np.arange(len(row_cls)) - np.repeat(np.cumsum(size) - size, size)]
     key = row_g * n_sb + cls.src_block[row_cls]
     pos = np.clip(np.searchsorted(cov_key, key), 0, max(len(cov_key) - 1, 0))
-    cover = np.where(cov_key[pos] == key, cov_n[pos], 0) if len(cov_key) else np.zeros(len(key), dtype=np.int64)
+    found = cov_key[pos] == key if len(cov_key) else np.zeros(len(key), dtype=bool)
+    cover = np.where(found, cov_n[pos] if len(cov_key) else 0, 0)
+    confined = np.where(found, conf_n[pos] if len(cov_key) else 0, 0)
     incomplete = np.bincount(row_cls, weights=cover < k, minlength=len(size)).astype(np.int64)
+    # per incomplete group G: its gap, plus (with another incomplete group) the sends its confined
+    # partials need beyond one
+    extra = np.where(incomplete[row_cls] >= 2, np.maximum(confined - 1, 0), 0)
     gap = np.full(len(size), k, dtype=np.int64)
     nz = np.flatnonzero(size)
-    if len(nz):  # rows are contiguous per class: the least gap of each class's incomplete groups
-        gap[nz] = np.minimum.reduceat(np.where(cover < k, k - cover, k), (np.cumsum(size) - size)[nz])
+    if len(nz):  # rows are contiguous per class: the least cost of each class's incomplete groups
+        gap[nz] = np.minimum.reduceat(np.where(cover < k, k - cover + extra, k), (np.cumsum(size) - size)[nz])
     msgs = np.where(incomplete == 0, 0, gap + incomplete - 1)
     return Fraction(sum(a * b for a, b in zip(cls.cells, msgs.tolist())) * cell, mesh.size)
 
@@ -216,7 +225,8 @@ def lower_bound_cells(src: ShardingType, dst: ShardingType, L: Sequence[int]) ->
     holds ``k`` partials (one per coordinate of its unreduced axes); a destination group (devices
     differing only in the destination's unreduced axes) *covers* the partials its members hold;
     with ``I`` incomplete groups the bound is 0 if ``I == 0``, else
-    ``min over incomplete G of (k - cover(G)) + I - 1``.
+    ``min over incomplete G of (k - cover(G) + e(G)) + I - 1``, where ``e(G)`` (with ``I >= 2``)
+    is one less than the partials only members of ``G`` hold, counted here from the devices.
 
     Counted with NumPy over the devices and over classes of cells (the cells one pair of a
     destination block and a source block share meet the same devices), never per (cell, device).

@@ -8,29 +8,46 @@ the ``lcm`` of the two shard counts; all elements of a cell behave alike). The s
 partials (one per coordinate of its unreduced axes, possibly replicated). A destination *group*
 is a set of devices that differ only along the destination's unreduced axes: only the sum over a
 group matters, so members' partials add for free. A group *covers* the partials its members
-already hold; it is complete when it covers all ``k``. Per element, with ``I`` incomplete groups
-among those that hold it in the destination::
+already hold; it is complete when it covers all ``k``. A partial is *confined* to ``G`` when every
+device holding it (all its replicas) lies in ``G``; ``X(G)`` counts them. Per element, with ``I``
+incomplete groups among those that hold it in the destination::
 
-    LB = 0                                              if I == 0
-    LB = min over incomplete groups G (k - cov(G)) + I - 1   otherwise
+    LB = 0                                                                  if I == 0
+    LB = min over incomplete groups G of (k - cov(G) + e(G)) + I - 1        otherwise
+    e(G) = max(X(G) - 1, 0) if I >= 2 else 0
 
-Proof: let ``G*`` be the first *incomplete* group to become complete (groups complete from the
-start need nothing). A device holds one partial, so the ``k - cov(G*)`` partials ``G*`` lacks
-start on as many distinct devices outside it, and each must reach ``G*`` through messages in its
-causal past: a connected graph joining those devices to ``G*`` has at least ``k - cov(G*)`` edges.
-Every other incomplete group must receive a message that completes it; that message is not in
-``G*``'s causal past, or that group would have been complete first. Summing gives the bound.
+Proof (for any program of point-to-point messages, each carrying what its sender knows; fix one
+order of the deliveries): let ``G*`` be the first *incomplete* group to become complete (groups
+complete from the start need nothing), at delivery ``t*``, and ``P`` the messages in its causal
+past. A device holds one partial, so the ``k - cov(G*)`` partials ``G*`` lacks start on as many
+distinct devices outside it; each reaches ``G*`` along a path of ``P`` whose messages, up to its
+first entry into ``G*``, are all *sent from outside* ``G*``: with ``G*`` contracted to one node
+they connect those devices to it, so ``P`` holds at least ``k - cov(G*)`` messages sent from
+outside ``G*`` (set ``P'``). The rest, ``R`` (messages not in ``P'``), holds (a) for every other
+incomplete group the message that completes it: not in ``P``, or that group would have completed
+first, and distinct, their receivers lying in distinct groups; so ``|R| >= I - 1``; and (b) for
+each partial confined to ``G*`` (another incomplete group lacks it, as no copy lies outside
+``G*``) a message sent by one of its holders, all inside ``G*``, so not in ``P'``; distinct
+partials have distinct holders. At most one confined partial's holders send *only* messages of
+(a): of two such partials, take the first delivered message any of their holders sends, from a
+holder of the one, completing some ``G``; ``G`` then knows the other too, which left its holders
+in a message delivered still earlier, a contradiction. So ``|R| >= (I - 1) + X(G*) - 1`` when
+``X(G*) >= 1`` and ``I >= 2``, and ``|P'| + |R|`` gives the bound.
+
 A group complete from the start does not shorten this: its sum is spread over its members, so
 forwarding it as one value needs the same merge (before 2026-11-24 the bound was ``I`` there,
 not tight: ``s32[12@y,6]{U:x} -> s32[12,6]{U:x}`` on ``{x=2,y=3}`` had bound 96 B against the
-optimum 144 B that it now gives).
+optimum 144 B that it now gives). Without ``e`` (before the second 2026-11-24 change) it missed
+the partials a complete group must still send on: ``s32[12]{U:(x,y)} -> s32[12]{U:x}`` on
+``{x=2,y=2}`` had bound 36 B against the optimum 48 B (one all-reduce) that it now gives.
 
 It is attained by the exchange schedule (merge at one root, forward the sum) whenever each group
-holds at most one partial, i.e. the two types share no unreduced axis, and on 478 of the 988
-exhaustive small-mesh pairs that shared one and sat above the former bound. It is still not tight
-where the partials a group lacks lie on several devices of another incomplete group that needs
-this group's partials too: ``s32[12]{U:(x,y)} -> s32[12]{U:x}`` on ``{x=2,y=2}`` has bound 36 B
-and optimum 48 B (one all-reduce; the exhaustive search agrees), docs/design.md 13.2.
+holds at most one partial, i.e. the two types share no unreduced axis. Where they share one the
+exhaustive search's optimum is above it on 180 of the 18,580 exhaustive pairs, 174 of them where
+the partials a group holds also have replicas outside it (the source leaves an axis free that the
+destination does not sum over): a replica may send them inside ``G*``'s causal past, so ``e``
+does not count them, yet the search needs a merge there too. ``s32[12]{U:(x,y)} -> s32[12]{U:x}``
+on ``{x=2,y=2,z=2}``: bound 30 B, optimum 36 B (docs/design.md 13.2).
 
 Per cell, the figure depends only on whether the cell's source holders and destination holders
 agree on the atoms both types shard over ("consistent"): the source block fixes a device's
@@ -38,10 +55,13 @@ coordinates on the source's sharded atoms, the destination block those on the de
 groups that hold a cell in the destination are the coordinates along the atoms the destination
 neither shards nor sums over (``Fd``); a group holds a source copy only where it agrees with the
 source block on ``Fd`` atoms the source shards, and it then covers exactly the partials along the
-atoms unreduced in both. So the bound is two closed forms weighted by how many elements are
-consistent, and that count is the summed per-device overlap (``spmd_types.layout``) divided by
-how many devices share each block pair: the cost grows with the devices' NumPy rows, never with
-cells, and every count is an exact Python integer.
+atoms unreduced in both. A partial's replicas differ along the atoms the source neither shards
+nor sums over: they are all confined to the holding group exactly when each of those atoms is
+summed over in the destination; then ``X = cov`` and, with ``I >= 2``, the least cost is
+``k + I - 2``. So the bound is two closed forms weighted by how many elements are consistent, and
+that count is the summed per-device overlap (``spmd_types.layout``) divided by how many devices
+share each block pair: the cost grows with the devices' NumPy rows, never with cells, and every
+count is an exact Python integer.
 
 Every bound is in bytes averaged over devices, so it is comparable with ``Plan.recv_bytes``.
 """
@@ -51,7 +71,7 @@ from __future__ import annotations
 import math
 
 from redist.atoms import Atom, atoms_of, dims_atoms, unreduced_atoms
-from spmd_types import ShardingType
+from spmd_types import Mesh, ShardingType
 from spmd_types.layout import overlap_elements
 from spmd_types.memo import Scope, memo
 
@@ -76,6 +96,11 @@ def overlap_total(src: ShardingType, dst: ShardingType) -> int:
     return sum(int(x) for x in ov.tolist())
 
 
+def _all_atoms(m: Mesh) -> set[Atom]:
+    """Every prime atom of the mesh."""
+    return {a for name in m.names for a in atoms_of(m, name)}
+
+
 def _size(atoms: set[Atom] | frozenset[Atom]) -> int:
     return math.prod(a.size for a in atoms)
 
@@ -85,10 +110,13 @@ def _unreduced_bound(src: ShardingType, dst: ShardingType) -> float:
     us, ud = unreduced_atoms(src), unreduced_atoms(dst)
     s_dim = {a for d in dims_atoms(src) for a in d}
     d_dim = {a for d in dims_atoms(dst) for a in d}
-    fd = {a for name in m.names for a in atoms_of(m, name)} - d_dim - ud
+    fd = _all_atoms(m) - d_dim - ud
     k, covered = _size(us), _size(us & ud)
     groups = _size(fd)
     agreeing = groups // _size(fd & s_dim)  # groups of a consistent cell holding a source copy
+    # a partial's copies differ only along the atoms the source neither shards nor sums over: all
+    # lie in the holding group when those atoms are all summed over in the destination
+    confined = not (_all_atoms(m) - s_dim - us - ud)
 
     def messages(consistent: bool) -> int:
         """Per element: the bound of the module docstring for a (non-)consistent cell."""
@@ -96,6 +124,8 @@ def _unreduced_bound(src: ShardingType, dst: ShardingType) -> float:
         if covered == k and holding:  # the holding groups are complete, the others cover nothing
             incomplete = groups - holding
             return k + incomplete - 1 if incomplete else 0
+        if holding and confined and groups >= 2:  # X(G*) = cover(G*): min(k-c + c-1, k) + I - 1
+            return k + groups - 2
         return (k - covered if holding else k) + groups - 1
 
     # every (S u D)-coordinate pair occurs on m.size / |S u D| devices

@@ -466,39 +466,66 @@ def _split_reduction_candidates(src: ShardingType, dst: ShardingType, cm: CostMo
     wants_new = set(g0.UD) - g0.unred - g0.used()
     if not (g0.unred - set(g0.UD)) and not wants_new:
         return []
-    g0.slices()
-    used = g0.used()
-    free = [a for name in src.mesh.names for a in atoms_of(src.mesh, name) if a not in used and a.size > 1]
+    free = _free_after_slices(g0)
     out = []
-    for chosen in {tuple(free), tuple(a for a in free if a in wants_new)}:
+    for chosen in {free, tuple(a for a in free if a in wants_new)}:
         if chosen:
-            out.extend(_park(src, dst, cm, chosen, reduce=False))
+            out.extend(_park(src, dst, cm, chosen, reduce=frozenset()))
     return out
+
+
+def _free_after_slices(g: _Greedy) -> tuple[Atom, ...]:
+    """The atoms (of size > 1) neither layout uses once ``g`` has taken its free slices."""
+    g.slices()
+    used = g.used()
+    return tuple(a for name in g.t.mesh.names for a in atoms_of(g.t.mesh, name) if a not in used and a.size > 1)
 
 
 def _reduce_early_candidates(src: ShardingType, dst: ShardingType, cm: CostModel) -> list[tuple[Step, ...]]:
     """Reduce-scatter every unreduced axis first, into one dimension, while the array is small:
     axes the destination drops are then done, and axes it keeps unreduced become a pending sum
-    again at the end for free (cheaper than moving them partial by partial)."""
+    again at the end for free (cheaper than moving them partial by partial). Where the types
+    share an unreduced axis, also (into the source's widest dimension they divide only, to keep
+    planning fast) the shared axes alone, so the others reduce on the smaller array
+    (``s32[12]{U:(x,y,z)} -> s32[12]{U:x}``: 60 B, not 72 B), and the shared axes after slicing
+    the free ones, so each replica reduces its own part before the gathers (or the exchange)
+    restore it (``f32[16384@(data,fsdp),16384@pod,512]{U:seq} -> f32[16384,16384@(data,fsdp),
+    512]{U:(pod,seq)}`` on 65,536 devices: 159 MB per device, not 535 MB)."""
     g0 = _Greedy(src, dst)
     kept = sorted(g0.unred)
     if not kept:
         return []
-    return _park(src, dst, cm, tuple(kept), reduce=True)
+    out = _park(src, dst, cm, tuple(kept), reduce=frozenset(kept))
+    shared = tuple(a for a in kept if a in g0.UD)
+    if not shared:
+        return out
+    if shared != tuple(kept):
+        out += _park(src, dst, cm, shared, reduce=frozenset(shared), dims=_widest(src, shared))
+    free = _free_after_slices(g0)
+    if free:
+        out += _park(src, dst, cm, free + shared, reduce=frozenset(shared), dims=_widest(src, free + shared))
+    return out
+
+
+def _widest(src: ShardingType, atoms: tuple[Atom, ...]) -> tuple[int]:
+    """The source's widest dimension that ``atoms`` divide (else its widest)."""
+    n = math.prod(a.size for a in atoms)
+    return (max(range(src.rank), key=lambda j: (src.local_shape[j] % n == 0, src.local_shape[j])),)
 
 
 def _park(
-    src: ShardingType, dst: ShardingType, cm: CostModel, atoms: tuple[Atom, ...], reduce: bool
+    src: ShardingType, dst: ShardingType, cm: CostModel, atoms: tuple[Atom, ...], reduce: frozenset[Atom],
+    dims: tuple[int, ...] | None = None,
 ) -> list[tuple[Step, ...]]:
     """After the free slices, put ``atoms`` on the minor end of one dimension (each dimension in
-    turn), by slicing them (free axes) or reduce-scattering them (unreduced axes), and let the
-    greedy pass finish from there."""
+    turn, or each of ``dims``), by reduce-scattering those in ``reduce`` (unreduced axes) and
+    slicing the others (free axes), and let the greedy pass finish from there."""
     out = []
-    for dim in range(src.rank):
+    for dim in range(src.rank) if dims is None else dims:
         g = _Greedy(src, dst)
         g.slices()
         for a in atoms:
-            if reduce:
+            if a in reduce:
                 g.unred.discard(a)
                 g.steps.append(ReduceScatter(dim, g.ax(a)))
             else:

@@ -47,7 +47,8 @@ def _prime_digits(mesh: Mesh, axes: object) -> list[tuple[str, int, int]]:
 
 
 def reference_bound(src: ShardingType, dst: ShardingType, L: tuple[int, ...]) -> Fraction:
-    """The counting rule of ``lower_bound_cells`` cell by cell, device by device (the former code)."""
+    """The counting rule of ``lower_bound_cells`` cell by cell, device by device (the former code,
+    with the confined partials' sends of 2026-11-24 added)."""
     mesh, rank = src.mesh, src.rank
     devs = [mesh.coords(v) for v in range(mesh.size)]
     us, ud = _prime_digits(mesh, src.unreduced), _prime_digits(mesh, dst.unreduced)
@@ -67,15 +68,21 @@ def reference_bound(src: ShardingType, dst: ShardingType, L: tuple[int, ...]) ->
     msgs = 0
     for q in itertools.product(*(range(n) for n in counts)):
         cover: dict[tuple[int, ...], set[tuple[int, ...]]] = {}
+        where: dict[tuple[int, ...], set[tuple[int, ...]]] = {}  # partial -> groups of its holders
         for c in devs:
             if holds(dst, c, q):
                 cover.setdefault(gkey(c), set())
         for c in devs:
-            if gkey(c) in cover and holds(src, c, q):
-                cover[gkey(c)].add(tuple(_digit(mesh, c, f) for f in us))
-        if cover:
-            gaps = [k - len(g) for g in cover.values() if len(g) < k]
-            msgs += min(gaps) + len(gaps) - 1 if gaps else 0
+            if holds(src, c, q):
+                part = tuple(_digit(mesh, c, f) for f in us)
+                where.setdefault(part, set()).add(gkey(c))
+                if gkey(c) in cover:
+                    cover[gkey(c)].add(part)
+        incomplete = [g for g, held in cover.items() if len(held) < k]
+        if incomplete:  # per group: its gap, plus the sends of the partials only it holds
+            confined = {g: sum(1 for p in cover[g] if where[p] == {g}) if len(incomplete) > 1 else 0
+                        for g in incomplete}
+            msgs += min(k - len(cover[g]) + max(confined[g] - 1, 0) for g in incomplete) + len(incomplete) - 1
     return Fraction(msgs * cell, mesh.size)
 
 

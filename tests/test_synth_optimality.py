@@ -15,7 +15,7 @@ import pytest
 from conftest import THOROUGH
 from synth_checks import BYTES
 
-from redist import redistribute
+from redist import ReduceScatter, redistribute
 from redist.enumerate import all_types
 from redist.search import plan_key, search
 from spmd_types import Mesh
@@ -52,10 +52,32 @@ def test_shared_unreduced_bound_counts_the_merge() -> None:
     assert p.lower_bound_bytes == p.recv_bytes == search(p.src, p.dst).recv_bytes == 144.0
 
 
-def test_search_beats_the_unreduced_bound_only_where_documented() -> None:
-    """The bound's documented slack: an axis unreduced on both sides, with no group complete and
-    the partials a group lacks spread over several devices of another (redist.bounds docstring)."""
-    mesh = Mesh({"x": 2, "y": 2})
+def test_confined_partials_count_their_sends() -> None:
+    """A partial that only the first complete group holds must still be sent to the others, one
+    message per holder: with another incomplete group, the bound adds those sends beyond the
+    completing message (redist.bounds docstring, ``X``). On these pairs (36 B and 54 B before)
+    bound, search and synthesizer agree."""
+    p = redistribute("s32[12]{U:(x,y)}", "s32[12]{U:x}", Mesh({"x": 2, "y": 2}), cost_model=BYTES)
+    assert p.lower_bound_bytes == p.recv_bytes == search(p.src, p.dst, BYTES).recv_bytes == 48.0
+    p = redistribute("s32[12]{U:(x,y,z)}", "s32[12]{U:x}", Mesh({"x": 2, "y": 2, "z": 2}), cost_model=BYTES)
+    assert p.lower_bound_bytes == p.recv_bytes == search(p.src, p.dst, BYTES).recv_bytes == 60.0
+
+
+def test_shared_axes_reduce_on_the_smaller_array() -> None:
+    """Reduce-scatter the axes both types sum over first, so the others reduce a smaller array,
+    and padded back at the end (72 B with one all-reduce before); with a free axis, slice it
+    first so each replica reduces its own part (48 B before). Both reach the search's optimum."""
+    mesh = Mesh({"x": 2, "y": 2, "z": 2})
+    p = redistribute("s32[12]{U:(x,y,z)}", "s32[12]{U:x}", mesh, cost_model=BYTES)
+    assert p.recv_bytes == 60.0 and isinstance(p.steps[0], ReduceScatter)
     p = redistribute("s32[12]{U:(x,y)}", "s32[12]{U:x}", mesh, cost_model=BYTES)
-    assert p.lower_bound_bytes == 36.0
-    assert p.recv_bytes == search(p.src, p.dst).recv_bytes == 48.0
+    assert p.recv_bytes == search(p.src, p.dst, BYTES).recv_bytes == 36.0
+
+
+def test_search_beats_the_unreduced_bound_only_where_documented() -> None:
+    """The bound's documented slack: partials replicated outside the group that holds them, so
+    their sends are not confined to it (redist.bounds docstring, docs/design.md 13.2)."""
+    mesh = Mesh({"x": 2, "y": 2, "z": 2})
+    p = redistribute("s32[12]{U:(x,y)}", "s32[12]{U:x}", mesh, cost_model=BYTES)
+    assert p.lower_bound_bytes == 30.0
+    assert search(p.src, p.dst, BYTES).recv_bytes == 36.0
