@@ -571,9 +571,25 @@ def _items(src: np.ndarray, dst: np.ndarray, src_offset: np.ndarray, dst_offset:
 
 class _Routed(NamedTuple):
     local: _Items    # src == dst, in the order each device adds them
-    merge: _Items    # phase A: old blocks -> targets / roots
+    merge: _Items    # phase A: old blocks -> targets / roots; counting only, ``src`` is empty
     forward: _Items  # phase B: roots -> other targets
     level: np.ndarray  # [forward] phase-B level: the rounds of level l follow those of level l-1
+    send_load: int   # the most phase-A cells one device sends (``_sent``)
+
+
+def _sent(h: _Holders, grp: np.ndarray, dst: np.ndarray, offsets: bool) -> tuple[np.ndarray, int]:
+    """The senders of requests to holder groups ``grp`` (``_senders``) and the most one device
+    sends. Counting only (``routing``: no offsets), the senders are not chosen: ``_senders`` gives
+    each holder of a group at most ``cap = ceil(requests / holders)`` requests, so by pigeonhole
+    some holder gets exactly ``cap``, and each device holds for one group only: the busiest sender
+    sends the largest ``cap`` (tests check it against the chosen senders)."""
+    if offsets:
+        s = _senders(h, grp, dst)
+        return s, int(np.bincount(s).max()) if len(s) else 0
+    if not len(grp):
+        return np.zeros(0, dtype=np.int64), 0
+    n_req = np.bincount(grp, minlength=len(h.code))
+    return np.zeros(0, dtype=np.int64), int((-(-n_req // h.n)).max())
 
 
 def _route_direct(dev: DeviceTables, rows: _NeedRows, needs: _Needs, sel: np.ndarray, h: _Holders) -> _Routed:
@@ -585,9 +601,9 @@ def _route_direct(dev: DeviceTables, rows: _NeedRows, needs: _Needs, sel: np.nda
     local = _items(rows.device[mine], rows.device[mine],
                    rows.src_offset(needs.start, rows.need[mine], dev.old_start, rows.device[mine]), rows.offset(mine))
     far = sel[~held]
-    s = _senders(h, h.find(needs.code[rows.need[far]]), rows.device[far])
+    s, load = _sent(h, h.find(needs.code[rows.need[far]]), rows.device[far], rows.offsets)
     merge = _items(s, rows.device[far], rows.src_offset(needs.start, rows.need[far], dev.old_start, s), rows.offset(far))
-    return _Routed(local, merge, _Items.of([], dev.old_start.shape[1]), np.zeros(0, dtype=np.int64))
+    return _Routed(local, merge, _Items.of([], dev.old_start.shape[1]), np.zeros(0, dtype=np.int64), load)
 
 
 def _route_reduced(dev: DeviceTables, rows: _NeedRows, needs: _Needs, sel: np.ndarray, h: _Holders,
@@ -612,16 +628,16 @@ def _route_reduced(dev: DeviceTables, rows: _NeedRows, needs: _Needs, sel: np.nd
     local = _items(root[need[own]], root[need[own]],
                    rows.src_offset(needs.start, need[own], dev.old_start, root[need[own]]), root_off[need[own]])
     far = ~own
-    s = _senders(h, h.find(code[far]), root[need[far]])
+    s, load = _sent(h, h.find(code[far]), root[need[far]], rows.offsets)
     merge = _items(s, root[need[far]], rows.src_offset(needs.start, need[far], dev.old_start, s), root_off[need[far]])
     not_root = np.ones(len(rows.need), dtype=bool)
     not_root[root_row] = False
     rest = sel[not_root[sel]]
     rest = rest[np.argsort(rows.need[rest], kind="stable")]  # need-major, then device order
     if not len(rest):
-        return _Routed(local, merge, _Items.of([], rank), np.zeros(0, dtype=np.int64))
+        return _Routed(local, merge, _Items.of([], rank), np.zeros(0, dtype=np.int64), load)
     fwd, level = _forwarding(rows, rest, root, root_off)
-    return _Routed(local, merge, fwd, level)
+    return _Routed(local, merge, fwd, level, load)
 
 
 def _forwarding(rows: _NeedRows, rest: np.ndarray, root: np.ndarray, root_off: np.ndarray) -> tuple[_Items, np.ndarray]:
@@ -892,7 +908,9 @@ def routing(old: ShardingType, new: ShardingType) -> Routing:
         return r._replace(cells=r.cells * c.n_classes)
     grid, _, routed = _route(old, new, offsets=False)
     fwd, level = routed.forward, routed.level
-    rounds = degree(routed.merge.src, routed.merge.dst) + _phased_degree(fwd.src, fwd.dst, level)
+    merge = routed.merge.dst
+    rounds = max(routed.send_load, int(np.bincount(merge).max()) if len(merge) else 0)
+    rounds += _phased_degree(fwd.src, fwd.dst, level)
     return Routing(grid.cell, len(routed.merge.dst) + len(fwd.dst), rounds)
 
 
