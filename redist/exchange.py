@@ -28,7 +28,6 @@ import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import cached_property
 from typing import NamedTuple
 
 import numpy as np
@@ -41,7 +40,7 @@ from redist.exchange_classes import Classes, classes, lift_pairs, lift_rows
 from redist.groups import atoms_index, group_key, rank_within, replica_index
 from spmd_types import ShardingType
 from spmd_types.layout import block_bounds, overlap_elements, overlap_widths
-from spmd_types.memo import Scope, memo
+from spmd_types.memo import Scope, cached_property, memo
 
 MAX_CELLS = 1 << 22
 """Exchanges of more (device, cell, reduced partial) triples than this are neither routed nor
