@@ -311,8 +311,12 @@ class _NeedRows(NamedTuple):
 
     def holds_old(self, dev: DeviceTables) -> np.ndarray:
         """``[rows]``: whether each row's device holds the row's cell in its old block."""
-        block = (self.base[:, None, :] + self.idx[None, :, :]) * self.cell // dev.old_local
-        return (block == dev.old_block[:, None, :]).all(axis=2).reshape(-1)
+        per_block = tuple(int(n) for n in self.idx.max(axis=0) + 1) if len(self.cell) else ()
+        grid = CellGrid(tuple(int(c) for c in self.cell), per_block)
+        out = np.ones((len(self.base), *per_block), dtype=bool)
+        for k, t in enumerate(_per_dim_blocks(grid, self.base, dev.old_local)):
+            out &= _spread(t == dev.old_block[:, k, None], k, per_block)
+        return out.reshape(-1)
 
 
 def _need_rows(grid: CellGrid, dev: DeviceTables, shape: Offset, offsets: bool = True) -> _NeedRows:
@@ -361,9 +365,8 @@ def _provider_rows(grid: CellGrid, dev: DeviceTables, blocks: Offset, shape: Off
     leads = np.flatnonzero(dev.group_index == 0)  # in device order: groups by their first device
     code, n_codes = _grid_codes(grid, shape, base[leads], idx)  # [groups, cells]
     cell = np.array(grid.cell, dtype=np.int64)
-    held_by = (base[leads][:, None, :] + idx[None, :, :]) * cell // dev.old_local  # old block of each cell
     n_blocks = math.prod(blocks)
-    want = _ravel(held_by.reshape(code.size, len(blocks)), blocks).reshape(code.shape)
+    want = _held_blocks(grid, base[leads], dev.old_local, blocks)  # old block of each cell
     want += np.arange(len(leads))[:, None] * n_blocks  # (group, old block) of each (group, cell)
     key = np.searchsorted(leads, dev.group) * n_blocks + _ravel(dev.old_block, blocks)  # each device's
     order = np.lexsort((dev.group_index, key))
@@ -374,8 +377,38 @@ def _provider_rows(grid: CellGrid, dev: DeviceTables, blocks: Offset, shape: Off
     need = _first_need_order((code * n_kept + dev.kept[leads][:, None]).reshape(-1), n_codes * n_kept)
     cell_id = _dense_cells(code.reshape(-1), n_codes) if n_kept > 1 else need
     at = np.broadcast_to(np.arange(n_cells), code.shape).reshape(-1)
-    rows = np.lexsort((at, provider.reshape(-1)))  # device-major, cells in order
+    rows = np.argsort(provider.reshape(-1) * n_cells + at)  # device-major, cells in order (keys distinct:
+    # a provider is a member of its own group)
     return _NeedRows(provider.reshape(-1)[rows], base, idx, cell, cell_id[rows], need[rows], offsets, at[rows])
+
+
+def _per_dim_blocks(grid: CellGrid, base: np.ndarray, old_local: np.ndarray) -> list[np.ndarray]:
+    """Per dimension ``k``, ``[len(base), cells per block along k]``: the old block index along
+    ``k`` of each cell of each new block (``base``: its first cell). The old block of cell
+    ``base + idx`` is ``(base + idx) * cell // old_local`` per dimension, and ``cell`` divides
+    ``old_local``, so it is ``(base + idx) // (old_local / cell)``: per dimension a small table,
+    not a ``[blocks, cells, rank]`` one (whose integer division was a quarter of the routing)."""
+    return [(base[:, k, None] + np.arange(n)) // (int(old_local[k]) // c)
+            for k, (n, c) in enumerate(zip(grid.per_block, grid.cell))]
+
+
+def _spread(table: np.ndarray, k: int, per_block: Offset) -> np.ndarray:
+    """A ``[n, per_block[k]]`` table shaped to broadcast over ``[n, *per_block]``."""
+    shape = [len(table)] + [1] * len(per_block)
+    shape[k + 1] = per_block[k]
+    return table.reshape(shape)
+
+
+def _held_blocks(grid: CellGrid, base: np.ndarray, old_local: np.ndarray, blocks: Offset) -> np.ndarray:
+    """``[len(base), cells per block]``: the raveled old block (grid ``blocks``) holding each cell
+    of each new block, cells in ``np.ndindex`` order: the ravel's sum of per-dimension terms
+    (``_per_dim_blocks``), broadcast."""
+    out = np.zeros((len(base), *grid.per_block), dtype=np.int64)
+    stride = 1
+    for k, t in reversed(list(enumerate(_per_dim_blocks(grid, base, old_local)))):
+        out += _spread(t * stride, k, grid.per_block)
+        stride *= blocks[k]
+    return out.reshape(len(base), -1)
 
 
 def _ravel(index: np.ndarray, shape: Offset) -> np.ndarray:
