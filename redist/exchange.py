@@ -19,7 +19,9 @@ only the providers' rows are tabulated, ``_provider_rows``), route the cells (``
 ``_route_reduced``: phase A merges partials at a root, phase B forwards merged sums), spread the
 requests evenly over each cell's holders (``_senders``) and pack the transfers into rounds
 (``_pack_schedule``). Planning stops before the packing: ``routing`` gives the cells received and
-the rounds (each phase's max degree, which the colouring attains), ``provider_cells`` a floor.
+the rounds (each phase's max degree, which the colouring attains), ``provider_cells`` a floor;
+it routes without offsets and without choosing senders (``_sent``: the busiest sender's load is
+known from the holder groups alone).
 """
 
 from __future__ import annotations
