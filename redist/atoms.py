@@ -49,7 +49,10 @@ def atoms_of(mesh: Mesh, a: Axis) -> tuple[Atom, ...]:
     return tuple(out)
 
 
+@memo(Scope.MESH, maxsize=65536)
 def atoms_of_axes(mesh: Mesh, axes: tuple[Axis, ...]) -> tuple[Atom, ...]:
+    """The atoms of ``axes``, major to minor: memoised per mesh like ``axes_of_atoms``, its
+    inverse (every step's typing rule reads its axes' atoms, thousands of times a pair)."""
     return tuple(x for a in axes for x in atoms_of(mesh, a))
 
 

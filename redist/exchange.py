@@ -19,7 +19,9 @@ only the providers' rows are tabulated, ``_provider_rows``), route the cells (``
 ``_route_reduced``: phase A merges partials at a root, phase B forwards merged sums), spread the
 requests evenly over each cell's holders (``_senders``) and pack the transfers into rounds
 (``_pack_schedule``). Planning stops before the packing: ``routing`` gives the cells received and
-the rounds (each phase's max degree, which the colouring attains), ``provider_cells`` a floor.
+the rounds (each phase's max degree, which the colouring attains), ``provider_cells`` a floor;
+it routes without offsets and without choosing senders (``_sent``: the busiest sender's load is
+known from the holder groups alone).
 """
 
 from __future__ import annotations
@@ -28,7 +30,6 @@ import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import cached_property
 from typing import NamedTuple
 
 import numpy as np
@@ -41,7 +42,7 @@ from redist.exchange_classes import Classes, classes, lift_pairs, lift_rows
 from redist.groups import atoms_index, group_key, rank_within, replica_index
 from spmd_types import ShardingType
 from spmd_types.layout import block_bounds, overlap_elements, overlap_widths
-from spmd_types.memo import Scope, memo
+from spmd_types.memo import Scope, cached_property, memo
 
 MAX_CELLS = 1 << 22
 """Exchanges of more (device, cell, reduced partial) triples than this are neither routed nor
@@ -312,8 +313,12 @@ class _NeedRows(NamedTuple):
 
     def holds_old(self, dev: DeviceTables) -> np.ndarray:
         """``[rows]``: whether each row's device holds the row's cell in its old block."""
-        block = (self.base[:, None, :] + self.idx[None, :, :]) * self.cell // dev.old_local
-        return (block == dev.old_block[:, None, :]).all(axis=2).reshape(-1)
+        per_block = tuple(int(n) for n in self.idx.max(axis=0) + 1) if len(self.cell) else ()
+        grid = CellGrid(tuple(int(c) for c in self.cell), per_block)
+        out = np.ones((len(self.base), *per_block), dtype=bool)
+        for k, t in enumerate(_per_dim_blocks(grid, self.base, dev.old_local)):
+            out &= _spread(t == dev.old_block[:, k, None], k, per_block)
+        return out.reshape(-1)
 
 
 def _need_rows(grid: CellGrid, dev: DeviceTables, shape: Offset, offsets: bool = True) -> _NeedRows:
@@ -362,9 +367,8 @@ def _provider_rows(grid: CellGrid, dev: DeviceTables, blocks: Offset, shape: Off
     leads = np.flatnonzero(dev.group_index == 0)  # in device order: groups by their first device
     code, n_codes = _grid_codes(grid, shape, base[leads], idx)  # [groups, cells]
     cell = np.array(grid.cell, dtype=np.int64)
-    held_by = (base[leads][:, None, :] + idx[None, :, :]) * cell // dev.old_local  # old block of each cell
     n_blocks = math.prod(blocks)
-    want = _ravel(held_by.reshape(code.size, len(blocks)), blocks).reshape(code.shape)
+    want = _held_blocks(grid, base[leads], dev.old_local, blocks)  # old block of each cell
     want += np.arange(len(leads))[:, None] * n_blocks  # (group, old block) of each (group, cell)
     key = np.searchsorted(leads, dev.group) * n_blocks + _ravel(dev.old_block, blocks)  # each device's
     order = np.lexsort((dev.group_index, key))
@@ -375,8 +379,38 @@ def _provider_rows(grid: CellGrid, dev: DeviceTables, blocks: Offset, shape: Off
     need = _first_need_order((code * n_kept + dev.kept[leads][:, None]).reshape(-1), n_codes * n_kept)
     cell_id = _dense_cells(code.reshape(-1), n_codes) if n_kept > 1 else need
     at = np.broadcast_to(np.arange(n_cells), code.shape).reshape(-1)
-    rows = np.lexsort((at, provider.reshape(-1)))  # device-major, cells in order
+    rows = np.argsort(provider.reshape(-1) * n_cells + at)  # device-major, cells in order (keys distinct:
+    # a provider is a member of its own group)
     return _NeedRows(provider.reshape(-1)[rows], base, idx, cell, cell_id[rows], need[rows], offsets, at[rows])
+
+
+def _per_dim_blocks(grid: CellGrid, base: np.ndarray, old_local: np.ndarray) -> list[np.ndarray]:
+    """Per dimension ``k``, ``[len(base), cells per block along k]``: the old block index along
+    ``k`` of each cell of each new block (``base``: its first cell). The old block of cell
+    ``base + idx`` is ``(base + idx) * cell // old_local`` per dimension, and ``cell`` divides
+    ``old_local``, so it is ``(base + idx) // (old_local / cell)``: per dimension a small table,
+    not a ``[blocks, cells, rank]`` one (whose integer division was a quarter of the routing)."""
+    return [(base[:, k, None] + np.arange(n)) // (int(old_local[k]) // c)
+            for k, (n, c) in enumerate(zip(grid.per_block, grid.cell))]
+
+
+def _spread(table: np.ndarray, k: int, per_block: Offset) -> np.ndarray:
+    """A ``[n, per_block[k]]`` table shaped to broadcast over ``[n, *per_block]``."""
+    shape = [len(table)] + [1] * len(per_block)
+    shape[k + 1] = per_block[k]
+    return table.reshape(shape)
+
+
+def _held_blocks(grid: CellGrid, base: np.ndarray, old_local: np.ndarray, blocks: Offset) -> np.ndarray:
+    """``[len(base), cells per block]``: the raveled old block (grid ``blocks``) holding each cell
+    of each new block, cells in ``np.ndindex`` order: the ravel's sum of per-dimension terms
+    (``_per_dim_blocks``), broadcast."""
+    out = np.zeros((len(base), *grid.per_block), dtype=np.int64)
+    stride = 1
+    for k, t in reversed(list(enumerate(_per_dim_blocks(grid, base, old_local)))):
+        out += _spread(t * stride, k, grid.per_block)
+        stride *= blocks[k]
+    return out.reshape(len(base), -1)
 
 
 def _ravel(index: np.ndarray, shape: Offset) -> np.ndarray:
@@ -571,9 +605,25 @@ def _items(src: np.ndarray, dst: np.ndarray, src_offset: np.ndarray, dst_offset:
 
 class _Routed(NamedTuple):
     local: _Items    # src == dst, in the order each device adds them
-    merge: _Items    # phase A: old blocks -> targets / roots
+    merge: _Items    # phase A: old blocks -> targets / roots; counting only, ``src`` is empty
     forward: _Items  # phase B: roots -> other targets
     level: np.ndarray  # [forward] phase-B level: the rounds of level l follow those of level l-1
+    send_load: int   # the most phase-A cells one device sends (``_sent``)
+
+
+def _sent(h: _Holders, grp: np.ndarray, dst: np.ndarray, offsets: bool) -> tuple[np.ndarray, int]:
+    """The senders of requests to holder groups ``grp`` (``_senders``) and the most one device
+    sends. Counting only (``routing``: no offsets), the senders are not chosen: ``_senders`` gives
+    each holder of a group at most ``cap = ceil(requests / holders)`` requests, so by pigeonhole
+    some holder gets exactly ``cap``, and each device holds for one group only: the busiest sender
+    sends the largest ``cap`` (tests check it against the chosen senders)."""
+    if offsets:
+        s = _senders(h, grp, dst)
+        return s, int(np.bincount(s).max()) if len(s) else 0
+    if not len(grp):
+        return np.zeros(0, dtype=np.int64), 0
+    n_req = np.bincount(grp, minlength=len(h.code))
+    return np.zeros(0, dtype=np.int64), int((-(-n_req // h.n)).max())
 
 
 def _route_direct(dev: DeviceTables, rows: _NeedRows, needs: _Needs, sel: np.ndarray, h: _Holders) -> _Routed:
@@ -585,9 +635,9 @@ def _route_direct(dev: DeviceTables, rows: _NeedRows, needs: _Needs, sel: np.nda
     local = _items(rows.device[mine], rows.device[mine],
                    rows.src_offset(needs.start, rows.need[mine], dev.old_start, rows.device[mine]), rows.offset(mine))
     far = sel[~held]
-    s = _senders(h, h.find(needs.code[rows.need[far]]), rows.device[far])
+    s, load = _sent(h, h.find(needs.code[rows.need[far]]), rows.device[far], rows.offsets)
     merge = _items(s, rows.device[far], rows.src_offset(needs.start, rows.need[far], dev.old_start, s), rows.offset(far))
-    return _Routed(local, merge, _Items.of([], dev.old_start.shape[1]), np.zeros(0, dtype=np.int64))
+    return _Routed(local, merge, _Items.of([], dev.old_start.shape[1]), np.zeros(0, dtype=np.int64), load)
 
 
 def _route_reduced(dev: DeviceTables, rows: _NeedRows, needs: _Needs, sel: np.ndarray, h: _Holders,
@@ -612,16 +662,16 @@ def _route_reduced(dev: DeviceTables, rows: _NeedRows, needs: _Needs, sel: np.nd
     local = _items(root[need[own]], root[need[own]],
                    rows.src_offset(needs.start, need[own], dev.old_start, root[need[own]]), root_off[need[own]])
     far = ~own
-    s = _senders(h, h.find(code[far]), root[need[far]])
+    s, load = _sent(h, h.find(code[far]), root[need[far]], rows.offsets)
     merge = _items(s, root[need[far]], rows.src_offset(needs.start, need[far], dev.old_start, s), root_off[need[far]])
     not_root = np.ones(len(rows.need), dtype=bool)
     not_root[root_row] = False
     rest = sel[not_root[sel]]
     rest = rest[np.argsort(rows.need[rest], kind="stable")]  # need-major, then device order
     if not len(rest):
-        return _Routed(local, merge, _Items.of([], rank), np.zeros(0, dtype=np.int64))
+        return _Routed(local, merge, _Items.of([], rank), np.zeros(0, dtype=np.int64), load)
     fwd, level = _forwarding(rows, rest, root, root_off)
-    return _Routed(local, merge, fwd, level)
+    return _Routed(local, merge, fwd, level, load)
 
 
 def _forwarding(rows: _NeedRows, rest: np.ndarray, root: np.ndarray, root_off: np.ndarray) -> tuple[_Items, np.ndarray]:
@@ -892,7 +942,9 @@ def routing(old: ShardingType, new: ShardingType) -> Routing:
         return r._replace(cells=r.cells * c.n_classes)
     grid, _, routed = _route(old, new, offsets=False)
     fwd, level = routed.forward, routed.level
-    rounds = degree(routed.merge.src, routed.merge.dst) + _phased_degree(fwd.src, fwd.dst, level)
+    merge = routed.merge.dst
+    rounds = max(routed.send_load, int(np.bincount(merge).max()) if len(merge) else 0)
+    rounds += _phased_degree(fwd.src, fwd.dst, level)
     return Routing(grid.cell, len(routed.merge.dst) + len(fwd.dst), rounds)
 
 

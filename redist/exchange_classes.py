@@ -36,14 +36,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from functools import cached_property
 
 import numpy as np
 
 from redist.atoms import Atom, atoms_of, dims_atoms, unreduced_atoms
 from redist.groups import atoms_index
 from spmd_types import Mesh, ShardingType, SubAxis
-from spmd_types.memo import Scope, memo
+from spmd_types.memo import Scope, cached_property, memo
 from spmd_types.mesh import Axis
 
 

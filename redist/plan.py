@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import cached_property
 from typing import Any
 
 from redist.bounds import lower_bound_bytes
@@ -21,7 +20,7 @@ from redist.measure import StepMeasure, measure
 from redist.render import format_plan
 from redist.steps import Exchange, Step
 from spmd_types import ShardingType
-from spmd_types.memo import Scope, memo
+from spmd_types.memo import Scope, cached_property, memo
 
 _HOOKS: dict[str, Callable[..., Any]] = {}
 

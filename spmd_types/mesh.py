@@ -14,10 +14,10 @@ import operator
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from spmd_types.errors import MeshError, MeshTooLargeError, UnknownAxisError
+from spmd_types.memo import cached_property
 
 if TYPE_CHECKING:  # pragma: no cover
     import jax

@@ -15,7 +15,6 @@ import math
 import operator
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from functools import cached_property
 
 from spmd_types.dtypes import canonical_dtype, itemsize
 from spmd_types.errors import (
@@ -26,6 +25,7 @@ from spmd_types.errors import (
     UnknownAxisError,
 )
 from spmd_types.layout import block_bounds
+from spmd_types.memo import cached_property
 from spmd_types.mesh import Axis, Mesh, SubAxis, axis_name, format_axis
 from spmd_types.text import format_parts, parse_parts
 

@@ -184,3 +184,29 @@ def test_the_partitioner_knows_every_communicating_step_kind() -> None:
     from redist import Comm
 
     assert {cls.kind for cls in ALL_STEPS if cls.comm is not Comm.LOCAL} <= set(HLO_OP)
+
+
+def test_cached_property_computes_once_and_stores_in_the_instance() -> None:
+    """``spmd_types.memo.cached_property`` (lock-free) behaves as ``functools.cached_property``:
+    the first read computes and stores in ``__dict__`` (frozen dataclasses too), later reads do
+    not call the function, the class attribute is the descriptor."""
+    from dataclasses import dataclass
+
+    calls = []
+
+    @dataclass(frozen=True)
+    class Box:
+        n: int
+
+        @memo.cached_property
+        def double(self) -> int:
+            """twice n"""
+            calls.append(self.n)
+            return 2 * self.n
+
+    b = Box(3)
+    assert "double" not in b.__dict__
+    assert b.double == 6 and b.double == 6 and calls == [3]
+    assert b.__dict__["double"] == 6
+    assert isinstance(Box.double, memo.cached_property) and Box.double.__doc__ == "twice n"
+    assert Box(4).double == 8 and calls == [3, 4]

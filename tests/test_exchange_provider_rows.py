@@ -5,6 +5,8 @@ from and to the same offsets (which fixes bytes, rounds and the schedule)."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 from hypothesis import given
@@ -65,3 +67,34 @@ def test_routing_by_group_on_named_pairs(src: str, dst: str, monkeypatch: pytest
     assert exchange._by_group(s, exchange._partial_axes(s, d))
     by_group, by_device = _routed(s, d, True, monkeypatch), _routed(s, d, False, monkeypatch)
     assert all(np.array_equal(a, b) for a, b in zip(by_group, by_device))
+
+
+@given(st.data())
+def test_held_blocks_equal_the_broadcast_division(data: st.DataObject) -> None:
+    """``_held_blocks`` and ``_NeedRows.holds_old`` divide per dimension (small tables); they must
+    equal the ``[blocks, cells, rank]`` integer division they replaced."""
+    rank = data.draw(st.integers(0, 4))
+    cell = tuple(data.draw(st.integers(1, 3)) for _ in range(rank))
+    per_block = tuple(data.draw(st.integers(1, 4)) for _ in range(rank))
+    ratio = tuple(data.draw(st.integers(1, 5)) for _ in range(rank))  # old local / cell
+    blocks = tuple(data.draw(st.integers(1, 6)) for _ in range(rank))
+    n = data.draw(st.integers(1, 6))
+    grid = exchange.CellGrid(cell, per_block)
+    old_local = np.array([c * r for c, r in zip(cell, ratio)], dtype=np.int64)
+    limit = [b * r - p for b, r, p in zip(blocks, ratio, per_block)]  # new blocks inside the grid
+    base = np.array([[data.draw(st.integers(0, max(m, 0))) for m in limit] for _ in range(n)],
+                    dtype=np.int64).reshape(n, rank)
+    if any(m < 0 for m in limit):
+        return
+    idx = (np.stack(np.unravel_index(np.arange(int(np.prod(per_block))), per_block), axis=-1) if rank
+           else np.zeros((1, 0), dtype=np.int64))
+    held = (base[:, None, :] + idx[None, :, :]) * np.array(cell, dtype=np.int64) // old_local
+    ravel = held.reshape(n * len(idx), rank) @ np.array([int(np.prod(blocks[k + 1:])) for k in range(rank)], dtype=np.int64)
+    assert np.array_equal(exchange._held_blocks(grid, base, old_local, blocks), ravel.reshape(n, -1))
+    old_block = np.array([[data.draw(st.integers(0, b - 1)) for b in blocks] for _ in range(n)],
+                         dtype=np.int64).reshape(n, rank)
+    rows = exchange._NeedRows(np.repeat(np.arange(n), len(idx)), base, idx, np.array(cell, dtype=np.int64),
+                              np.zeros(0, np.int64), np.zeros(0, np.int64), False)
+    dev = SimpleNamespace(old_local=old_local, old_block=old_block)
+    expect = (held == old_block[:, None, :]).all(axis=2).reshape(-1)
+    assert np.array_equal(rows.holds_old(dev), expect)  # type: ignore[arg-type]

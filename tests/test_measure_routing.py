@@ -160,3 +160,23 @@ def test_replica_index_equals_the_row_unique_reference(data: st.DataObject) -> N
     mesh = data.draw(meshes(max_axes=4, max_size=6, max_devices=96))
     t = data.draw(sharding_types(mesh, unreduced=True, subaxes=True))
     assert replica_index(t).tolist() == _replica_reference(t).tolist()
+
+
+@given(_pending_pairs())
+def test_counting_routing_equals_the_routing_with_offsets(pair: tuple[ShardingType, ShardingType]) -> None:
+    """``routing`` routes without offsets and without choosing senders (``redist.exchange._sent``):
+    its receivers, forwarding and the busiest sender's load equal the full routing's, senders chosen."""
+    s, d = pair
+    try:
+        _, _, full = _route(s, d, True)
+    except StepError:
+        return
+    _, _, counted = _route(s, d, False)
+    assert not len(counted.merge.src)
+    sent = np.bincount(full.merge.src).max() if len(full.merge.src) else 0
+    assert counted.send_load == full.send_load == sent
+    assert np.array_equal(counted.merge.dst, full.merge.dst)
+    assert np.array_equal(counted.local.dst, full.local.dst)
+    for a, b in zip(counted.forward[:2], full.forward[:2]):
+        assert np.array_equal(a, b)
+    assert np.array_equal(counted.level, full.level)
