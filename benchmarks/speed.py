@@ -80,7 +80,7 @@ class Row:
     collective_result_bytes: dict[str, int] | None = None  # per side: the collectives' own result buffers
     itemsize: int = 4  # bytes per element of the array
     same_order: dict[str, bool] | None = None  # per XLA side: the same collectives in the same program order
-    bytes_predicted_s: float = math.nan  # the bytes objective's plan: predicted time
+    bytes_predicted_s: float = math.nan  # the bytes objective's plan: its time under the default plan's profile
     bytes_steps: str = ""  # the bytes objective's plan: its steps
     plan_collectives: dict[str, int] | None = None  # per objective ("ours", "ours_bytes"): collectives launched
     floor_s: dict[str, float] | None = None  # per side: its collectives alone, bare (``benchmarks.floor``)
@@ -274,7 +274,7 @@ def run_case(case: Case, seconds: float) -> tuple[Row, float]:
         {k: round(local_writes(t).passes(block), 3) for k, t in texts.items()},
         {k: sum(c.result_bytes for c in h.collectives) for k, h in hlo.items()}, src.itemsize,
         {k: seq[k] == seq["ours"] for k in ("shardy", "gspmd")},
-        plan_b.time_s, _steps(plan_b), {"ours": plan.n_collectives, "ours_bytes": plan_b.n_collectives},
+        Plan.build(src, plan_b.steps, plan.cost_model).time_s, _steps(plan_b), {"ours": plan.n_collectives, "ours_bytes": plan_b.n_collectives},
         floors,
     ), control
 
