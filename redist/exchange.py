@@ -39,7 +39,7 @@ from redist.bounds import overlap_total
 from redist.colouring import colours, degree
 from redist.errors import StepError
 from redist.exchange_classes import Classes, classes, lift_pairs, lift_rows
-from redist.groups import atoms_index, group_key, rank_within, replica_index
+from redist.groups import atoms_index, group_key, rank_within, replica_index, stable_order
 from spmd_types import ShardingType
 from spmd_types.layout import block_bounds, overlap_elements, overlap_widths
 from spmd_types.memo import Scope, cached_property, memo
@@ -379,7 +379,7 @@ def _provider_rows(grid: CellGrid, dev: DeviceTables, blocks: Offset, shape: Off
     need = _first_need_order((code * n_kept + dev.kept[leads][:, None]).reshape(-1), n_codes * n_kept)
     cell_id = _dense_cells(code.reshape(-1), n_codes) if n_kept > 1 else need
     at = np.broadcast_to(np.arange(n_cells), code.shape).reshape(-1)
-    rows = np.argsort(provider.reshape(-1) * n_cells + at)  # device-major, cells in order (keys distinct:
+    rows = stable_order(provider.reshape(-1) * n_cells + at)  # device-major, cells in order (keys distinct:
     # a provider is a member of its own group)
     return _NeedRows(provider.reshape(-1)[rows], base, idx, cell, cell_id[rows], need[rows], offsets, at[rows])
 
@@ -431,7 +431,7 @@ def _first_need_order(key: np.ndarray, n_keys: int) -> np.ndarray:
     first[key[::-1]] = np.arange(len(key) - 1, -1, -1)  # the earliest row wins (written last)
     present = np.flatnonzero(first >= 0)
     rank = np.empty(n_keys, dtype=np.int64)
-    rank[present[np.argsort(first[present], kind="stable")]] = np.arange(len(present))
+    rank[present[stable_order(first[present])]] = np.arange(len(present))
     return rank[key]
 
 
@@ -504,7 +504,7 @@ class _Holders(NamedTuple):
 
     @staticmethod
     def of(dev_code: np.ndarray) -> _Holders:
-        members = np.argsort(dev_code, kind="stable")
+        members = stable_order(dev_code)
         code, start, n = np.unique(dev_code[members], return_index=True, return_counts=True)
         return _Holders(code, start, n, members)
 
@@ -544,7 +544,7 @@ def _providers(dev: DeviceTables, rows: _NeedRows, holds: np.ndarray) -> np.ndar
     ``[groups, members, cells]`` table of ``holds`` whose first holder per (group, cell) is one
     ``argmax`` (0, the first member, where none holds), no sort of the rows."""
     n_idx = int(dev.group_index.max()) + 1
-    members = np.argsort(dev.group * n_idx + dev.group_index, kind="stable").reshape(-1, n_idx)
+    members = stable_order(dev.group * n_idx + dev.group_index).reshape(-1, n_idx)
     n_cells = len(rows.idx)
     table = members[:, :, None] * n_cells + np.arange(n_cells)  # [groups, members, cells] rows
     first = holds[table].argmax(axis=1)  # [groups, cells]
@@ -565,7 +565,7 @@ def _senders(h: _Holders, grp: np.ndarray, dst: np.ndarray) -> np.ndarray:
     member_key = np.repeat(np.arange(len(h.code)), h.n) * span + h.members
     p = np.searchsorted(member_key, grp * span + dst) - h.start[grp]
     p = np.where(p >= h.n[grp], 0, p)  # nearest holder after dst, wrapping
-    order = np.argsort(grp * span + p, kind="stable")  # p < holders <= span
+    order = stable_order(grp * span + p)  # p < holders <= span
     g, p = grp[order], p[order]
     n_req = np.bincount(grp, minlength=len(h.code))
     j = np.arange(n) - (np.cumsum(n_req) - n_req)[g]
@@ -629,7 +629,7 @@ def _sent(h: _Holders, grp: np.ndarray, dst: np.ndarray, offsets: bool) -> tuple
 def _route_direct(dev: DeviceTables, rows: _NeedRows, needs: _Needs, sel: np.ndarray, h: _Holders) -> _Routed:
     """Without reduced axes: each target adds its cell from its own old block when it holds it,
     else receives it from a holder (``_senders``). Needs in order, targets in device order."""
-    sel = sel[np.argsort(rows.need[sel], kind="stable")]  # row order is device order
+    sel = sel[stable_order(rows.need[sel])]  # row order is device order
     held = needs.holds[sel]
     mine = sel[held]
     local = _items(rows.device[mine], rows.device[mine],
@@ -649,7 +649,7 @@ def _route_reduced(dev: DeviceTables, rows: _NeedRows, needs: _Needs, sel: np.nd
     # ``sel`` is in row order, so in device order with one row per (device, need): a stable sort
     # on (need, not holding) leaves each need's rows in device order (one key, no lexsort)
     need_sel = rows.need[sel]
-    order = sel[np.argsort(need_sel * 2 + ~needs.holds[sel], kind="stable")]
+    order = sel[stable_order(need_sel * 2 + ~needs.holds[sel])]
     is_root = np.r_[True, rows.need[order][1:] != rows.need[order][:-1]]
     root_row = np.empty(len(needs.code), dtype=np.int64)
     root_row[rows.need[order[is_root]]] = order[is_root]
@@ -667,7 +667,7 @@ def _route_reduced(dev: DeviceTables, rows: _NeedRows, needs: _Needs, sel: np.nd
     not_root = np.ones(len(rows.need), dtype=bool)
     not_root[root_row] = False
     rest = sel[not_root[sel]]
-    rest = rest[np.argsort(rows.need[rest], kind="stable")]  # need-major, then device order
+    rest = rest[stable_order(rows.need[rest])]  # need-major, then device order
     if not len(rest):
         return _Routed(local, merge, _Items.of([], rank), np.zeros(0, dtype=np.int64), load)
     fwd, level = _forwarding(rows, rest, root, root_off)
@@ -686,7 +686,7 @@ def _forwarding(rows: _NeedRows, rest: np.ndarray, root: np.ndarray, root_off: n
     star = _items(root[need], rows.device[rest], root_off[need], rest_off)
     if degree(star.src, star.dst) <= 2:
         return star, np.zeros(len(rest), dtype=np.int64)
-    j = np.arange(1, len(rest) + 1) - np.searchsorted(need, need)  # 1-based index among the need's targets
+    j = np.arange(1, len(rest) + 1) - _run_starts(need)  # 1-based index among the need's targets
     level = np.floor(np.log2(j)).astype(np.int64)
     level += (np.left_shift(1, level + 1) <= j).astype(np.int64) - (np.left_shift(1, level) > j)
     frm = j - np.left_shift(1, level)  # 0: the root, else the need's target number frm
@@ -698,6 +698,14 @@ def _forwarding(rows: _NeedRows, rest: np.ndarray, root: np.ndarray, root_off: n
     if tree_rounds < star_rounds:
         return tree, level
     return star, np.zeros(len(rest), dtype=np.int64)
+
+
+def _run_starts(sorted_key: np.ndarray) -> np.ndarray:
+    """Per element of a sorted array, the index of the first element equal to it
+    (``np.searchsorted(sorted_key, sorted_key)`` in one pass instead of a binary search each)."""
+    n = len(sorted_key)
+    start = np.r_[True, sorted_key[1:] != sorted_key[:-1]] if n else np.zeros(0, dtype=bool)
+    return np.maximum.accumulate(np.where(start, np.arange(n), 0))
 
 
 def _phased_degree(src: np.ndarray, dst: np.ndarray, level: np.ndarray) -> int:
