@@ -41,7 +41,7 @@ from redist.errors import StepError
 from redist.exchange_classes import Classes, classes, lift_pairs, lift_rows
 from redist.groups import atoms_index, group_key, rank_within, replica_index, stable_order
 from spmd_types import ShardingType
-from spmd_types.layout import block_bounds, overlap_elements, overlap_widths
+from spmd_types.layout import block_indices, check_index_range, overlap_elements, overlap_widths
 from spmd_types.memo import Scope, cached_property, memo
 
 MAX_CELLS = 1 << 22
@@ -133,8 +133,9 @@ class DeviceTables:
     """Per-device coordinates ``schedule`` reasons with, each ``[devices]`` or ``[devices, rank]``."""
 
     old_local: np.ndarray    # [rank] old local shape
-    old_start: np.ndarray    # old block start (global element index)
-    new_start: np.ndarray    # new block start
+    new_local: np.ndarray    # [rank] new local shape
+    old_block: np.ndarray    # old block grid index
+    new_block: np.ndarray    # new block grid index
     kept: np.ndarray         # index along the kept unreduced atoms
     partial: np.ndarray      # index along the reduced atoms
     replica: np.ndarray      # replica of the old block (0 without unreduced axes)
@@ -146,9 +147,9 @@ class DeviceTables:
         return len(self.kept)
 
     @cached_property
-    def old_block(self) -> np.ndarray:
-        """Old block grid index."""
-        return self.old_start // self.old_local
+    def old_start(self) -> np.ndarray:
+        """Old block start (global element index): only transfers with offsets read it."""
+        return self.old_block * self.old_local
 
 
 def _partial_axes(old: ShardingType, new: ShardingType) -> PartialAxes:
@@ -262,12 +263,20 @@ def _by_group(old: ShardingType, axes: PartialAxes) -> bool:
     return blocks * math.prod(a.size for a in unreduced_atoms(old)) == old.mesh.size
 
 
+def _block_indices(t: ShardingType) -> np.ndarray:
+    """``block_indices`` after ``block_bounds``' int64 range check: the routing reads block grid
+    indices, and the element starts (``[devices, rank, 2]`` bounds) only where it sends offsets."""
+    check_index_range(t)
+    return block_indices(t)
+
+
 def _device_tables(old: ShardingType, new: ShardingType, axes: PartialAxes) -> DeviceTables:
     mesh = old.mesh
     return DeviceTables(
         old_local=np.array(old.local_shape, dtype=np.int64),
-        old_start=block_bounds(old)[..., 0],
-        new_start=block_bounds(new)[..., 0],
+        new_local=np.array(new.local_shape, dtype=np.int64),
+        old_block=_block_indices(old),
+        new_block=_block_indices(new),
         kept=atoms_index(mesh, axes.kept),
         partial=atoms_index(mesh, axes.reduced),
         replica=replica_index(old),
@@ -343,7 +352,7 @@ def _cell_table(grid: CellGrid, dev: DeviceTables) -> tuple[np.ndarray, np.ndarr
     if not grid.cell:  # a scalar: one cell per device
         return np.zeros((1, 0), dtype=np.int64), np.zeros((dev.n_devices, 0), dtype=np.int64)
     idx = np.stack(np.unravel_index(np.arange(n_cells), grid.per_block), axis=-1)
-    return idx, dev.new_start // np.array(grid.cell, dtype=np.int64)
+    return idx, dev.new_block * (dev.new_local // np.array(grid.cell, dtype=np.int64))  # cell divides new local
 
 
 def _grid_codes(grid: CellGrid, shape: Offset, base: np.ndarray, idx: np.ndarray) -> tuple[np.ndarray, int]:
@@ -637,7 +646,7 @@ def _route_direct(dev: DeviceTables, rows: _NeedRows, needs: _Needs, sel: np.nda
     far = sel[~held]
     s, load = _sent(h, h.find(needs.code[rows.need[far]]), rows.device[far], rows.offsets)
     merge = _items(s, rows.device[far], rows.src_offset(needs.start, rows.need[far], dev.old_start, s), rows.offset(far))
-    return _Routed(local, merge, _Items.of([], dev.old_start.shape[1]), np.zeros(0, dtype=np.int64), load)
+    return _Routed(local, merge, _Items.of([], len(dev.old_local)), np.zeros(0, dtype=np.int64), load)
 
 
 def _route_reduced(dev: DeviceTables, rows: _NeedRows, needs: _Needs, sel: np.ndarray, h: _Holders,
@@ -645,7 +654,7 @@ def _route_reduced(dev: DeviceTables, rows: _NeedRows, needs: _Needs, sel: np.nd
     """With reduced axes the partials of each cell merge at one *root* target (a holder if any,
     else the first target): ``k - 1`` cells into it; the root then forwards the sum to the other
     targets, ``|T| - 1`` cells: the ``(k-1) + (|T|-1)`` bound of ``redist.bounds``."""
-    rank = dev.old_start.shape[1]
+    rank = len(dev.old_local)
     # ``sel`` is in row order, so in device order with one row per (device, need): a stable sort
     # on (need, not holding) leaves each need's rows in device order (one key, no lexsort)
     need_sel = rows.need[sel]
@@ -684,16 +693,18 @@ def _forwarding(rows: _NeedRows, rest: np.ndarray, root: np.ndarray, root_off: n
     need = rows.need[rest]
     rest_off = rows.offset(rest)
     star = _items(root[need], rows.device[rest], root_off[need], rest_off)
-    if degree(star.src, star.dst) <= 2:
+    star_rounds = degree(star.src, star.dst)
+    if star_rounds <= 2:
         return star, np.zeros(len(rest), dtype=np.int64)
     j = np.arange(1, len(rest) + 1) - _run_starts(need)  # 1-based index among the need's targets
+    if star_rounds <= int(j.max()).bit_length():  # the tree has a round per level at least
+        return star, np.zeros(len(rest), dtype=np.int64)
     level = np.floor(np.log2(j)).astype(np.int64)
     level += (np.left_shift(1, level + 1) <= j).astype(np.int64) - (np.left_shift(1, level) > j)
     frm = j - np.left_shift(1, level)  # 0: the root, else the need's target number frm
     row = rest[np.maximum(np.arange(len(rest)) - j + frm, 0)]
     tree = _items(np.where(frm == 0, root[need], rows.device[row]), rows.device[rest],
                   np.where((frm == 0)[:, None], root_off[need], rows.offset(row)), rest_off)
-    star_rounds = degree(star.src, star.dst)
     tree_rounds = _phased_degree(tree.src, tree.dst, level)
     if tree_rounds < star_rounds:
         return tree, level
@@ -704,8 +715,8 @@ def _run_starts(sorted_key: np.ndarray) -> np.ndarray:
     """Per element of a sorted array, the index of the first element equal to it
     (``np.searchsorted(sorted_key, sorted_key)`` in one pass instead of a binary search each)."""
     n = len(sorted_key)
-    start = np.r_[True, sorted_key[1:] != sorted_key[:-1]] if n else np.zeros(0, dtype=bool)
-    return np.maximum.accumulate(np.where(start, np.arange(n), 0))
+    start = np.flatnonzero(np.r_[True, sorted_key[1:] != sorted_key[:-1]]) if n else np.zeros(0, dtype=np.int64)
+    return np.repeat(start, np.diff(np.r_[start, n]))
 
 
 def _phased_degree(src: np.ndarray, dst: np.ndarray, level: np.ndarray) -> int:
