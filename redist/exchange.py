@@ -379,7 +379,9 @@ def _provider_rows(grid: CellGrid, dev: DeviceTables, blocks: Offset, shape: Off
     n_blocks = math.prod(blocks)
     want = _held_blocks(grid, base[leads], dev.old_local, blocks)  # old block of each cell
     want += np.arange(len(leads))[:, None] * n_blocks  # (group, old block) of each (group, cell)
-    key = np.searchsorted(leads, dev.group) * n_blocks + _ravel(dev.old_block, blocks)  # each device's
+    lead_rank = np.zeros(dev.n_devices, dtype=np.int64)
+    lead_rank[leads] = np.arange(len(leads))  # a group's key is its lead's device id
+    key = lead_rank[dev.group] * n_blocks + _ravel(dev.old_block, blocks)  # each device's
     order = np.lexsort((dev.group_index, key))
     first = order[np.r_[True, key[order][1:] != key[order][:-1]]]  # least group index per (group, block)
     found = np.minimum(np.searchsorted(key[first], want), len(first) - 1)
@@ -438,10 +440,9 @@ def _first_need_order(key: np.ndarray, n_keys: int) -> np.ndarray:
     """Per row, the rank of its key among the distinct keys ordered by first row."""
     first = np.full(n_keys, -1, dtype=np.int64)
     first[key[::-1]] = np.arange(len(key) - 1, -1, -1)  # the earliest row wins (written last)
-    present = np.flatnonzero(first >= 0)
-    rank = np.empty(n_keys, dtype=np.int64)
-    rank[present[stable_order(first[present])]] = np.arange(len(present))
-    return rank[key]
+    row_first = first[key]  # per row, the first row of its key
+    rank = np.cumsum(row_first == np.arange(len(key))) - 1  # first rows counted in row order
+    return rank[row_first]
 
 
 def _choose_replicas(grid: CellGrid, dev: DeviceTables, rows: _NeedRows) -> np.ndarray:

@@ -9,7 +9,7 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from redist.exchange import _run_starts
+from redist.exchange import _first_need_order, _run_starts
 from redist.groups import stable_order
 
 _bounds = st.sampled_from([1, 3, 1 << 16, (1 << 16) + 5, 1 << 20, 1 << 32, 1 << 40])
@@ -35,3 +35,20 @@ def test_stable_order_across_both_digits() -> None:
 def test_run_starts_is_searchsorted_on_itself(values: list[int]) -> None:
     a = np.sort(np.array(values, dtype=np.int64))
     assert np.array_equal(_run_starts(a), np.searchsorted(a, a))
+
+
+def _first_need_order_by_sort(key: np.ndarray, n_keys: int) -> np.ndarray:
+    """The sort it replaced: distinct keys ranked by their first row."""
+    first = np.full(n_keys, -1, dtype=np.int64)
+    first[key[::-1]] = np.arange(len(key) - 1, -1, -1)
+    present = np.flatnonzero(first >= 0)
+    rank = np.empty(n_keys, dtype=np.int64)
+    rank[present[np.argsort(first[present], kind="stable")]] = np.arange(len(present))
+    return rank[key]
+
+
+@given(st.integers(1, 40).flatmap(lambda n: st.tuples(st.just(n), st.lists(st.integers(0, n - 1), max_size=200))))
+def test_first_need_order_ranks_keys_by_first_row(case: tuple[int, list[int]]) -> None:
+    n_keys, values = case
+    key = np.array(values, dtype=np.int64)
+    assert np.array_equal(_first_need_order(key, n_keys), _first_need_order_by_sort(key, n_keys))
