@@ -39,9 +39,9 @@ from redist.bounds import overlap_total
 from redist.colouring import colours, degree
 from redist.errors import StepError
 from redist.exchange_classes import Classes, classes, lift_pairs, lift_rows
-from redist.groups import atoms_index, group_key, rank_within, replica_index
+from redist.groups import atoms_index, group_key, rank_within, replica_index, stable_order
 from spmd_types import ShardingType
-from spmd_types.layout import block_bounds, overlap_elements, overlap_widths
+from spmd_types.layout import block_indices, check_index_range, overlap_elements, overlap_widths
 from spmd_types.memo import Scope, cached_property, memo
 
 MAX_CELLS = 1 << 22
@@ -133,8 +133,9 @@ class DeviceTables:
     """Per-device coordinates ``schedule`` reasons with, each ``[devices]`` or ``[devices, rank]``."""
 
     old_local: np.ndarray    # [rank] old local shape
-    old_start: np.ndarray    # old block start (global element index)
-    new_start: np.ndarray    # new block start
+    new_local: np.ndarray    # [rank] new local shape
+    old_block: np.ndarray    # old block grid index
+    new_block: np.ndarray    # new block grid index
     kept: np.ndarray         # index along the kept unreduced atoms
     partial: np.ndarray      # index along the reduced atoms
     replica: np.ndarray      # replica of the old block (0 without unreduced axes)
@@ -146,9 +147,9 @@ class DeviceTables:
         return len(self.kept)
 
     @cached_property
-    def old_block(self) -> np.ndarray:
-        """Old block grid index."""
-        return self.old_start // self.old_local
+    def old_start(self) -> np.ndarray:
+        """Old block start (global element index): only transfers with offsets read it."""
+        return self.old_block * self.old_local
 
 
 def _partial_axes(old: ShardingType, new: ShardingType) -> PartialAxes:
@@ -262,12 +263,20 @@ def _by_group(old: ShardingType, axes: PartialAxes) -> bool:
     return blocks * math.prod(a.size for a in unreduced_atoms(old)) == old.mesh.size
 
 
+def _block_indices(t: ShardingType) -> np.ndarray:
+    """``block_indices`` after ``block_bounds``' int64 range check: the routing reads block grid
+    indices, and the element starts (``[devices, rank, 2]`` bounds) only where it sends offsets."""
+    check_index_range(t)
+    return block_indices(t)
+
+
 def _device_tables(old: ShardingType, new: ShardingType, axes: PartialAxes) -> DeviceTables:
     mesh = old.mesh
     return DeviceTables(
         old_local=np.array(old.local_shape, dtype=np.int64),
-        old_start=block_bounds(old)[..., 0],
-        new_start=block_bounds(new)[..., 0],
+        new_local=np.array(new.local_shape, dtype=np.int64),
+        old_block=_block_indices(old),
+        new_block=_block_indices(new),
         kept=atoms_index(mesh, axes.kept),
         partial=atoms_index(mesh, axes.reduced),
         replica=replica_index(old),
@@ -343,7 +352,7 @@ def _cell_table(grid: CellGrid, dev: DeviceTables) -> tuple[np.ndarray, np.ndarr
     if not grid.cell:  # a scalar: one cell per device
         return np.zeros((1, 0), dtype=np.int64), np.zeros((dev.n_devices, 0), dtype=np.int64)
     idx = np.stack(np.unravel_index(np.arange(n_cells), grid.per_block), axis=-1)
-    return idx, dev.new_start // np.array(grid.cell, dtype=np.int64)
+    return idx, dev.new_block * (dev.new_local // np.array(grid.cell, dtype=np.int64))  # cell divides new local
 
 
 def _grid_codes(grid: CellGrid, shape: Offset, base: np.ndarray, idx: np.ndarray) -> tuple[np.ndarray, int]:
@@ -370,7 +379,9 @@ def _provider_rows(grid: CellGrid, dev: DeviceTables, blocks: Offset, shape: Off
     n_blocks = math.prod(blocks)
     want = _held_blocks(grid, base[leads], dev.old_local, blocks)  # old block of each cell
     want += np.arange(len(leads))[:, None] * n_blocks  # (group, old block) of each (group, cell)
-    key = np.searchsorted(leads, dev.group) * n_blocks + _ravel(dev.old_block, blocks)  # each device's
+    lead_rank = np.zeros(dev.n_devices, dtype=np.int64)
+    lead_rank[leads] = np.arange(len(leads))  # a group's key is its lead's device id
+    key = lead_rank[dev.group] * n_blocks + _ravel(dev.old_block, blocks)  # each device's
     order = np.lexsort((dev.group_index, key))
     first = order[np.r_[True, key[order][1:] != key[order][:-1]]]  # least group index per (group, block)
     found = np.minimum(np.searchsorted(key[first], want), len(first) - 1)
@@ -379,7 +390,7 @@ def _provider_rows(grid: CellGrid, dev: DeviceTables, blocks: Offset, shape: Off
     need = _first_need_order((code * n_kept + dev.kept[leads][:, None]).reshape(-1), n_codes * n_kept)
     cell_id = _dense_cells(code.reshape(-1), n_codes) if n_kept > 1 else need
     at = np.broadcast_to(np.arange(n_cells), code.shape).reshape(-1)
-    rows = np.argsort(provider.reshape(-1) * n_cells + at)  # device-major, cells in order (keys distinct:
+    rows = stable_order(provider.reshape(-1) * n_cells + at)  # device-major, cells in order (keys distinct:
     # a provider is a member of its own group)
     return _NeedRows(provider.reshape(-1)[rows], base, idx, cell, cell_id[rows], need[rows], offsets, at[rows])
 
@@ -429,10 +440,9 @@ def _first_need_order(key: np.ndarray, n_keys: int) -> np.ndarray:
     """Per row, the rank of its key among the distinct keys ordered by first row."""
     first = np.full(n_keys, -1, dtype=np.int64)
     first[key[::-1]] = np.arange(len(key) - 1, -1, -1)  # the earliest row wins (written last)
-    present = np.flatnonzero(first >= 0)
-    rank = np.empty(n_keys, dtype=np.int64)
-    rank[present[np.argsort(first[present], kind="stable")]] = np.arange(len(present))
-    return rank[key]
+    row_first = first[key]  # per row, the first row of its key
+    rank = np.cumsum(row_first == np.arange(len(key))) - 1  # first rows counted in row order
+    return rank[row_first]
 
 
 def _choose_replicas(grid: CellGrid, dev: DeviceTables, rows: _NeedRows) -> np.ndarray:
@@ -504,7 +514,7 @@ class _Holders(NamedTuple):
 
     @staticmethod
     def of(dev_code: np.ndarray) -> _Holders:
-        members = np.argsort(dev_code, kind="stable")
+        members = stable_order(dev_code)
         code, start, n = np.unique(dev_code[members], return_index=True, return_counts=True)
         return _Holders(code, start, n, members)
 
@@ -544,7 +554,7 @@ def _providers(dev: DeviceTables, rows: _NeedRows, holds: np.ndarray) -> np.ndar
     ``[groups, members, cells]`` table of ``holds`` whose first holder per (group, cell) is one
     ``argmax`` (0, the first member, where none holds), no sort of the rows."""
     n_idx = int(dev.group_index.max()) + 1
-    members = np.argsort(dev.group * n_idx + dev.group_index, kind="stable").reshape(-1, n_idx)
+    members = stable_order(dev.group * n_idx + dev.group_index).reshape(-1, n_idx)
     n_cells = len(rows.idx)
     table = members[:, :, None] * n_cells + np.arange(n_cells)  # [groups, members, cells] rows
     first = holds[table].argmax(axis=1)  # [groups, cells]
@@ -565,7 +575,7 @@ def _senders(h: _Holders, grp: np.ndarray, dst: np.ndarray) -> np.ndarray:
     member_key = np.repeat(np.arange(len(h.code)), h.n) * span + h.members
     p = np.searchsorted(member_key, grp * span + dst) - h.start[grp]
     p = np.where(p >= h.n[grp], 0, p)  # nearest holder after dst, wrapping
-    order = np.argsort(grp * span + p, kind="stable")  # p < holders <= span
+    order = stable_order(grp * span + p)  # p < holders <= span
     g, p = grp[order], p[order]
     n_req = np.bincount(grp, minlength=len(h.code))
     j = np.arange(n) - (np.cumsum(n_req) - n_req)[g]
@@ -629,7 +639,7 @@ def _sent(h: _Holders, grp: np.ndarray, dst: np.ndarray, offsets: bool) -> tuple
 def _route_direct(dev: DeviceTables, rows: _NeedRows, needs: _Needs, sel: np.ndarray, h: _Holders) -> _Routed:
     """Without reduced axes: each target adds its cell from its own old block when it holds it,
     else receives it from a holder (``_senders``). Needs in order, targets in device order."""
-    sel = sel[np.argsort(rows.need[sel], kind="stable")]  # row order is device order
+    sel = sel[stable_order(rows.need[sel])]  # row order is device order
     held = needs.holds[sel]
     mine = sel[held]
     local = _items(rows.device[mine], rows.device[mine],
@@ -637,7 +647,7 @@ def _route_direct(dev: DeviceTables, rows: _NeedRows, needs: _Needs, sel: np.nda
     far = sel[~held]
     s, load = _sent(h, h.find(needs.code[rows.need[far]]), rows.device[far], rows.offsets)
     merge = _items(s, rows.device[far], rows.src_offset(needs.start, rows.need[far], dev.old_start, s), rows.offset(far))
-    return _Routed(local, merge, _Items.of([], dev.old_start.shape[1]), np.zeros(0, dtype=np.int64), load)
+    return _Routed(local, merge, _Items.of([], len(dev.old_local)), np.zeros(0, dtype=np.int64), load)
 
 
 def _route_reduced(dev: DeviceTables, rows: _NeedRows, needs: _Needs, sel: np.ndarray, h: _Holders,
@@ -645,11 +655,11 @@ def _route_reduced(dev: DeviceTables, rows: _NeedRows, needs: _Needs, sel: np.nd
     """With reduced axes the partials of each cell merge at one *root* target (a holder if any,
     else the first target): ``k - 1`` cells into it; the root then forwards the sum to the other
     targets, ``|T| - 1`` cells: the ``(k-1) + (|T|-1)`` bound of ``redist.bounds``."""
-    rank = dev.old_start.shape[1]
+    rank = len(dev.old_local)
     # ``sel`` is in row order, so in device order with one row per (device, need): a stable sort
     # on (need, not holding) leaves each need's rows in device order (one key, no lexsort)
     need_sel = rows.need[sel]
-    order = sel[np.argsort(need_sel * 2 + ~needs.holds[sel], kind="stable")]
+    order = sel[stable_order(need_sel * 2 + ~needs.holds[sel])]
     is_root = np.r_[True, rows.need[order][1:] != rows.need[order][:-1]]
     root_row = np.empty(len(needs.code), dtype=np.int64)
     root_row[rows.need[order[is_root]]] = order[is_root]
@@ -667,7 +677,7 @@ def _route_reduced(dev: DeviceTables, rows: _NeedRows, needs: _Needs, sel: np.nd
     not_root = np.ones(len(rows.need), dtype=bool)
     not_root[root_row] = False
     rest = sel[not_root[sel]]
-    rest = rest[np.argsort(rows.need[rest], kind="stable")]  # need-major, then device order
+    rest = rest[stable_order(rows.need[rest])]  # need-major, then device order
     if not len(rest):
         return _Routed(local, merge, _Items.of([], rank), np.zeros(0, dtype=np.int64), load)
     fwd, level = _forwarding(rows, rest, root, root_off)
@@ -684,20 +694,30 @@ def _forwarding(rows: _NeedRows, rest: np.ndarray, root: np.ndarray, root_off: n
     need = rows.need[rest]
     rest_off = rows.offset(rest)
     star = _items(root[need], rows.device[rest], root_off[need], rest_off)
-    if degree(star.src, star.dst) <= 2:
+    star_rounds = degree(star.src, star.dst)
+    if star_rounds <= 2:
         return star, np.zeros(len(rest), dtype=np.int64)
-    j = np.arange(1, len(rest) + 1) - np.searchsorted(need, need)  # 1-based index among the need's targets
+    j = np.arange(1, len(rest) + 1) - _run_starts(need)  # 1-based index among the need's targets
+    if star_rounds <= int(j.max()).bit_length():  # the tree has a round per level at least
+        return star, np.zeros(len(rest), dtype=np.int64)
     level = np.floor(np.log2(j)).astype(np.int64)
     level += (np.left_shift(1, level + 1) <= j).astype(np.int64) - (np.left_shift(1, level) > j)
     frm = j - np.left_shift(1, level)  # 0: the root, else the need's target number frm
     row = rest[np.maximum(np.arange(len(rest)) - j + frm, 0)]
     tree = _items(np.where(frm == 0, root[need], rows.device[row]), rows.device[rest],
                   np.where((frm == 0)[:, None], root_off[need], rows.offset(row)), rest_off)
-    star_rounds = degree(star.src, star.dst)
     tree_rounds = _phased_degree(tree.src, tree.dst, level)
     if tree_rounds < star_rounds:
         return tree, level
     return star, np.zeros(len(rest), dtype=np.int64)
+
+
+def _run_starts(sorted_key: np.ndarray) -> np.ndarray:
+    """Per element of a sorted array, the index of the first element equal to it
+    (``np.searchsorted(sorted_key, sorted_key)`` in one pass instead of a binary search each)."""
+    n = len(sorted_key)
+    start = np.flatnonzero(np.r_[True, sorted_key[1:] != sorted_key[:-1]]) if n else np.zeros(0, dtype=np.int64)
+    return np.repeat(start, np.diff(np.r_[start, n]))
 
 
 def _phased_degree(src: np.ndarray, dst: np.ndarray, level: np.ndarray) -> int:

@@ -78,9 +78,25 @@ def rank_within(key: np.ndarray) -> np.ndarray:
     """Per element, its rank among the elements with the same key (in index order): one stable
     sort, no table of the keys' range."""
     n = len(key)
-    order = np.argsort(key, kind="stable")
+    order = stable_order(key)
     k = key[order]
     start = np.flatnonzero(np.r_[True, k[1:] != k[:-1]])
     rank = np.empty(n, dtype=np.int64)
     rank[order] = np.arange(n) - np.repeat(start, np.diff(np.r_[start, n]))
     return rank
+
+
+def stable_order(key: np.ndarray) -> np.ndarray:
+    """``np.argsort(key, kind="stable")``, the same permutation, faster for non-negative integer
+    keys below ``2**32``: NumPy's stable sort is a radix sort (linear) on 16-bit keys but a merge
+    sort on wider ones, so this sorts by the low 16 bits, then stably by the high 16. On the
+    routing's tens of thousands of rows that is about a quarter of the time of one wide sort."""
+    if not len(key) or key.dtype.kind not in "iu":
+        return np.argsort(key, kind="stable")
+    lo, hi = int(key.min()), int(key.max())
+    if lo < 0 or hi >= 1 << 32:
+        return np.argsort(key, kind="stable")
+    if hi < 1 << 16:
+        return np.argsort(key.astype(np.uint16), kind="stable")
+    order = np.argsort((key & 0xFFFF).astype(np.uint16), kind="stable")
+    return order[np.argsort((key[order] >> 16).astype(np.uint16), kind="stable")]
