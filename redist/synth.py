@@ -66,6 +66,7 @@ from redist.steps import (
 )
 from spmd_types import Mesh, ShardingType
 from spmd_types.memo import Scope, memo
+from spmd_types.mesh import Axis
 from spmd_types.types import canonical_axes
 
 Dims = list[list[Atom]]
@@ -655,7 +656,7 @@ def _crossing_order(p: Plan) -> tuple[bool, ...]:
                  for i, (s, m) in enumerate(zip(p.steps, p.measures)) if m.collectives)
 
 
-def _axes_of(before: ShardingType, after: ShardingType) -> set:  # type: ignore[type-arg]
+def _axes_of(before: ShardingType, after: ShardingType) -> set[Axis]:
     """The axes a point-to-point step is priced over (``redist.measure``: both types' dims)."""
     return {a for t in (before, after) for axes in t.dims for a in axes}
 
