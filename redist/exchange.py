@@ -39,7 +39,7 @@ from redist.bounds import overlap_total
 from redist.colouring import colours, degree
 from redist.errors import StepError
 from redist.exchange_classes import Classes, classes, lift_pairs, lift_rows
-from redist.groups import atoms_index, group_key, rank_within, replica_index, stable_order
+from redist.groups import atoms_index, group_key, rank_within, replica_index, run_starts, stable_order
 from spmd_types import ShardingType
 from spmd_types.layout import block_indices, check_index_range, overlap_elements, overlap_widths
 from spmd_types.memo import Scope, cached_property, memo
@@ -697,7 +697,7 @@ def _forwarding(rows: _NeedRows, rest: np.ndarray, root: np.ndarray, root_off: n
     star_rounds = degree(star.src, star.dst)
     if star_rounds <= 2:
         return star, np.zeros(len(rest), dtype=np.int64)
-    j = np.arange(1, len(rest) + 1) - _run_starts(need)  # 1-based index among the need's targets
+    j = np.arange(1, len(rest) + 1) - run_starts(need)  # 1-based index among the need's targets
     if star_rounds <= int(j.max()).bit_length():  # the tree has a round per level at least
         return star, np.zeros(len(rest), dtype=np.int64)
     level = np.floor(np.log2(j)).astype(np.int64)
@@ -710,14 +710,6 @@ def _forwarding(rows: _NeedRows, rest: np.ndarray, root: np.ndarray, root_off: n
     if tree_rounds < star_rounds:
         return tree, level
     return star, np.zeros(len(rest), dtype=np.int64)
-
-
-def _run_starts(sorted_key: np.ndarray) -> np.ndarray:
-    """Per element of a sorted array, the index of the first element equal to it
-    (``np.searchsorted(sorted_key, sorted_key)`` in one pass instead of a binary search each)."""
-    n = len(sorted_key)
-    start = np.flatnonzero(np.r_[True, sorted_key[1:] != sorted_key[:-1]]) if n else np.zeros(0, dtype=np.int64)
-    return np.repeat(start, np.diff(np.r_[start, n]))
 
 
 def _phased_degree(src: np.ndarray, dst: np.ndarray, level: np.ndarray) -> int:

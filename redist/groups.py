@@ -79,11 +79,17 @@ def rank_within(key: np.ndarray) -> np.ndarray:
     sort, no table of the keys' range."""
     n = len(key)
     order = stable_order(key)
-    k = key[order]
-    start = np.flatnonzero(np.r_[True, k[1:] != k[:-1]])
     rank = np.empty(n, dtype=np.int64)
-    rank[order] = np.arange(n) - np.repeat(start, np.diff(np.r_[start, n]))
+    rank[order] = np.arange(n) - run_starts(key[order])
     return rank
+
+
+def run_starts(sorted_key: np.ndarray) -> np.ndarray:
+    """Per element of a sorted array, the index of the first element equal to it
+    (``np.searchsorted(sorted_key, sorted_key)`` in one pass instead of a binary search each)."""
+    n = len(sorted_key)
+    start = np.flatnonzero(np.r_[True, sorted_key[1:] != sorted_key[:-1]]) if n else np.zeros(0, dtype=np.int64)
+    return np.repeat(start, np.diff(np.r_[start, n]))
 
 
 def stable_order(key: np.ndarray) -> np.ndarray:

@@ -44,6 +44,7 @@ from redist.steps import (
 )
 from spmd_types import ShardingType
 from spmd_types.layout import check_index_range
+from spmd_types.mesh import Axis
 
 
 class StepMeasure(NamedTuple):
@@ -261,7 +262,7 @@ def _p2p_traffic(step: Step, before: ShardingType, after: ShardingType, cm: Cost
     if before.unreduced or after.unreduced:
         return schedule_measure(before, after, cm, profile_kind(step, before))
     cf = closed_form(before, after)
-    names = {a for t in (before, after) for axes in t.dims for a in axes}  # sub-axes kept: ``crosses``
+    names = p2p_axes(before, after)
     rounds = cf.rounds
     time = cm.kind_time(profile_kind(step, before), names, rounds, rounds * cf.cell * before.itemsize,
                         written=written(step, before, after)) if rounds else 0.0
@@ -280,6 +281,12 @@ def _exchange_all_to_all(step: Step, before: ShardingType, after: ShardingType, 
     if not sl.static:
         time += cm.copy_time(after.local_bytes)
     return StepMeasure(float(recv), time, math.ceil(math.log2(sl.g)), 1)
+
+
+def p2p_axes(before: ShardingType, after: ShardingType) -> set[Axis]:
+    """The axes a plain point-to-point step is priced over: every axis either layout shards by
+    (sub-axes kept, as ``CostModel.crosses`` reads them)."""
+    return {a for t in (before, after) for axes in t.dims for a in axes}
 
 
 def schedule_measure(before: ShardingType, after: ShardingType, cm: CostModel, kind: str = "exchange") -> StepMeasure:

@@ -47,7 +47,7 @@ from redist.exchange import (
 )
 from redist.exchange_a2a import MAX_DEVICES as A2A_MAX_DEVICES
 from redist.facets import FacetTable
-from redist.measure import closed_form, moved_kind
+from redist.measure import closed_form, moved_kind, p2p_axes
 from redist.plan import Plan, apply_step, measure_step
 from redist.steps import (
     AllGather,
@@ -66,7 +66,6 @@ from redist.steps import (
 )
 from spmd_types import Mesh, ShardingType
 from spmd_types.memo import Scope, memo
-from spmd_types.mesh import Axis
 from spmd_types.types import canonical_axes
 
 Dims = list[list[Atom]]
@@ -652,13 +651,9 @@ def _crossing_order(p: Plan) -> tuple[bool, ...]:
     if not cm.cross_axes:
         return ()
     ts = p.all_types
-    return tuple(crosses(cm.cross_axes, s.group_axes() or _axes_of(ts[i], ts[i + 1]))
+    return tuple(crosses(cm.cross_axes, s.group_axes() or p2p_axes(ts[i], ts[i + 1]))
                  for i, (s, m) in enumerate(zip(p.steps, p.measures)) if m.collectives)
 
-
-def _axes_of(before: ShardingType, after: ShardingType) -> set[Axis]:
-    """The axes a point-to-point step is priced over (``redist.measure``: both types' dims)."""
-    return {a for t in (before, after) for axes in t.dims for a in axes}
 
 
 def _typed_plans(src: ShardingType, dst: ShardingType, cm: CostModel, best: _Best) -> list[Plan]:

@@ -1,4 +1,4 @@
-"""``redist.groups.stable_order`` (16-bit radix passes) and ``redist.exchange._run_starts`` (one
+"""``redist.groups.stable_order`` (16-bit radix passes) and ``redist.groups.run_starts`` (one
 pass over run boundaries) replace ``np.argsort(kind="stable")`` and ``np.searchsorted(a, a)`` in
 the routing: they must give exactly the same arrays, since the routing's row order fixes which
 device sends which cell (the plans)."""
@@ -9,8 +9,8 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from redist.exchange import _first_need_order, _run_starts
-from redist.groups import stable_order
+from redist.exchange import _first_need_order
+from redist.groups import run_starts, stable_order
 
 _bounds = st.sampled_from([1, 3, 1 << 16, (1 << 16) + 5, 1 << 20, 1 << 32, 1 << 40])
 
@@ -34,7 +34,7 @@ def test_stable_order_across_both_digits() -> None:
 @given(st.lists(st.integers(0, 6), max_size=200))
 def test_run_starts_is_searchsorted_on_itself(values: list[int]) -> None:
     a = np.sort(np.array(values, dtype=np.int64))
-    assert np.array_equal(_run_starts(a), np.searchsorted(a, a))
+    assert np.array_equal(run_starts(a), np.searchsorted(a, a))
 
 
 def _first_need_order_by_sort(key: np.ndarray, n_keys: int) -> np.ndarray:
