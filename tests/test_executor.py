@@ -20,6 +20,8 @@ from pathlib import Path
 import jax
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from jax.sharding import NamedSharding, PartitionSpec
 
 from benchmarks.hlo import parse_collectives
@@ -382,3 +384,18 @@ RANDOM_PAIRS = _random_pairs(18)
 def test_random_plans_match_the_simulator(mesh: Mesh, src: str, dst: str) -> None:
     _need(mesh)
     agree(redistribute(src, dst, mesh), seed=2)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.integers(1, 3), min_size=2, max_size=4), st.data())
+def test_join_forms_agree(shape: list[int], data: st.DataObject) -> None:
+    """Both forms of ``_join`` (a concatenate of the pieces, a transpose and reshape) put the
+    pieces of axis ``k`` major on dimension ``d`` of the rest, as NumPy's concatenate does."""
+    from redist.executor import _join
+
+    k = data.draw(st.integers(0, len(shape) - 1))
+    d = data.draw(st.integers(0, len(shape) - 2))
+    y = np.arange(np.prod(shape), dtype=np.int32).reshape(shape)
+    want = np.concatenate([np.take(y, i, axis=k) for i in range(shape[k])], axis=d)
+    for slow in (False, True):
+        np.testing.assert_array_equal(np.asarray(_join(jax.numpy.asarray(y), k, d, slow)), want)
