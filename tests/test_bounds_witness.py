@@ -60,6 +60,14 @@ def _program_bytes(cells: int, elements: int, program: Callable[[int], int]) -> 
     return sum(program(c) for c in range(cells)) * elements * 4 / len(DEVICES)
 
 
+def assert_exact(src: str, dst: str, witness: float, bound: float, ours: float) -> None:
+    """The program's bytes equal the bound (so the bound is exact), our plan and the search's
+    optimum both receive ``ours``."""
+    p = redistribute(src, dst, MESH, cost_model=BYTES)
+    assert witness == lower_bound_bytes(p.src, p.dst) == bound
+    assert p.recv_bytes == search(p.src, p.dst, BYTES).recv_bytes == ours
+
+
 def test_complete_group_beside_an_empty_one_meets_the_bound() -> None:
     """``s32[12@(x,y)]{U:z} -> s32[12@y]{U:z}``: cell ``(a, b)`` (source block ``2a+b``, 3
     elements) lies in destination block ``y=a``. Where ``b == a`` the group ``(x=a, y=a)``
@@ -82,11 +90,7 @@ def test_complete_group_beside_an_empty_one_meets_the_bound() -> None:
             finals = {(x, a, 0): s for x in range(2)}
         return run_cell(2, holders, msgs, finals, groups)
 
-    src, dst = "s32[12@(x,y)]{U:z}", "s32[12@y]{U:z}"
-    witness = _program_bytes(4, 3, cell)
-    p = redistribute(src, dst, MESH, cost_model=BYTES)
-    assert witness == lower_bound_bytes(p.src, p.dst) == 15.0
-    assert p.recv_bytes == search(p.src, p.dst, BYTES).recv_bytes == 18.0
+    assert_exact("s32[12@(x,y)]{U:z}", "s32[12@y]{U:z}", _program_bytes(4, 3, cell), bound=15.0, ours=18.0)
 
 
 def test_replicated_complete_groups_meet_the_bound() -> None:
@@ -106,11 +110,7 @@ def test_replicated_complete_groups_meet_the_bound() -> None:
         finals = {(c, y, z): e[y] for y in range(2) for z in range(2)} | {(1 - c, 0, z): s for z in range(2)}
         return run_cell(2, holders, msgs, finals, groups)
 
-    src, dst = "s32[12@x]{U:y}", "s32[12]{U:y}"
-    witness = _program_bytes(2, 6, cell)
-    p = redistribute(src, dst, MESH, cost_model=BYTES)
-    assert witness == lower_bound_bytes(p.src, p.dst) == 18.0
-    assert p.recv_bytes == search(p.src, p.dst, BYTES).recv_bytes == 24.0
+    assert_exact("s32[12@x]{U:y}", "s32[12]{U:y}", _program_bytes(2, 6, cell), bound=18.0, ours=24.0)
 
 
 def test_the_checker_rejects_a_wrong_program() -> None:
