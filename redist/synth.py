@@ -33,7 +33,16 @@ import heapq
 import math
 from collections.abc import Callable, Iterator
 
-from redist.atoms import Atom, atom_axis, atoms_of, atoms_of_axes, axes_of_atoms, dims_atoms, unreduced_atoms
+from redist.atoms import (
+    Atom,
+    atom_axis,
+    atoms_of,
+    atoms_of_axes,
+    axes_of_atoms,
+    dims_atoms,
+    from_atoms,
+    unreduced_atoms,
+)
 from redist.bounds import lower_bound_bytes
 from redist.cost import DEFAULT_COST_MODEL, CostModel, crosses
 from redist.errors import RedistError, StepError
@@ -305,7 +314,7 @@ def _typed_candidates(src: ShardingType, dst: ShardingType, cm: CostModel) -> li
     ``Exchange`` always remains)."""
     out: list[tuple[Step, ...]] = []
     builders = (_greedy_candidates, _split_reduction_candidates, _reduce_early_candidates, _relabel_candidates,
-                _reorder_candidates)
+                _reorder_candidates, _reduce_shared_first_candidates)
     for build in builders:
         try:
             out.extend(build(src, dst, cm))
@@ -504,6 +513,39 @@ def _reduce_early_candidates(src: ShardingType, dst: ShardingType, cm: CostModel
     free = _free_after_slices(g0)
     if free:
         out += _park(src, dst, cm, free + shared, reduce=frozenset(shared), dims=_widest(src, free + shared))
+    return out
+
+
+def _reduce_shared_first_candidates(src: ShardingType, dst: ShardingType, cm: CostModel) -> list[tuple[Step, ...]]:
+    """All-reduce the unreduced axes both types share on the source block (after the free
+    slices), move the summed array to the destination with those axes sharded on the minor end of
+    one dimension (the greedy, relabelling and reordering passes to that "parked" type), then pad
+    them back into a pending sum for free. Where the source block is small and the destination
+    gathers, the all-reduce of the small block plus a gather of ``1/|shared|`` of the array
+    receives less than gathering every partial: ``s32[12@(x,y)]{U:z} -> s32[12]{U:z}`` on
+    ``{x=2,y=2,z=2}``: all-reduce ``z`` (12 B), permute ``x`` to ``z`` (6 B), gather ``y``
+    (12 B), pad ``z``: 30 B, not 36 B. ``_reduce_early_candidates`` reduce-scatters the shared
+    axes instead, which needs them to divide the source block; the all-reduce does not. Parked in
+    the destination's widest dimension they divide only (one sub-plan per builder)."""
+    g = _Greedy(src, dst)
+    shared = tuple(sorted(g.unred & set(g.UD)))
+    if not shared:
+        return []
+    n = math.prod(a.size for a in shared)
+    fits = [j for j in range(dst.rank) if dst.local_shape[j] % n == 0]
+    if not fits:
+        return []
+    j = max(fits, key=lambda i: dst.local_shape[i])
+    g.slices()
+    head = [*g.steps, AllReduce(axes_of_atoms(src.mesh, shared))]
+    cur = Plan.build(src, tuple(head), cm).dst
+    dims = [list(d) for d in dims_atoms(dst)]
+    dims[j] += shared
+    parked = from_atoms(dst, tuple(tuple(d) for d in dims), frozenset(unreduced_atoms(dst)) - set(shared))
+    pad = PadUnreduced(j, axes_of_atoms(src.mesh, shared))
+    out = []
+    for build in (_greedy_candidates, _relabel_candidates, _reorder_candidates):
+        out += [_merge(src, [*head, *mid, pad], cm) for mid in build(cur, parked, cm)]
     return out
 
 

@@ -13,9 +13,9 @@ import random
 
 import pytest
 from conftest import THOROUGH
-from synth_checks import BYTES
+from synth_checks import BYTES, assert_plan_ok
 
-from redist import ReduceScatter, redistribute
+from redist import AllReduce, PadUnreduced, ReduceScatter, redistribute
 from redist.enumerate import all_types
 from redist.search import plan_key, search
 from spmd_types import Mesh
@@ -81,3 +81,33 @@ def test_search_beats_the_unreduced_bound_only_where_documented() -> None:
     p = redistribute("s32[12]{U:(x,y)}", "s32[12]{U:x}", mesh, cost_model=BYTES)
     assert p.lower_bound_bytes == 30.0
     assert search(p.src, p.dst, BYTES).recv_bytes == 36.0
+
+
+@pytest.mark.parametrize("src,dst", [
+    ("s32[12@(x,y)]{U:z}", "s32[12]{U:z}"),
+    ("s32[12@(y,x)]{U:z}", "s32[12]{U:z}"),
+    ("s32[12@(x,z)]{U:y}", "s32[12]{U:y}"),
+    ("s32[12@(z,x)]{U:y}", "s32[12]{U:y}"),
+    ("s32[12@(y,z)]{U:x}", "s32[12]{U:x}"),
+    ("s32[12@(z,y)]{U:x}", "s32[12]{U:x}"),
+])
+def test_shared_axes_all_reduced_on_the_small_block(src: str, dst: str) -> None:
+    """The shared unreduced axis does not divide the source block (3 elements), so it cannot be
+    reduce-scattered; all-reduced there (12 B), the summed array reaches the destination with
+    that axis parked sharded (a permute, 6 B, and a gather of half the array, 12 B) and padded
+    back into a pending sum: 30 B, the search's optimum, where gathering every partial took 36 B
+    (``synth._reduce_shared_first_candidates``). Values checked on the simulator."""
+    mesh = Mesh({"x": 2, "y": 2, "z": 2})
+    p = redistribute(src, dst, mesh, cost_model=BYTES)
+    assert p.recv_bytes == search(p.src, p.dst, BYTES).recv_bytes == 30.0, str(p)
+    assert isinstance(p.steps[0], AllReduce) and isinstance(p.steps[-1], PadUnreduced), str(p)
+    assert_plan_ok(p)
+
+
+def test_shared_axes_all_reduced_on_another_mesh() -> None:
+    """The same family off the exhaustive meshes: on ``{x=2,y=3,z=2}`` the source block is one
+    element; all-reduce ``z``, permute ``x`` to ``z``, gather ``y`` and pad ``z``: 14 B (20 B by
+    gathering the partials), the search's optimum."""
+    p = redistribute("s32[6@(x,y)]{U:z}", "s32[6]{U:z}", Mesh({"x": 2, "y": 3, "z": 2}), cost_model=BYTES)
+    assert p.recv_bytes == search(p.src, p.dst, BYTES).recv_bytes == 14.0, str(p)
+    assert_plan_ok(p)
