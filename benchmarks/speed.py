@@ -11,7 +11,9 @@ the speedup against the *faster* XLA partitioner, the plan's predicted time, com
 of each side, bytes against the transfer bound; overall the geometric mean, the worst case, the
 Spearman rank correlation of predicted vs measured, an A/A control (Shardy's program against
 itself), the per-call Python overhead of ``plan(x)``, and the ceiling that structural ties put on
-the geometric mean (``ceiling``: where XLA compiled our very program, 1.0x is the best possible).
+the geometric mean (``ceiling``: where XLA compiled our very program, 1.0x is the best possible),
+and two floors per case (``benchmarks.floor``: each side's collectives alone; the refined floor of
+``benchmarks.floor_passes``: those plus the local passes XLA:CPU forces around them).
 
 ``--random N`` adds N seeded random pairs (``benchmarks.random_pairs``: odd axis orders, several
 axes moving at once, ranks 1-4, under 1 MiB a global array) run through the same per-case

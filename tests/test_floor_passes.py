@@ -70,6 +70,8 @@ RULES = [
     ("seq_to_hidden", [], []),  # the all-to-all's own join absorbs the bitcast
     ("fsdp_gather_2d", [], []),  # f32, gathered along the major dimension
     ("fsdp_gather_data", [], []),  # permute + gather: no claim for a gather that is not alone
+    ("fsdp_gather_data_minor", [], []),  # a lone gather whose chunks are whole source blocks
+    ("rank1_gather_minor", [], []),
 ]
 
 
