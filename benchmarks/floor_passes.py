@@ -25,6 +25,11 @@ compiled HLO (docs/design.md section 11):
   on a new leading dimension and copies). When a destination block is not ``p`` chunks each held
   by one group member in the source, every program with that one all-gather writes the
   destination in an interleaving pass (fused with ``bits-out`` for bf16).
+- ``slice-out``: a collective's result is its own buffer and the program's output another, so
+  where the last collective (not an all-to-all, whose join is in the bare one) yields more than
+  the destination block, the block is cut out in one pass (``unreduced_to_hidden`` on both sides:
+  ``all-reduce f32[4,256,512]`` then a ``dynamic-slice`` fusion to ``f32[4,256,128]``), timed as
+  the cheapest cut, a contiguous one. The bf16 rules above write the destination anyway and fuse it.
 - ``split``: the mirror image for a single reduce-scatter: peer ``i`` receives the reduced
   ``i``-th contiguous chunk of the operand, so when a source block is not ``p`` chunks each
   destined to one member, it is reordered in one pass before (fused with ``widen-in``).
@@ -62,6 +67,7 @@ class Pass(NamedTuple):
     src: str
     dst: str
     shape: tuple[int, int, int] | None = None
+    read: int = 0  # ``slice-out``: the elements of the collective result the destination is cut from
 
 
 def _dtype(name: str) -> Any:
@@ -80,6 +86,8 @@ def _body(p: Pass) -> Callable[[Any], Any]:
     def body(v: Any) -> Any:
         if p.shape is not None:
             v = v.transpose(1, 0, 2)
+        if p.read:
+            v = v[: p.elements]
         if src == dst:
             return v
         return jax.lax.bitcast_convert_type(v, dst) if same_width else v.astype(dst)
@@ -93,7 +101,7 @@ def pass_program(p: Pass, devices: np.ndarray) -> Bare:
     XLA:CPU runs the same transpose 4x slower from a flat buffer (the index arithmetic of
     reading a 3-D order out of one dimension), which would overstate the pass."""
     flat = jax.sharding.Mesh(devices, ("d",))
-    block: int | tuple[int, ...] = p.elements
+    block: int | tuple[int, ...] = p.read or p.elements
     if p.shape is not None:
         a, n, b = p.shape
         block = (n, a, b) if p.rule == "interleave" else (a, n, b)
@@ -120,7 +128,16 @@ def side_passes(src: ShardingType, dst: ShardingType, h: HloCollectives) -> tupl
         out.append(Pass("narrow-out", n, "f32", "bf16"))
     elif bf16 and last.kind in ("all-gather", "collective-permute"):
         out.append(Pass("bits-out", n, "u16", "bf16"))
+    elif last.kind != "all-to-all" and _result_elements(last) > n:
+        out.append(Pass("slice-out", n, _bits(src.itemsize), _bits(src.itemsize), read=_result_elements(last)))
     return tuple(out)
+
+
+def _result_elements(c: Collective) -> int:
+    """Elements of a (non-tuple) collective's result per device."""
+    p = max(len(g) for g in c.groups) if c.kind != "collective-permute" else 1
+    return {"all-gather": c.operand_elements * p, "reduce-scatter": c.operand_elements // p}.get(
+        c.kind, c.operand_elements)
 
 
 def _chunk_reorder(src: ShardingType, dst: ShardingType, c: Collective, rule: str) -> tuple[int, int, int] | None:

@@ -198,7 +198,8 @@ def ceiling_note(c: Ceiling, n: int) -> list[str]:
             "cannot avoid around that side's collectives (`benchmarks.floor_passes`: a bf16 result of a gather or "
             "permute is bit-cast in one pass, a bf16 sum is widened before and narrowed after its reduction, a lone "
             "all-gather into a non-major dimension interleaves its result, a lone reduce-scatter from one splits "
-            "its operand), each timed as a bare fused pass in the same round robin."]
+            "its operand, a destination smaller than the last collective's result is cut out of it), each timed "
+            "as a bare fused pass in the same round robin."]
 
 
 def floor_lines(rows: Sequence[Row]) -> list[str]:
@@ -208,7 +209,7 @@ def floor_lines(rows: Sequence[Row]) -> list[str]:
     return [*_ceiling_line(rows, lambda r: r.floor_ceiling, "collective floor: geomean of (faster XLA / the lesser "
                            "floor of its and our collectives, at least the measured speedup)"),
             *_ceiling_line(rows, lambda r: r.refined_ceiling, "refined floor: the same with the local passes XLA:CPU "
-                           "forces around each side's collectives (16-bit widening, bitcasts, interleaving)")]
+                           "forces around each side's collectives (bf16 widening and bitcasts, interleaving, cutting out a part)")]
 
 
 def _ceiling_line(rows: Sequence[Row], of: Callable[[Row], float], what: str) -> list[str]:

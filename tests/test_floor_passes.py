@@ -28,6 +28,7 @@ PASSES = [
     (Pass("interleave", 4096, "u16", "bf16", (16, 4, 64)), {"bitcast-convert", "transpose"}, 2),
     (Pass("interleave", 4096, "u32", "u32", (16, 4, 64)), {"transpose"}, 4),
     (Pass("split", 4096, "bf16", "f32", (16, 4, 64)), {"convert", "transpose"}, 4),
+    (Pass("slice-out", 1024, "u32", "u32", read=4096), {"slice"}, 4),
 ]
 
 
@@ -68,6 +69,7 @@ RULES = [
     ("hidden_gather", [("interleave", (1024, 4, 128))], [("interleave", (1024, 4, 128))]),
     ("sp_to_tp_gather_seq", [("interleave", (4, 4, 65536))], [("interleave", (4, 4, 65536))]),
     ("seq_to_hidden", [], []),  # the all-to-all's own join absorbs the bitcast
+    ("unreduced_to_hidden", [("slice-out", None)], [("slice-out", None)]),  # all-reduce, then its part
     ("fsdp_gather_2d", [], []),  # f32, gathered along the major dimension
     ("fsdp_gather_data", [], []),  # permute + gather: no claim for a gather that is not alone
     ("fsdp_gather_data_minor", [], []),  # a lone gather whose chunks are whole source blocks
