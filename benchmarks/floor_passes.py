@@ -30,6 +30,14 @@ compiled HLO (docs/design.md section 11):
   the destination block, the block is cut out in one pass (``unreduced_to_hidden`` on both sides:
   ``all-reduce f32[4,256,512]`` then a ``dynamic-slice`` fusion to ``f32[4,256,128]``), timed as
   the cheapest cut, a contiguous one. The bf16 rules above write the destination anyway and fuse it.
+- ``all-to-all`` (strides): the bare all-to-all already holds XLA:CPU's slice fusions (one send
+  buffer per peer) and its concatenate join, but on a flat buffer, where each piece is one
+  contiguous run. A lone all-to-all between real types reads each peer's piece in runs of ``b``
+  out of the source block seen as ``[a, p, b]`` and writes it in runs of ``b'`` into the
+  destination seen as ``[a', p, b']`` (``seq_to_hidden``: ``bitcast_slice_fusion``
+  ``u16[4,128,1,128]`` out of ``[4,128,512]``); those runs are fixed by the two types, so the
+  refined floor times the same all-to-all on those strides in place of the flat one (the bitcast
+  fused into the join for bf16).
 - ``split``: the mirror image for a single reduce-scatter: peer ``i`` receives the reduced
   ``i``-th contiguous chunk of the operand, so when a source block is not ``p`` chunks each
   destined to one member, it is reordered in one pass before (fused with ``widen-in``).
@@ -49,7 +57,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from benchmarks.floor import _BITS, Bare, _compiled
+from benchmarks.floor import _BITS, Bare, _compiled, _grouped_mesh
 from benchmarks.hlo import Collective, HloCollectives
 from spmd_types import ShardingType
 
@@ -68,6 +76,8 @@ class Pass(NamedTuple):
     dst: str
     shape: tuple[int, int, int] | None = None
     read: int = 0  # ``slice-out``: the elements of the collective result the destination is cut from
+    join: tuple[int, int, int] | None = None  # ``all-to-all``: the destination's ``(a, p, b)``
+    groups: tuple[tuple[int, ...], ...] = ()  # ``all-to-all``: its device groups
 
 
 def _dtype(name: str) -> Any:
@@ -95,11 +105,31 @@ def _body(p: Pass) -> Callable[[Any], Any]:
     return body
 
 
-def pass_program(p: Pass, devices: np.ndarray) -> Bare:
+def _strided_all_to_all(p: Pass, devices: np.ndarray) -> Bare | None:
+    """A lone all-to-all on the strides its types force: each peer's piece read out of the
+    source block as ``[a, p, b]`` (runs of ``b``), sent, and joined into the destination as
+    ``[a', p, b']`` (fused with the bitcast for bf16), as XLA:CPU's tuple all-to-all does it."""
+    mesh = _grouped_mesh(devices, p.groups)
+    if mesh is None or p.shape is None or p.join is None:
+        return None
+    (_, n, _), (a2, _, b2) = p.shape, p.join
+    src, dst = _dtype(p.src), _dtype(p.dst)
+
+    def body(v: Any) -> Any:
+        y = jax.lax.all_to_all(v, "g", 1, 1, tiled=True)  # [a, p, b]: peer j's piece at [:, j, :]
+        y = y.transpose(1, 0, 2).reshape(n, a2, b2).transpose(1, 0, 2)
+        return y if src == dst else jax.lax.bitcast_convert_type(y, dst)
+
+    return _compiled("all-to-all", body, mesh, ("o", "g"), p.shape, src)
+
+
+def pass_program(p: Pass, devices: np.ndarray) -> Bare | None:
     """``p`` alone on every device, as its own ``shard_map`` program. A reorder runs on its 3-D
     block (``[p, a, b]`` for ``interleave``, ``[a, p, b]`` for ``split``), as lowerings write it:
     XLA:CPU runs the same transpose 4x slower from a flat buffer (the index arithmetic of
     reading a 3-D order out of one dimension), which would overstate the pass."""
+    if p.rule == "all-to-all":
+        return _strided_all_to_all(p, devices)
     flat = jax.sharding.Mesh(devices, ("d",))
     block: int | tuple[int, ...] = p.read or p.elements
     if p.shape is not None:
@@ -120,6 +150,8 @@ def side_passes(src: ShardingType, dst: ShardingType, h: HloCollectives) -> tupl
         kind = "f32" if bf16 else _bits(src.itemsize)
         out.append(Pass("split" if split else "widen-in", first.operand_elements, "bf16" if bf16 else kind, kind,
                         split))
+    if len(cs) == 1 and first.kind == "all-to-all":
+        return _lone_all_to_all(src, dst, first)
     inter = _chunk_reorder(src, dst, last, "interleave") if len(cs) == 1 and last.kind == "all-gather" else None
     n = dst.local_size
     if inter:
@@ -131,6 +163,37 @@ def side_passes(src: ShardingType, dst: ShardingType, h: HloCollectives) -> tupl
     elif last.kind != "all-to-all" and _result_elements(last) > n:
         out.append(Pass("slice-out", n, _bits(src.itemsize), _bits(src.itemsize), read=_result_elements(last)))
     return tuple(out)
+
+
+def _lone_all_to_all(src: ShardingType, dst: ShardingType, c: Collective) -> tuple[Pass, ...]:
+    """The strided all-to-all that replaces a lone all-to-all's flat bare form, where each
+    device's source and destination blocks are a clean ``[a, p, b]`` of its group's pieces."""
+    split, join = _pieces(src, dst, c), _pieces(dst, src, c)
+    if split is None or join is None or c.operand_elements != src.local_size:
+        return ()
+    bits = _bits(src.itemsize)
+    return (Pass("all-to-all", dst.local_size, bits, "bf16" if src.dtype == "bf16" else bits, split, join=join,
+                 groups=c.groups),)
+
+
+def _pieces(mine: ShardingType, theirs: ShardingType, c: Collective) -> tuple[int, int, int] | None:
+    """``(a, p, b)`` such that every device's block of ``mine``, viewed as ``[a, p, b]``, holds at
+    ``[:, j, :]`` what the ``j``-th member (in order of appearance) holds in ``theirs``; ``None``
+    where the blocks are not all so, alike."""
+    shapes = set()
+    for g in c.groups:
+        for d in g:
+            held = _held(mine, theirs, d, g)
+            if held.sum(axis=0).max() != 1 or held.shape[1] % len(g):
+                return None
+            owner = held.argmax(axis=0)
+            b = math.gcd(*np.diff(np.flatnonzero(np.diff(owner, prepend=-2, append=-3))).tolist())
+            shape = (owner.size // (len(g) * b), len(g), b)
+            order = owner.reshape(shape)[0, :, 0]
+            if len(set(order.tolist())) != len(g) or not (owner.reshape(shape) == order[None, :, None]).all():
+                return None
+            shapes.add(shape)
+    return shapes.pop() if len(shapes) == 1 else None
 
 
 def _result_elements(c: Collective) -> int:
@@ -187,5 +250,13 @@ def pass_thunks(passes: dict[str, tuple[Pass, ...]], devices: np.ndarray) -> tup
         for p in ps:
             if p not in names:
                 names[p] = f"pass:{p.rule}:{len(names)}"
-                thunks[names[p]] = pass_program(p, devices).run
-    return thunks, {side: [names[p] for p in ps] for side, ps in passes.items()}
+                if (b := pass_program(p, devices)) is not None:
+                    thunks[names[p]] = b.run
+    return thunks, {side: [names[p] for p in ps if names[p] in thunks] for side, ps in passes.items()}
+
+
+def refined_names(collectives: list[str], passes: list[str]) -> list[str]:
+    """The programs a side's refined floor sums: its bare collectives and its passes, where a
+    strided all-to-all (``pass:all-to-all:*``) stands in for the flat one it refines."""
+    strided = any(n.startswith("pass:all-to-all:") for n in passes)
+    return [*(n for n in collectives if not (strided and n.startswith("bare:all-to-all:"))), *passes]

@@ -46,7 +46,7 @@ from jax.sharding import NamedSharding  # noqa: E402
 from benchmarks.arrays import check_output, make_input  # noqa: E402
 from benchmarks.cases import NAMED_CASES, Case, select_cases  # noqa: E402
 from benchmarks.floor import bare_thunks, floor_s  # noqa: E402
-from benchmarks.floor_passes import pass_thunks, side_passes  # noqa: E402
+from benchmarks.floor_passes import pass_thunks, refined_names, side_passes  # noqa: E402
 from benchmarks.hlo import collective_sequence, collective_signature, local_writes, parse_collectives  # noqa: E402
 from benchmarks.random_pairs import PairSpec, random_pairs  # noqa: E402
 from benchmarks.xla_side import capture_fd2  # noqa: E402
@@ -293,7 +293,7 @@ def run_case(case: Case, seconds: float) -> tuple[Row, float]:
     control = med.pop("shardy_again") / med["shardy"]
     bare_s = {n: med.pop(n) for n in [*bare, *extra]}
     floors = {k: floor_s([bare_s[n] for n in names], bare_s["dispatch"]) for k, names in uses.items()}
-    refined = {k: floor_s([bare_s[n] for n in [*names, *extra_uses[k]]], bare_s["dispatch"])
+    refined = {k: floor_s([bare_s[n] for n in refined_names(names, extra_uses[k])], bare_s["dispatch"])
                for k, names in uses.items()}
     sig = {k: collective_signature(h) for k, h in hlo.items()}
     seq = {k: collective_sequence(h) for k, h in hlo.items()}

@@ -11,8 +11,8 @@ import pytest
 
 from benchmarks.arrays import make_input, reference_values
 from benchmarks.cases import NAMED_CASES
-from benchmarks.floor_passes import Pass, pass_program, pass_thunks, side_passes
-from benchmarks.hlo import HloCollectives, local_writes, parse_collectives, parse_instruction
+from benchmarks.floor_passes import Pass, pass_program, pass_thunks, refined_names, side_passes
+from benchmarks.hlo import HloCollectives, collective_key, local_writes, parse_collectives, parse_instruction
 from benchmarks.speed import _xla
 from redist import redistribute
 from redist.executor import compile_plan
@@ -41,7 +41,9 @@ def _entry_ops(hlo: str) -> list[str]:
 
 @pytest.mark.parametrize(("p", "inside", "dst_size"), PASSES, ids=lambda v: getattr(v, "rule", ""))
 def test_pass_program_is_one_fused_pass(p: Pass, inside: set[str], dst_size: int) -> None:
-    hlo = pass_program(p, DEVICES).hlo
+    bare = pass_program(p, DEVICES)
+    assert bare is not None
+    hlo = bare.hlo
     assert _entry_ops(hlo) == ["fusion"]
     assert parse_collectives(hlo).collectives == ()
     assert local_writes(hlo).bytes_written == p.elements * dst_size  # one pass over the block written
@@ -68,7 +70,8 @@ RULES = [
      [("widen-in", None), ("narrow-out", None)]),
     ("hidden_gather", [("interleave", (1024, 4, 128))], [("interleave", (1024, 4, 128))]),
     ("sp_to_tp_gather_seq", [("interleave", (4, 4, 65536))], [("interleave", (4, 4, 65536))]),
-    ("seq_to_hidden", [], []),  # the all-to-all's own join absorbs the bitcast
+    ("seq_to_hidden", [("all-to-all", (512, 4, 128))], [("all-to-all", (512, 4, 128))]),  # strided, bitcast in the join
+    ("moe_expert_axis_swap", [], [("bits-out", None)]),  # ours ends in an all-to-all (its join writes), XLA in a permute
     ("unreduced_to_hidden", [("slice-out", None)], [("slice-out", None)]),  # all-reduce, then its part
     ("fsdp_gather_2d", [], []),  # f32, gathered along the major dimension
     ("fsdp_gather_data", [], []),  # permute + gather: no claim for a gather that is not alone
@@ -108,3 +111,35 @@ def test_pass_thunks_share_one_program_per_distinct_pass() -> None:
     same = (Pass("bits-out", 64, "u16", "bf16"),)
     thunks, uses = pass_thunks({"ours": same, "xla": same, "none": ()}, DEVICES)
     assert len(thunks) == 1 and uses["ours"] == uses["xla"] and uses["none"] == []
+
+
+@pytest.mark.parametrize("name", ["seq_to_hidden", "hidden_to_seq", "ulysses_seq_to_heads"])
+def test_strided_all_to_all_is_the_same_collective_with_its_slices_and_one_join(name: str) -> None:
+    """The refined all-to-all: the case's all-to-all (kind, groups, elements), the p slice
+    fusions that fill its send buffers and one join fusion writing the destination block, and
+    nothing else; its reorder, applied to the members' source blocks in NumPy, gives each device's
+    destination block."""
+    hlo, case = _sides(name)
+    (c,) = hlo["ours"].collectives
+    (p,) = side_passes(case.src_type, case.dst_type, hlo["ours"])
+    bare = pass_program(p, DEVICES)
+    assert bare is not None and p.shape is not None and p.join is not None
+    (got,) = parse_collectives(bare.hlo).collectives
+    assert collective_key(got)[2] == collective_key(c)[2] and len(got.groups) == len(c.groups)
+    n = len(c.groups[0])
+    assert _entry_ops(bare.hlo) == ["fusion"] * n + ["all-to-all", "fusion"]
+    assert local_writes(bare.hlo).bytes_written == 2 * case.dst_type.local_bytes  # send slices + join
+    _, value = reference_values(case.src_type)
+    cut = lambda t, d: value[tuple(slice(lo, hi) for lo, hi in t.block(d))].reshape(-1)  # noqa: E731
+    (a2, _, b2) = p.join
+    for g in c.groups:
+        for i, d in enumerate(g):
+            pieces = np.stack([cut(case.src_type, m).reshape(p.shape)[:, i, :].reshape(-1) for m in g])
+            joined = pieces.reshape(n, a2, b2).transpose(1, 0, 2).reshape(-1)
+            assert (joined == cut(case.dst_type, d)).all()
+
+
+def test_strided_all_to_all_stands_in_for_the_flat_one() -> None:
+    assert refined_names(["bare:all-to-all:1", "bare:collective-permute:2"], ["pass:all-to-all:0"]) == [
+        "bare:collective-permute:2", "pass:all-to-all:0"]
+    assert refined_names(["bare:all-gather:1"], ["pass:bits-out:0"]) == ["bare:all-gather:1", "pass:bits-out:0"]
