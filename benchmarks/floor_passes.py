@@ -188,11 +188,10 @@ def _pieces(mine: ShardingType, theirs: ShardingType, c: Collective) -> tuple[in
     for g in c.groups:
         for d in g:
             held = _held(mine, theirs, d, g)
-            if held.sum(axis=0).max() != 1 or held.shape[1] % len(g):
+            if (held.sum(axis=0) != 1).any() or held.shape[1] % len(g):
                 return None
             owner = held.argmax(axis=0)
-            b = math.gcd(*np.diff(np.flatnonzero(np.diff(owner, prepend=-2, append=-3))).tolist())
-            shape = (owner.size // (len(g) * b), len(g), b)
+            shape = _runs(owner, len(g))
             order = owner.reshape(shape)[0, :, 0]
             if len(set(order.tolist())) != len(g) or not (owner.reshape(shape) == order[None, :, None]).all():
                 return None
@@ -225,10 +224,14 @@ def _chunk_reorder(src: ShardingType, dst: ShardingType, c: Collective, rule: st
                 return None
             chunks = held.reshape(len(g), len(g), -1).all(axis=2)  # [member, chunk]: member holds the chunk
             if not chunks.any(axis=0).all():
-                owner = held.argmax(axis=0)
-                b = math.gcd(*np.diff(np.flatnonzero(np.diff(owner, prepend=-2, append=-3))).tolist())
-                shapes.add((owner.size // (len(g) * b), len(g), b))
+                shapes.add(_runs(held.argmax(axis=0), len(g)))
     return min(shapes, key=lambda s: s[2]) if shapes else None
+
+
+def _runs(owner: np.ndarray, p: int) -> tuple[int, int, int]:
+    """``(a, p, b)`` with ``b`` the gcd of the runs of equal ``owner`` (row-major)."""
+    b = math.gcd(*np.diff(np.flatnonzero(np.diff(owner, prepend=-2, append=-3))).tolist())
+    return owner.size // (p * b), p, b
 
 
 def _held(mine: ShardingType, theirs: ShardingType, d: int, group: Sequence[int]) -> np.ndarray:
