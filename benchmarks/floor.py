@@ -13,7 +13,8 @@ with the programs it bounds (``benchmarks.speed.round_robin``).
 A plan's ceiling against XLA is then ``t_xla / min(floor(ours), floor(xla))``: no lowering of
 either side's collectives beats it on this backend. It is not a bound over every conceivable
 program (other collectives might be cheaper still), only over the two collective sequences the
-two partitioners chose.
+two partitioners chose. ``benchmarks.floor_passes`` tightens it with the local passes XLA:CPU
+forces around those collectives (the refined floor); this collective-only floor is kept beside it.
 """
 
 from __future__ import annotations
@@ -75,9 +76,13 @@ def _body(c: Collective, p: int) -> Callable[[Any], Any]:
     raise ValueError(f"no bare form for {c.kind}")
 
 
-def _compiled(kind: str, fn: Callable[[Any], Any], mesh: jax.sharding.Mesh, axes: Any, elements: int, dtype: Any) -> Bare:
+def _compiled(kind: str, fn: Callable[[Any], Any], mesh: jax.sharding.Mesh, axes: Any, elements: int | tuple[int, ...],
+              dtype: Any) -> Bare:
+    """``fn`` under ``shard_map`` on a buffer of ``elements`` per device (a flat count, or a block
+    shape whose leading dimension is split over the devices)."""
     spec = P(axes)
-    x = jax.device_put(jnp.ones((mesh.size * elements,), dtype), NamedSharding(mesh, spec))
+    block = (elements,) if isinstance(elements, int) else elements
+    x = jax.device_put(jnp.ones((mesh.size * block[0], *block[1:]), dtype), NamedSharding(mesh, spec))
     prog = jax.jit(jax.shard_map(fn, mesh=mesh, in_specs=spec, out_specs=spec, check_vma=False))
     exe = prog.lower(x).compile()
     return Bare(kind, lambda: exe(x), exe.as_text() or "", tuple(d.id for d in mesh.devices.flat))

@@ -11,7 +11,9 @@ the speedup against the *faster* XLA partitioner, the plan's predicted time, com
 of each side, bytes against the transfer bound; overall the geometric mean, the worst case, the
 Spearman rank correlation of predicted vs measured, an A/A control (Shardy's program against
 itself), the per-call Python overhead of ``plan(x)``, and the ceiling that structural ties put on
-the geometric mean (``ceiling``: where XLA compiled our very program, 1.0x is the best possible).
+the geometric mean (``ceiling``: where XLA compiled our very program, 1.0x is the best possible),
+and two floors per case (``benchmarks.floor``: each side's collectives alone; the refined floor of
+``benchmarks.floor_passes``: those plus the local passes XLA:CPU forces around them).
 
 ``--random N`` adds N seeded random pairs (``benchmarks.random_pairs``: odd axis orders, several
 axes moving at once, ranks 1-4, under 1 MiB a global array) run through the same per-case
@@ -44,6 +46,7 @@ from jax.sharding import NamedSharding  # noqa: E402
 from benchmarks.arrays import check_output, make_input  # noqa: E402
 from benchmarks.cases import NAMED_CASES, Case, select_cases  # noqa: E402
 from benchmarks.floor import bare_thunks, floor_s  # noqa: E402
+from benchmarks.floor_passes import pass_thunks, refined_names, side_passes  # noqa: E402
 from benchmarks.hlo import collective_sequence, collective_signature, local_writes, parse_collectives  # noqa: E402
 from benchmarks.random_pairs import PairSpec, random_pairs  # noqa: E402
 from benchmarks.xla_side import capture_fd2  # noqa: E402
@@ -84,13 +87,24 @@ class Row:
     bytes_steps: str = ""  # the bytes objective's plan: its steps
     plan_collectives: dict[str, int] | None = None  # per objective ("ours", "ours_bytes"): collectives launched
     floor_s: dict[str, float] | None = None  # per side: its collectives alone, bare (``benchmarks.floor``)
+    refined_floor_s: dict[str, float] | None = None  # per side: floor_s plus its unavoidable passes
+    floor_passes: dict[str, str] | None = None  # per side: the rules of those passes (``benchmarks.floor_passes``)
 
     @property
     def floor_ceiling(self) -> float:
         """The speedup no lowering of either side's collectives could beat: the faster XLA
         side's time over the lesser floor of its and our collectives (never below the measured
         speedup: a floor measured above a whole program bounds nothing); ``nan`` without floors."""
-        floors = [f for k, f in (self.floor_s or {}).items() if k in ("ours", self.xla_best)]
+        return self._ceiling_over(self.floor_s)
+
+    @property
+    def refined_ceiling(self) -> float:
+        """``floor_ceiling`` over the refined floors: each side's collectives plus the local
+        passes XLA:CPU forces around them (``benchmarks.floor_passes``)."""
+        return self._ceiling_over(self.refined_floor_s)
+
+    def _ceiling_over(self, floor: dict[str, float] | None) -> float:
+        floors = [f for k, f in (floor or {}).items() if k in ("ours", self.xla_best)]
         if not floors:
             return math.nan
         return max(self.speedup, self.xla_best_s / min(floors))
@@ -180,28 +194,44 @@ def ceiling_note(c: Ceiling, n: int) -> list[str]:
             "programs; the floor of a program is their sum less one dispatch per extra program. It bounds every "
             "lowering of those collectives, not every program: the destination layout usually needs a local pass "
             "the bare collective skips, so it is an optimistic ceiling, and the gap between a plan and its "
-            "floor is what its local work costs."]
+            "floor is what its local work costs. The refined floor adds, per side, the local passes XLA:CPU "
+            "cannot avoid around that side's collectives (`benchmarks.floor_passes`: a bf16 result of a gather or "
+            "permute is bit-cast in one pass, a bf16 sum is widened before and narrowed after its reduction, a lone "
+            "all-gather into a non-major dimension interleaves its result, a lone reduce-scatter from one splits "
+            "its operand, a destination smaller than the last collective's result is cut out of it), each timed "
+            "as a bare fused pass in the same round robin."]
 
 
 def floor_lines(rows: Sequence[Row]) -> list[str]:
-    """The report's row on the collective floor (``benchmarks.floor``): what no lowering of
-    either side's collectives could beat, as a geometric mean over the cases that have one."""
-    c = [r for r in rows if not math.isnan(r.floor_ceiling)]
+    """The report's rows on the collective floor (``benchmarks.floor``) and the refined floor
+    (``benchmarks.floor_passes``): what no lowering of either side's collectives could beat, as
+    geometric means over the cases that have one."""
+    return [*_ceiling_line(rows, lambda r: r.floor_ceiling, "collective floor: geomean of (faster XLA / the lesser "
+                           "floor of its and our collectives, at least the measured speedup)"),
+            *_ceiling_line(rows, lambda r: r.refined_ceiling, "refined floor: the same with the local passes XLA:CPU "
+                           "forces around each side's collectives (bf16 widening and bitcasts, interleaving, cutting out a part)")]
+
+
+def _ceiling_line(rows: Sequence[Row], of: Callable[[Row], float], what: str) -> list[str]:
+    c = [r for r in rows if not math.isnan(of(r))]
     if not c:
         return []
-    ties = [r.floor_ceiling for r in c if r.structural_tie]
-    rest = [r.floor_ceiling for r in c if not r.structural_tie]
-    return [f"| collective floor: geomean of (faster XLA / the lesser floor of its and our collectives, at least "
-            f"the measured speedup), all / structural ties / the others | {geomean([r.floor_ceiling for r in c]):.2f}x "
-            f"/ {geomean(ties):.2f}x / {geomean(rest):.2f}x ({len(c)} cases) |"]
+    ties = [of(r) for r in c if r.structural_tie]
+    rest = [of(r) for r in c if not r.structural_tie]
+    return [f"| {what}, all / structural ties / the others | {geomean([of(r) for r in c]):.2f}x / "
+            f"{geomean(ties):.2f}x ({len(ties)}) / {geomean(rest):.2f}x ({len(rest)}) |"]
 
 
-def _floor_cell(r: Row) -> str:
-    f = r.floor_s or {}
+def _floor_cell(r: Row, refined: bool = False) -> str:
+    f = (r.refined_floor_s if refined else r.floor_s) or {}
     if "ours" not in f:
         return "-"
     xla = f"{f[r.xla_best] * 1e3:.3f}" if r.xla_best in f else "-"
-    return f"{f['ours'] * 1e3:.3f} / {xla} ({r.floor_ceiling:.2f}x)"
+    if not refined:
+        return f"{f['ours'] * 1e3:.3f} / {xla} ({r.floor_ceiling:.2f}x)"
+    rules = r.floor_passes or {}
+    return (f"{f['ours'] * 1e3:.3f} / {xla} ({r.refined_ceiling:.2f}x) "
+            f"[{rules.get('ours') or '-'} / {rules.get(r.xla_best) or '-'}]")
 
 
 def _xla(case: Case, shardy: bool, x: Any, jmesh: jax.sharding.Mesh) -> Any:
@@ -257,10 +287,14 @@ def run_case(case: Case, seconds: float) -> tuple[Row, float]:
     texts = {k: p.as_text() for k, p in progs.items()}
     hlo = {k: parse_collectives(t) for k, t in texts.items()}
     bare, uses = bare_thunks({k: hlo[k] for k in ("shardy", "gspmd", "ours")}, jmesh.devices.flatten())
-    med = round_robin({**thunks, **bare}, seconds)
+    passes = {k: side_passes(src, dst, hlo[k]) for k in uses}
+    extra, extra_uses = pass_thunks(passes, jmesh.devices.flatten())
+    med = round_robin({**thunks, **bare, **extra}, seconds)
     control = med.pop("shardy_again") / med["shardy"]
-    bare_s = {n: med.pop(n) for n in bare}
+    bare_s = {n: med.pop(n) for n in [*bare, *extra]}
     floors = {k: floor_s([bare_s[n] for n in names], bare_s["dispatch"]) for k, names in uses.items()}
+    refined = {k: floor_s([bare_s[n] for n in refined_names(names, extra_uses[k])], bare_s["dispatch"])
+               for k, names in uses.items()}
     sig = {k: collective_signature(h) for k, h in hlo.items()}
     seq = {k: collective_sequence(h) for k, h in hlo.items()}
     block = max(src.local_bytes, dst.local_bytes)
@@ -275,7 +309,7 @@ def run_case(case: Case, seconds: float) -> tuple[Row, float]:
         {k: sum(c.result_bytes for c in h.collectives) for k, h in hlo.items()}, src.itemsize,
         {k: seq[k] == seq["ours"] for k in ("shardy", "gspmd")},
         Plan.build(src, plan_b.steps, plan.cost_model).time_s, _steps(plan_b), {"ours": plan.n_collectives, "ours_bytes": plan_b.n_collectives},
-        floors,
+        floors, refined, {k: "+".join(p.rule for p in ps) for k, ps in passes.items()},
     ), control
 
 
@@ -395,7 +429,8 @@ def report(rows: Sequence[Row], controls: Sequence[float], overhead: tuple[float
         *(f"| {k}: results equal to the reference | {sum(r.ok[k] for r in rows)} / {len(rows)} |" for k in SIDES),
         *ceiling_note(ceil, len(rows)),
         "", "| case | Shardy ms | GSPMD ms | ours ms | bytes-obj ms | speedup | collectives | predicted us | "
-        "temp KiB S/G/ours | ours recv / bound B | floor ms ours / XLA (ceiling) | plan |", "|" + "---|" * 12,
+        "temp KiB S/G/ours | ours recv / bound B | floor ms ours / XLA (ceiling) | "
+        "refined floor ms ours / XLA (ceiling) [passes ours / XLA] | plan |", "|" + "---|" * 13,
     ]
     for r in rows:
         m, t, wrong = r.median_s, r.temp_bytes, _wrong(r)
@@ -404,7 +439,7 @@ def report(rows: Sequence[Row], controls: Sequence[float], overhead: tuple[float
             f"{m['ours_bytes'] * 1e3:.3f} | {r.speedup:.2f}x{wrong} | "
             f"{'same as XLA' if r.at_ceiling else 'differ'} | {r.predicted_s * 1e6:.0f} | "
             f"{t['shardy'] // 1024}/{t['gspmd'] // 1024}/{t['ours'] // 1024} | "
-            f"{r.recv_bytes:,.0f} / {r.bound_bytes:,.0f} | {_floor_cell(r)} | {r.steps} |")
+            f"{r.recv_bytes:,.0f} / {r.bound_bytes:,.0f} | {_floor_cell(r)} | {_floor_cell(r, True)} | {r.steps} |")
     return "\n".join(lines + above_bound_section(rows) + temp_section(rows)) + "\n"
 
 
@@ -518,6 +553,7 @@ def random_section(run: RandomRun, worst_n: int = 10) -> list[str]:
         f"{min(run.controls):.3f}, {max(run.controls):.3f} |",
         f"| pairs where XLA runs the same collectives as ours (only local passes differ) | {len(tied)} "
         f"(geomean speedup there {geomean([r.speedup for r in tied]):.2f}x) |",
+        *floor_lines(rows),
         f"| Spearman rank correlation, predicted vs measured (ours) | "
         f"{spearman([r.predicted_s for r in rows], [r.median_s['ours'] for r in rows]):.3f} |",
         f"| plans moving more bytes than the bound (time objective; why: below) | {sum(map(above_bound, rows))} |",
