@@ -934,6 +934,48 @@ def reduced_cells(old: ShardingType, new: ShardingType) -> int:
     return needs * (k - 1) + targets - held
 
 
+ROOTED_MAX_CELLS = 1 << 20
+"""Cells of one new block past which ``rooted_rounds`` gives 0 rather than tabulate them."""
+
+
+@memo(Scope.TYPE, maxsize=256)
+def rooted_rounds(old: ShardingType, new: ShardingType) -> int:
+    """A floor on ``routing(old, new).rounds`` where ``new`` sums ``k > 1`` partials (0 otherwise),
+    from device 0's new block alone, no rows. ``_route_reduced`` roots each need at its first
+    holding target, else its first target in device order (rows are device-major). Let ``S`` be the
+    devices sharing device 0's new block and kept partial (each need of that block targets only
+    them) and ``R`` the cells of the block that no device of ``S`` holds in any old block, replica
+    or partial. For each, no target holds it, so device 0 is its root: without fresh atoms it is a
+    target, with them the first member of its group (index 0) provides a cell no member holds.
+    Device 0 then receives all ``k`` partials of each (phase A: ``k R`` cells, hence rounds), and
+    sends each sum to its ``t - 1`` other targets (one per fresh group of ``S``): as a star ``t - 1``
+    per need in one level, as a doubling tree one per need at every level ``l`` with
+    ``2**l <= t - 1`` (target ``2**l`` hears from the root). Phase B's rounds sum each level's
+    degree, so the routing has at least ``R (k + bit_length(t - 1))`` rounds. ``routing`` routes
+    one class (``redist.exchange_classes``), so the floor is read on the same types."""
+    if _partial_axes(old, new).n_reduced == 1:
+        return 0  # no partials summed (a floor of 0 is always sound)
+    c = classes(old, new)
+    if c is not None:
+        return rooted_rounds(c.quotient_old, c.quotient_new)
+    axes = _partial_axes(old, new)
+    grid = _cell_grid(old, new)
+    if axes.n_reduced == 1 or math.prod(grid.per_block) > ROOTED_MAX_CELLS:
+        return 0
+    try:
+        old_block, new_block = _block_indices(old), _block_indices(new)
+    except StepError:
+        return 0
+    kept = atoms_index(old.mesh, axes.kept)
+    mates = np.flatnonzero((new_block == new_block[0]).all(axis=1) & (kept == kept[0]))
+    blocks = tuple(n // b for n, b in zip(old.shape, old.local_shape))
+    base = new_block[:1] * (np.array(new.local_shape, dtype=np.int64) // np.array(grid.cell, dtype=np.int64))
+    cell_old = _held_blocks(grid, base, np.array(old.local_shape, dtype=np.int64), blocks)[0]
+    n_rooted = int((~np.isin(cell_old, _ravel(old_block[mates], blocks))).sum())
+    targets = len(mates) // math.prod(a.size for a in axes.fresh)
+    return n_rooted * (axes.n_reduced + (targets - 1).bit_length())
+
+
 class Routing(NamedTuple):
     """What ``schedule(old, new)`` will contain, known before its rounds are built."""
 

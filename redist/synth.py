@@ -52,6 +52,7 @@ from redist.exchange import (
     group_missing_total,
     provider_cells,
     reduced_cells,
+    rooted_rounds,
     routing,
 )
 from redist.exchange_a2a import MAX_DEVICES as A2A_MAX_DEVICES
@@ -594,11 +595,11 @@ def _fastest(cm: CostModel) -> tuple[float, float]:
 
 
 @memo(Scope.TYPE)
-def _exchange_floor(cur: ShardingType, dst: ShardingType, cm: CostModel) -> tuple[float, float]:
+def _exchange_floor(cur: ShardingType, dst: ShardingType, cm: CostModel, rooted: bool = True) -> tuple[float, float]:
     """Optimistic (recv, time) of an exchange ``cur -> dst`` without building its schedule: it
     receives at least the lower bound, and its busiest device needs one round per missing cell,
     each round costing at least the fastest link's latency (plus, with pending sums, one cell at
-    its bandwidth)."""
+    its bandwidth). Without ``rooted``, the cheaper floor ``_by_floor`` keys a prefix by first."""
     lat, inv_bw = _fastest(cm)
     if not (cur.unreduced or dst.unreduced):
         cf = closed_form(cur, dst)
@@ -606,15 +607,16 @@ def _exchange_floor(cur: ShardingType, dst: ShardingType, cm: CostModel) -> tupl
     cell = math.prod(cell_shape(cur, dst))
     cells = max(group_missing_total(cur, dst) // cell, reduced_cells(cur, dst))
     recv = max(lower_bound_bytes(cur, dst), cells * (cell * cur.itemsize) / cur.mesh.size)
-    rounds = _pending_sum_rounds(cur, dst, cell, recv / (cell * cur.itemsize))
+    rounds = _pending_sum_rounds(cur, dst, cell, recv / (cell * cur.itemsize), rooted)
     return (recv, rounds * (lat + cell * cur.itemsize * inv_bw) * TIME_SLACK)
 
 
-def _any_exchange_floor(cur: ShardingType, dst: ShardingType, cm: CostModel) -> tuple[float, float]:
+def _any_exchange_floor(cur: ShardingType, dst: ShardingType, cm: CostModel,
+                        rooted: bool = True) -> tuple[float, float]:
     """The floor of an exchange run either way (``VARIANTS``): in rounds (``_exchange_floor``) or
     as one all-to-all (``ExchangeAllToAll``), which receives at least as many bytes (its padding
     counts) and costs at least one all-to-all of them (``_one_all_to_all``)."""
-    recv, time = _exchange_floor(cur, dst, cm)
+    recv, time = _exchange_floor(cur, dst, cm, rooted)
     if cur.mesh.size > A2A_MAX_DEVICES:  # the all-to-all form is not offered there
         return recv, time
     return recv, min(time, _one_all_to_all(cur, recv, cm))
@@ -626,7 +628,8 @@ def _one_all_to_all(cur: ShardingType, recv: float, cm: CostModel) -> float:
     return cm.kind_time(moved_kind("all_to_all", cur), (), 1, recv) * TIME_SLACK
 
 
-def _pending_sum_rounds(cur: ShardingType, dst: ShardingType, cell: int, mean_cells: float) -> int:
+def _pending_sum_rounds(cur: ShardingType, dst: ShardingType, cell: int, mean_cells: float,
+                        rooted: bool = True) -> int:
     """Rounds the exchange schedule (``redist.exchange``) needs at least, moving one cell per device
     and round: the average receipt (``mean_cells``, from the bound) and, without pending sums in
     ``dst``, every device's missing cells; where partials are summed (``k > 1`` of them per element),
@@ -635,11 +638,15 @@ def _pending_sum_rounds(cur: ShardingType, dst: ShardingType, cell: int, mean_ce
     separately coloured phase: at least ``ceil(log2 targets)`` rounds, since the devices holding
     the sum at most double per round (the exchange forwards along a doubling tree where that
     beats a star). And at least the cells of the busiest receiver: one device per group of
-    devices receives every cell the group lacks (``redist.exchange.provider_cells``)."""
+    devices receives every cell the group lacks (``redist.exchange.provider_cells``), and the
+    rounds of the device the routing makes root of every cell its new block's devices all lack
+    (``redist.exchange.rooted_rounds``: 112 rounds where the rest give 16 on 13 axes of 2, so the
+    direct exchange is pruned once a reduce-scatter + exchange is routed, not routed itself;
+    only with ``rooted``: it reads per-device tables, so ``_by_floor`` asks for it last)."""
     rounds = math.ceil(mean_cells * TIME_SLACK)
     if not dst.unreduced:
         rounds = max(rounds, closed_form(cur, dst).rounds)  # its cell is ``cell``
-    rounds = max(rounds, provider_cells(cur, dst))  # one device receives each cell its group lacks
+    rounds = max(rounds, provider_cells(cur, dst), rooted_rounds(cur, dst) if rooted else 0)
     m = cur.mesh
     us, ud = unreduced_atoms(cur), unreduced_atoms(dst)
     k = math.prod(a.size for a in us - ud)
@@ -766,9 +773,10 @@ round a few ulps below the bound."""
 def _by_floor(prefixes: list[Plan], dst: ShardingType, cm: CostModel, best: _Best) -> Iterator[Plan]:
     """``prefixes`` in order of their exchange floors (``_any_exchange_floor``; ties in list
     order) until the best plan so far beats the next floor. A heap holds each prefix under the
-    cheapest of three keys, each at or below the next: the prefix's own cost, plus the transfer
+    cheapest of four keys, each at or below the next: the prefix's own cost, plus the transfer
     bound of its exchange (``lower_bound_bytes``; only with pending sums, where the floor costs
-    more than the bound), plus its exchange floor. A prefix at the top is
+    more than the bound), plus its exchange floor without, then (only with pending sums) with
+    ``rooted_rounds``, which reads per-device tables: only prefixes reaching the top pay it. A prefix at the top is
     re-keyed by its next key; one at the top under its floor is at or below every other key,
     hence every other floor, so the order and the stopping point are those of sorting every
     floor, and most floors (and bounds) are never computed: the first exchanges built beat them."""
@@ -778,13 +786,16 @@ def _by_floor(prefixes: list[Plan], dst: ShardingType, cm: CostModel, best: _Bes
         key, i, tier, prefix = heapq.heappop(heap)
         if best.beaten(key, cm):
             return  # every remaining floor is at or above this key
-        if tier == 2:
+        pending = bool(prefix.dst.unreduced or dst.unreduced)
+        if tier == 3 or (tier == 2 and not pending):
             yield prefix
             continue
-        if tier == 0 and (prefix.dst.unreduced or dst.unreduced):
+        if tier == 0 and pending:
             key, tier = cm.order(prefix.recv_bytes + lower_bound_bytes(prefix.dst, dst) * LB_SLACK, prefix.time_s), 1
-        else:  # without pending sums the floor is the bound's own closed form: no cheaper key
-            key, tier = _add(prefix, _any_exchange_floor(prefix.dst, dst, cm), cm), 2
+        elif tier < 2:  # without pending sums the floor is the bound's own closed form: no cheaper key
+            key, tier = _add(prefix, _any_exchange_floor(prefix.dst, dst, cm, False), cm), 2
+        else:
+            key, tier = _add(prefix, _any_exchange_floor(prefix.dst, dst, cm), cm), 3
         heapq.heappush(heap, (key, i, tier, prefix))
 
 

@@ -2,7 +2,7 @@
 must stay at or below what the exchange's routing really receives, or a better plan could be
 pruned; ``reduced_cells`` is moreover exact where the source has one replica, which is what lets
 the planner skip the exact routing of candidates that lose (``redist.synth._exact_floor_open``).
-The floors are computed lazily, in an order that must equal sorting them all (``_by_floor``).
+``rooted_rounds`` floors the routing's rounds from device 0's new block. The floors are computed lazily, in an order that must equal sorting them all (``_by_floor``).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from benchmarks.planning import LADDER, ladder_pair
 from redist import CostModel
 from redist.bounds import lower_bound_bytes
 from redist.errors import StepError
-from redist.exchange import _partial_axes, reduced_cells, routing
+from redist.exchange import _partial_axes, reduced_cells, rooted_rounds, routing
 from redist.groups import replica_index
 from redist.synth import LB_SLACK, _add, _any_exchange_floor, _Best, _by_floor, _typed_plans
 from spmd_types import Mesh, ShardingType, parse
@@ -71,6 +71,63 @@ def test_reduced_cells_with_replicas() -> None:
     assert reduced_cells(s, d) == routing(s, d).cells == 8
 
 
+@given(_reducing_pairs())
+def test_rooted_rounds_is_a_floor_of_the_routing(pair: tuple[ShardingType, ShardingType]) -> None:
+    """The synthesizer orders and prunes pending-sum exchanges by this round floor before routing
+    them: above the routed rounds it could prune the winner."""
+    s, d = pair
+    try:
+        rounds = routing(s, d).rounds
+    except StepError:
+        return
+    assert 0 <= rooted_rounds(s, d) <= rounds
+
+
+@given(st.lists(st.sampled_from([2, 2, 3, 4]), min_size=2, max_size=5), st.randoms(use_true_random=False))
+def test_rooted_rounds_on_ladder_like_pairs(sizes: list[int], rnd: random.Random) -> None:
+    """Pairs drawn as the ladder draws them (``ladder_pair``: every axis placed at random, pending
+    sums on both sides) on meshes of up to 1,024 devices, where about a quarter have a positive
+    floor (the small meshes of ``_reducing_pairs`` rarely leave device 0's cells unheld)."""
+    mesh = Mesh({f"a{i}": n for i, n in enumerate(sizes)})
+    s, d = ladder_pair(rnd, mesh, True)
+    try:
+        rounds = routing(s, d).rounds
+    except StepError:
+        return
+    assert 0 <= rooted_rounds(s, d) <= rounds
+
+
+@pytest.mark.parametrize("rung", [1, 6, 8])
+def test_rooted_rounds_on_ladder_pairs(rung: int) -> None:
+    """Binary meshes of 8, 12 and 13 axes: the floor stays at or below the routed rounds, and is
+    positive on some pair of each rung (where a source's partials all merge at device 0)."""
+    mesh, rng = Mesh(LADDER[rung]), random.Random(0)
+    pairs = [ladder_pair(rng, mesh, True) for _ in range(6)]
+    floors = [(rooted_rounds(s, d), routing(s, d).rounds) for s, d in pairs]
+    assert all(f <= r for f, r in floors)
+    assert any(f > 0 for f, _ in floors)
+
+
+def test_rooted_rounds_on_13_axes() -> None:
+    """The pair that motivated the floor: the direct exchange routes 112 rounds (64 merging 16
+    cells of 4 partials at one root, 48 forwarding them over 3 levels) where the other floors
+    give 16; device 0 alone accounts for 84, enough to prune it once reduce-scatter + exchange
+    (about a sixth of its time) is routed."""
+    mesh = Mesh(LADDER[8])
+    s = parse("f32[16384@(a5,a12,a2),128@(a9,a7,a0,a1),4096@(a8,a10,a4),128@a11]{U:(a3,a6)}", mesh)
+    d = parse("f32[16384@(a8,a9,a11,a4,a6),128@(a12,a1),4096@a7,128@a5]{U:a0}", mesh)
+    assert (rooted_rounds(s, d), routing(s, d).rounds) == (84, 112)
+
+
+def test_rooted_rounds_counts_device_0s_unheld_cells() -> None:
+    """``f32[8@x,4]{U:y} -> f32[8,4@x]`` on {x=2,y=2}: device 0's new block (columns 0-1) has two
+    cells, rows 0-3 held by the devices sharing it (x=0) and rows 4-7 by none; device 0 roots that
+    cell, receives both its partials and forwards the sum to (0, 1): 2 + 1 rounds of the 5 routed."""
+    mesh = Mesh({"x": 2, "y": 2})
+    s, d = parse("f32[8@x,4]{U:y}", mesh), parse("f32[8,4@x]", mesh)
+    assert (rooted_rounds(s, d), routing(s, d).rounds) == (3, 5)
+
+
 @st.composite
 def _plan_pairs(draw: st.DrawFn) -> tuple[ShardingType, ShardingType]:
     mesh = draw(meshes(max_axes=4, max_size=4, max_devices=48))
@@ -91,5 +148,6 @@ def test_exchange_starts_come_in_order_of_their_floors(pair: tuple[ShardingType,
     floors = [_add(p, _any_exchange_floor(p.dst, d, cm), cm) for p in prefixes]
     for p, f in zip(prefixes, floors):
         assert cm.order(p.recv_bytes + lower_bound_bytes(p.dst, d) * LB_SLACK, p.time_s) <= f
+        assert _add(p, _any_exchange_floor(p.dst, d, cm, False), cm) <= f
     expected = [p for _, _, p in sorted(zip(floors, range(len(prefixes)), prefixes), key=lambda e: e[:2])]
     assert list(_by_floor(prefixes, d, cm, _Best(s, d))) == expected
