@@ -82,10 +82,18 @@ def _compiled(kind: str, fn: Callable[[Any], Any], mesh: jax.sharding.Mesh, axes
     shape whose leading dimension is split over the devices)."""
     spec = P(axes)
     block = (elements,) if isinstance(elements, int) else elements
-    x = jax.device_put(jnp.ones((mesh.size * block[0], *block[1:]), dtype), NamedSharding(mesh, spec))
+    shape = (mesh.size * block[0], *block[1:])
+    # from a host callback, not device_put: across jax.distributed processes each one builds only
+    # its addressable blocks (benchmarks.multiprocess --floor)
+    x = jax.make_array_from_callback(shape, NamedSharding(mesh, spec), lambda i: _ones(shape, i, dtype))
     prog = jax.jit(jax.shard_map(fn, mesh=mesh, in_specs=spec, out_specs=spec, check_vma=False))
     exe = prog.lower(x).compile()
     return Bare(kind, lambda: exe(x), exe.as_text() or "", tuple(d.id for d in mesh.devices.flat))
+
+
+def _ones(shape: tuple[int, ...], index: Any, dtype: Any) -> np.ndarray:
+    """Ones in the block ``index`` (a tuple of slices) of an array of ``shape``."""
+    return np.ones([len(range(*k.indices(n))) for k, n in zip(index, shape)], dtype)
 
 
 def bare_program(c: Collective, devices: np.ndarray) -> Bare | None:

@@ -16,7 +16,9 @@ Python, is timed apart and printed as ``call``; process 0 prints one line per ca
 ``--profile`` plans with a profile from ``redist calibrate`` (default: the shipped one for the
 runtime, ``redist.profile.runtime_profile``); ``--steps`` also times each step of a multi-step plan
 alone; ``--hlo`` says whether XLA's program is structurally ours (``hlo_verdict``) and prints the
-ceiling that such ties put on the geometric mean.
+ceiling that such ties put on the geometric mean; ``--floor`` also times each program's
+collectives alone across the same processes (``benchmarks.floor``, interleaved with the
+programs) and prints each case's collective floor and the ceiling it puts on the speedup.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ EIGEN_SINGLE = "--xla_cpu_multi_thread_eigen=false"
 """XLA's CPU flag for single-threaded Eigen kernels: 4-8 simulated devices and Gloo's threads already
 oversubscribe 2 cores; set in every process, so it applies to XLA's programs and ours alike."""
 CASE_LINE = re.compile(r"\b[a-z0-9_]+ +(?:OK|WRONG) \d+ steps[^\n\[]*")
+FLOOR = re.compile(r"floor ours +[\d.]+ / xla +[\d.]+ ms \(ceiling ([\d.]+)x\)")
 STEP_LINE = re.compile(r" +[a-z0-9_]+#\d+ +[a-z_]+ +ours +[\d.]+ ms +predicted +[\d.]+ ms")
 """With ``--steps``: one step of a case's plan timed alone (a single-step plan on its input type)."""
 SPEED = re.compile(r"xla +([\d.]+) ms +ours +([\d.]+) ms +([\d.]+)x .*predicted +([\d.]+) ms +A/A +([\d.]+)x")
@@ -87,12 +90,14 @@ def spawn_local(processes: int, devices_per_process: int, argv: Callable[[int, i
 
 
 class TimerArgs(NamedTuple):
-    """How ``Timer`` measures (the command line's ``--no-align``, ``--clock``, ``--warmup``, ``--seconds``)."""
+    """How ``Timer`` measures (the command line's ``--no-align``, ``--clock``, ``--warmup``, ``--seconds``,
+    ``--floor``)."""
 
     align: bool = True
     clock: str = "span"
     warmup: int = 5
     seconds: float = 0.0
+    floor: bool = False
 
 
 def init_distributed(index: int, processes: int, coordinator: str) -> None:
@@ -141,7 +146,7 @@ def worker(index: int, processes: int, port: int, cases: Sequence[str], reps: in
         if reps > 0:
             again = xla_program(jm, x, dst)  # XLA's program compiled a second time: the A/A control
             line += "  " + time_case(timer, case.name, plan, x, reps, xla, ours, again, timer_args.warmup,
-                                     timer_args.seconds)
+                                     timer_args.seconds, timer_args.floor)
         if hlo:
             line += "  " + compare_hlo(xla, ours, max(src.local_bytes, dst.local_bytes))
         if index == 0:
@@ -279,7 +284,7 @@ class Timer:
 
 
 def time_case(timer: Timer, tag: str, plan: Plan, x: Any, reps: int, xla: Any, ours: Any, again: Any,
-              warmup: int = 5, seconds: float = 0.0) -> str:
+              warmup: int = 5, seconds: float = 0.0, floor: bool = False) -> str:
     """Ours against XLA's (Shardy) program, both called as compiled executables (as in
     ``benchmarks.speed``), paired per repetition with the A/A control and ``plan(x)`` (``Timer``).
     Ratios are medians of per-repetition ratios with their ~95% interval (``paired_ratio``); the
@@ -288,7 +293,8 @@ def time_case(timer: Timer, tag: str, plan: Plan, x: Any, reps: int, xla: Any, o
     from benchmarks.speed import thunk
 
     sides = {"xla": thunk(xla, x), "ours": thunk(ours, x), "xla_again": thunk(again, x)}
-    t = timer.run(tag, sides, reps, warmup, seconds)
+    bare, uses = floor_sides(xla, ours, x) if floor else ({}, {})
+    t = timer.run(tag, {**sides, **bare}, reps, warmup, seconds)
     # plan(x) apart: in the rotation it would stand between the sides compared
     c = timer.run(f"{tag}/call", {"ours": thunk(ours, x), "call": thunk(plan, x)}, CALL_REPS, 1)
     if not t:
@@ -301,7 +307,31 @@ def time_case(timer: Timer, tag: str, plan: Plan, x: Any, reps: int, xla: Any, o
     return (f"xla {med['xla'] * 1e3:8.3f} ms  ours {med['ours'] * 1e3:8.3f} ms  {speed.median:.2f}x"
             f" ({speed.lo:.2f}-{speed.hi:.2f})  predicted {plan.time_s * 1e3:8.3f} ms"
             f"  A/A {aa.median:.2f}x ({aa.lo:.2f}-{aa.hi:.2f})"
-            f"  call {(statistics.median(c['call']) - statistics.median(c['ours'])) * 1e3:+.3f} ms  reps {len(t['xla'])}")
+            f"  call {(statistics.median(c['call']) - statistics.median(c['ours'])) * 1e3:+.3f} ms  reps {len(t['xla'])}"
+            + floor_text(med, uses, speed.median))
+
+
+def floor_sides(xla: Any, ours: Any, x: Any) -> tuple[dict[str, Callable[[], Any]], dict[str, list[str]]]:
+    """``benchmarks.floor``'s bare collectives of both programs (each alone, on its leading
+    dimension, across the same processes) and a dispatch program, to time beside them."""
+    from benchmarks.floor import bare_thunks
+    from benchmarks.hlo import parse_collectives
+
+    texts = {"xla": xla.as_text() or "", "ours": ours.as_text() or ""}
+    devices = x.sharding.mesh.devices.flatten()
+    return bare_thunks({k: parse_collectives(t) for k, t in texts.items()}, devices)
+
+
+def floor_text(med: dict[str, float], uses: dict[str, list[str]], speedup: float) -> str:
+    """The collective floor of each side and the ceiling it puts on this case's speedup: XLA's time
+    over the lesser floor, at least the measured speedup (``benchmarks.speed``'s collective floor)."""
+    from benchmarks.floor import floor_s
+
+    floors = {k: floor_s([med[n] for n in names], med["dispatch"]) for k, names in uses.items()}
+    if set(floors) != {"xla", "ours"}:
+        return ""
+    ceiling = max(speedup, med["xla"] / min(floors.values()))
+    return f"  floor ours {floors['ours'] * 1e3:.3f} / xla {floors['xla'] * 1e3:.3f} ms (ceiling {ceiling:.2f}x)"
 
 
 def time_steps(plan: Plan, jm: Any, reps: int) -> list[str]:
@@ -352,8 +382,15 @@ def summary(lines: Sequence[str]) -> str:
     out = (f"{len(rows)} cases: geomean {geomean(speed):.2f}x, worst {speed[worst]:.2f}x ({names[worst]}), "
            f"{sum(v < 0.95 for v in speed)} below 0.95x; A/A control (XLA vs XLA) geomean {geomean(aa):.2f}x, "
            f"range {min(aa):.2f}-{max(aa):.2f}x; predicted vs measured (ours) Spearman {rho:.2f}")
+    ties = [" hlo tie:" in ln for _, _, ln in hits]
     if all(" hlo " in ln for _, _, ln in hits):
-        out += "\n" + ceiling_sentence(ceiling_of(speed, [" hlo tie:" in ln for _, _, ln in hits]), len(rows))
+        out += "\n" + ceiling_sentence(ceiling_of(speed, ties), len(rows))
+    ceil = [(float(m.group(1)), tie) for (_, _, ln), tie in zip(hits, ties) if (m := FLOOR.search(ln))]
+    if len(ceil) == len(rows):
+        part = [geomean([v for v, t in ceil if t == want] or [1.0]) for want in (True, False)]
+        out += (f"\ncollective floor: geomean ceiling (XLA over the lesser floor of its and our collectives, at least "
+                f"the measured speedup) {geomean([v for v, _ in ceil]):.2f}x over all {len(ceil)}; "
+                f"{part[0]:.2f}x on the {sum(ties)} structural ties, {part[1]:.2f}x on the other {len(ceil) - sum(ties)}")
     return out
 
 
@@ -361,6 +398,8 @@ def ceiling_sentence(c: Any, n: int) -> str:
     """``benchmarks.speed``'s ceiling (a ``Ceiling``) in one sentence for this harness's summary."""
     if not c.rest:
         return f"ceiling: all {n} cases are structural ties with XLA (1.0x is the best possible on each)"
+    if not c.ties:
+        return f"ceiling: no case is a structural tie with XLA; the {n} measured {c.rest_geomean:.2f}x"
     return (f"ceiling: {c.ties} of {n} cases are structural ties with XLA (same collectives in the same order, "
             f"same local passes: 1.0x is the best possible there; measured geomean {c.ties_geomean:.2f}x); "
             f"with those at 1.0x, {c.target}x overall needs the other {c.rest} at {c.target}^({n}/{c.rest}) = "
@@ -380,6 +419,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--warmup", type=int, default=5, help="untimed repetitions before the timed ones")
     ap.add_argument("--seconds", type=float, default=0.0,
                     help="after --reps, more repetitions per case until this many seconds pass")
+    ap.add_argument("--floor", action="store_true",
+                    help="also time each program's collectives alone (benchmarks.floor) and print the ceiling")
     ap.add_argument("--no-align", action="store_true",
                     help="no barrier before each timed call (the processes drift against each other)")
     ap.add_argument("--clock", choices=("span", "own"), default="span",
@@ -392,11 +433,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     a = ap.parse_args(argv)
     if a.worker is not None:
         return worker(a.worker, a.processes, a.port, a.cases, a.reps, a.profile, a.steps, a.hlo,
-                      TimerArgs(not a.no_align, a.clock, a.warmup, a.seconds))
+                      TimerArgs(not a.no_align, a.clock, a.warmup, a.seconds, a.floor))
     rest = ["--reps", str(a.reps), "--profile", a.profile, "--warmup", str(a.warmup), "--clock", a.clock,
             "--seconds", str(a.seconds),
             *(["--no-align"] if a.no_align else []), *(["--steps"] if a.steps else []),
-            *(["--hlo"] if a.hlo else []), "--cases", *a.cases]
+            *(["--hlo"] if a.hlo else []), *(["--floor"] if a.floor else []), "--cases", *a.cases]
     results = launch(a.processes, rest, a.timeout, a.xla_flags)
     # Gloo logs its connections to stdout, sometimes mid-line: keep only the case lines
     lines = [m.group(0) for m in CASE_LINE.finditer(results[0].stdout)]

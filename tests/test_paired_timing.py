@@ -78,3 +78,26 @@ def test_summary_prints_the_ceiling_of_structural_ties() -> None:
     assert "4 cases: geomean 1.30x, worst 1.00x (c0), 0 below 0.95x" in out
     assert "A/A control (XLA vs XLA) geomean 1.00x, range 1.00-1.00x" in out
     assert "2 of 4 cases are structural ties" in out and "1.3^(4/2) = 1.69x; they measured 1.69x" in out
+
+
+def test_summary_prints_the_collective_floor_ceiling() -> None:
+    """With ``--floor`` each case line ends in its floors and ceiling; the summary gives their
+    geometric mean over all cases, the structural ties and the rest."""
+    rows = [(1.0, "tie", 1.0), (1.0, "tie", 1.21), (1.5, "differs", 2.0), (1.2, "same", 1.28)]
+    lines = [f"c{i} OK 1 steps  xla 1.000 ms  ours 1.000 ms  {s:.2f}x (0.90-1.10)  predicted 1.000 ms"
+             f"  A/A 1.00x (0.95-1.05)  call +0.100 ms  reps 64  floor ours 0.500 / xla 0.600 ms (ceiling {c:.2f}x)"
+             f"  hlo {v}: ours x; xla x" for i, (s, v, c) in enumerate(rows)]
+    out = summary(lines)
+    assert "collective floor: geomean ceiling" in out
+    assert "1.33x over all 4; 1.10x on the 2 structural ties, 1.60x on the other 2" in out
+
+
+def test_floor_text_takes_the_lesser_floor_and_never_goes_below_the_speedup() -> None:
+    from benchmarks.multiprocess import floor_text
+
+    med = {"xla": 4e-3, "dispatch": 1e-4, "bare:a": 1e-3, "bare:b": 2e-3}
+    uses = {"ours": ["bare:a"], "xla": ["bare:a", "bare:b"]}
+    # ours 1.0 ms, XLA's 1 + 2 - 0.1 (one dispatch counted once) = 2.9 ms: ceiling 4 / 1 = 4x
+    assert floor_text(med, uses, 1.5) == "  floor ours 1.000 / xla 2.900 ms (ceiling 4.00x)"
+    assert floor_text(med, uses, 5.0).endswith("(ceiling 5.00x)")
+    assert floor_text(med, {"ours": ["bare:a"]}, 1.5) == ""  # XLA has a collective with no bare form
