@@ -43,11 +43,10 @@ the partials a complete group must still send on: ``s32[12]{U:(x,y)} -> s32[12]{
 
 It is attained by the exchange schedule (merge at one root, forward the sum) whenever each group
 holds at most one partial, i.e. the two types share no unreduced axis. Where they share one the
-exhaustive search's optimum is above it on 186 of the 18,580 exhaustive pairs. On 96 of them the
+partial-by-partial exchange stayed above it on 186 of the 18,580 exhaustive pairs. On 96 of them the
 bound is still *exact*: a program that, per cell, lets complete groups keep their partials, merges
-the partials at one device and sends the sum to each incomplete group, meets it; the exchange
-never merges partials both types keep pending (it moves them one by one), so neither plan nor
-search reaches it. ``s32[12@(x,y)]{U:z} -> s32[12@y]{U:z}`` on ``{x=2,y=2,z=2}``: 15 B by such a
+the partials at one device and sends the sum to each incomplete group, meets it; the merging
+exchange (``redist.exchange._route_merged``) is that program, and plans reach the bound there. ``s32[12@(x,y)]{U:z} -> s32[12@y]{U:z}`` on ``{x=2,y=2,z=2}``: 15 B by such a
 program, 18 B by the exchange (``tests/test_bounds_witness.py`` checks two such programs); no
 sound term can lift the bound on these. The other 90 are where the partials a group holds also
 have replicas outside it (the source leaves an axis free that the destination does not sum

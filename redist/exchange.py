@@ -152,8 +152,13 @@ class DeviceTables:
         return self.old_block * self.old_local
 
 
-def _partial_axes(old: ShardingType, new: ShardingType) -> PartialAxes:
+def _partial_axes(old: ShardingType, new: ShardingType, merged: bool = False) -> PartialAxes:
+    """``merged``: the merging exchange (``_route_merged``) sums every partial of the source and
+    feeds one member per group of devices differing along any of the new type's unreduced atoms,
+    so its kept atoms count as reduced and as fresh."""
     ua, ub = unreduced_atoms(old), unreduced_atoms(new)
+    if merged:
+        return PartialAxes((), tuple(sorted(ua)), tuple(sorted(ub)))
     return PartialAxes(tuple(sorted(ua & ub)), tuple(sorted(ua - ub)), tuple(sorted(ub - ua)))
 
 
@@ -194,10 +199,10 @@ def closed_form(before: ShardingType, after: ShardingType) -> ClosedForm:
     return ClosedForm(float(missing.mean()), int(missing.max()), cell)
 
 
-def _few_cells(old: ShardingType, new: ShardingType) -> bool:
+def _few_cells(old: ShardingType, new: ShardingType, merged: bool = False) -> bool:
     """Whether each device handles at most ``MAX_DEVICE_CELLS`` (cell, partial) pairs: always
     allowed, at any mesh size, by both limits."""
-    return math.prod(_cell_grid(old, new).per_block) * _partial_axes(old, new).n_reduced <= MAX_DEVICE_CELLS
+    return math.prod(_cell_grid(old, new).per_block) * _partial_axes(old, new, merged).n_reduced <= MAX_DEVICE_CELLS
 
 
 def check_size(old: ShardingType, new: ShardingType) -> None:
@@ -212,11 +217,12 @@ def check_size(old: ShardingType, new: ShardingType) -> None:
     _check_size(old, new, _cell_grid(old, new), _partial_axes(old, new))
 
 
-def _check_size(old: ShardingType, new: ShardingType, grid: CellGrid, axes: PartialAxes) -> None:
+def _check_size(old: ShardingType, new: ShardingType, grid: CellGrid, axes: PartialAxes,
+                merged: bool = False) -> None:
     cells = math.prod(grid.per_block)
     per_device = cells * axes.n_reduced
     n, who = old.mesh.size, "devices"
-    if _by_group(old, axes):
+    if not merged and _by_group(old, axes):
         n, who = n // math.prod(a.size for a in axes.fresh), "groups of devices differing only along new pending sums"
     total = per_device * n
     if total > MAX_CELLS and per_device > MAX_DEVICE_CELLS:
@@ -684,6 +690,139 @@ def _route_reduced(dev: DeviceTables, rows: _NeedRows, needs: _Needs, sel: np.nd
     return _Routed(local, merge, fwd, level, load)
 
 
+class _Cover(NamedTuple):
+    """Per (need, group of devices differing only along the new type's unreduced atoms) that holds
+    the need's old block: the replica of which its members hold the most partials, how many, and
+    its first member holding one of them (rows device-major, so the first row)."""
+
+    key: np.ndarray      # [pairs] sorted ``need * devices + group``
+    replica: np.ndarray  # [pairs]
+    n_held: np.ndarray   # [pairs] partials of that replica its members hold
+    first: np.ndarray    # [pairs] a row
+
+    def find(self, key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Index of each key and whether it is present."""
+        if not len(self.key):
+            return np.zeros(len(key), dtype=np.int64), np.zeros(len(key), dtype=bool)
+        i = np.minimum(np.searchsorted(self.key, key), len(self.key) - 1)
+        return i, self.key[i] == key
+
+
+def _cover(dev: DeviceTables, rows: _NeedRows, hold: np.ndarray) -> _Cover:
+    n_dev, n_rep = dev.n_devices, int(dev.replica.max()) + 1
+    hr = np.flatnonzero(hold)
+    d = rows.device[hr]
+    key3 = (rows.need[hr] * n_dev + dev.group[d]) * n_rep + dev.replica[d]
+    u, first, count = np.unique(key3, return_index=True, return_counts=True)
+    key2, rep = u // n_rep, u % n_rep
+    order = np.lexsort((rep, -count, key2))  # per pair: most partials, then the least replica
+    best = order[np.r_[True, key2[order][1:] != key2[order][:-1]]] if len(order) else order
+    return _Cover(key2[best], rep[best], count[best], hr[first[best]])
+
+
+def _route_merged(dev: DeviceTables, rows: _NeedRows, needs: _Needs, sel: np.ndarray, h: _Holders,
+                  codes: _Codes) -> _Routed:
+    """The merging exchange: every partial of the source is summed (kept ones too) and each
+    *group* (devices differing only along the new type's unreduced atoms) needs one decomposition
+    of the sum. Per need (global cell), a group is *complete* when its members hold every
+    partial of one replica. No incomplete group: each complete one keeps its partials. Else a
+    *root*, in the first complete group if any (its other members keep zeros), receives the
+    partials it lacks of its replica and forwards the sum to one member of each incomplete group
+    (``(k - 1) + I`` messages; the other complete groups keep theirs), unless the only
+    incomplete group is the root's (no complete one), whose holders keep their partials while
+    the root receives the ones they lack (``k - cover``). Without a complete group and with
+    several incomplete ones it is ``_route_reduced``'s rule (``k - [root holds] + I - 1``).
+    These are the exchange-slack programs of ``redist.bounds``: they meet the bound there."""
+    k, n_rep, n_dev = codes.n_red, codes.n_rep, dev.n_devices
+    n_needs = len(needs.code)
+    block = needs.code // (n_rep * k)  # the cell's (old block, kept) code
+    dev_block = codes.of(dev.old_block, dev.kept, dev.kept * 0, dev.kept * 0) // (n_rep * k)
+    hold = dev_block[rows.device] == block[rows.need]  # any partial of any replica
+    cov = _cover(dev, rows, hold)
+    sel_key = rows.need[sel] * n_dev + dev.group[rows.device[sel]]
+    ci, present = cov.find(sel_key)
+    complete = present & (cov.n_held[ci] == k)
+    nc = np.bincount(rows.need[sel], weights=complete, minlength=n_needs).astype(np.int64)
+    ni = np.bincount(rows.need[sel], weights=~complete, minlength=n_needs).astype(np.int64)
+    root_row, root_rep, mode = _merged_roots(rows, needs, sel, complete, cov, ci, present, nc, ni, n_rep)
+    root = rows.device[root_row]
+    root_grp = dev.group[root]
+    # local copies: holders of their group's best replica, in complete groups other than the root's
+    # (every one where no group is incomplete), in the root's group where it is the only one (C)
+    hr = np.flatnonzero(hold)
+    hi, _ = cov.find(rows.need[hr] * n_dev + dev.group[rows.device[hr]])
+    n = rows.need[hr]
+    same = dev.group[rows.device[hr]] == root_grp[n]
+    best = dev.replica[rows.device[hr]] == cov.replica[hi]
+    keep = best & (((cov.n_held[hi] == k) & ((mode[n] == _KEEP) | ~same)) | ((mode[n] == _SOLE) & same))
+    own = (hr == root_row[n]) & (dev.replica[rows.device[hr]] == root_rep[n]) & (mode[n] != _KEEP)
+    keep |= own  # the root's own partial, where it is of the replica the root sums
+    mine = hr[keep]
+    local = _items(rows.device[mine], rows.device[mine],
+                   rows.src_offset(needs.start, rows.need[mine], dev.old_start, rows.device[mine]), rows.offset(mine))
+    merge, load = _merged_gather(dev, rows, needs, mine, root, root_row, root_rep, root_grp, mode, h, k, n_rep)
+    rest = sel[(mode[rows.need[sel]] == _FORWARD) & ~complete & (dev.group[rows.device[sel]] != root_grp[rows.need[sel]])]
+    rest = rest[stable_order(rows.need[rest])]  # need-major, then device order
+    if not len(rest):
+        return _Routed(local, merge, _Items.of([], len(dev.old_local)), np.zeros(0, dtype=np.int64), load)
+    fwd, level = _forwarding(rows, rest, root, rows.offset(root_row))
+    return _Routed(local, merge, fwd, level, load)
+
+
+_KEEP, _SOLE, _FORWARD = 0, 1, 2
+"""Per need of the merging exchange: every group complete (each keeps); one incomplete group and
+no complete one (its holders keep, the root completes it); a root forwards the sum."""
+
+
+def _merged_roots(rows: _NeedRows, needs: _Needs, sel: np.ndarray, complete: np.ndarray, cov: _Cover,
+                  ci: np.ndarray, present: np.ndarray, nc: np.ndarray, ni: np.ndarray, n_rep: int
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per need: the root's row, the replica it sums, and the need's mode. The root's group is
+    the first complete one, else (one incomplete group) that group, at its first holder of its
+    best replica (its provider where it holds nothing); else ``_route_reduced``'s root (the first
+    provider holding the chosen replica, else the first provider)."""
+    n_needs = len(nc)
+    chosen = needs.code % n_rep
+    mode = np.where(ni == 0, _KEEP, np.where((nc == 0) & (ni == 1), _SOLE, _FORWARD))
+    need_sel = rows.need[sel]
+    order = sel[stable_order(need_sel * 2 + ~needs.holds[sel])]  # ``_route_reduced``'s rule
+    first = np.r_[True, rows.need[order][1:] != rows.need[order][:-1]]
+    root_row = np.empty(n_needs, dtype=np.int64)
+    root_row[rows.need[order[first]]] = order[first]
+    root_rep = chosen.copy()
+    # the first complete group, else the sole group: its best replica's first holder
+    pick = np.where(complete, 0, 1)
+    order = np.flatnonzero(complete | (nc[need_sel] == 0))
+    order = order[stable_order(need_sel[order] * 2 + pick[order])]
+    firsts = order[np.r_[True, need_sel[order][1:] != need_sel[order][:-1]]] if len(order) else order
+    n = need_sel[firsts]
+    use = (nc[n] > 0) | (ni[n] == 1)
+    firsts, n = firsts[use], n[use]
+    held = present[firsts]
+    root_row[n] = np.where(held, cov.first[ci[firsts]], sel[firsts])
+    root_rep[n] = np.where(held, cov.replica[ci[firsts]], chosen[n])
+    return root_row, root_rep, mode
+
+
+def _merged_gather(dev: DeviceTables, rows: _NeedRows, needs: _Needs, mine: np.ndarray, root: np.ndarray,
+                   root_row: np.ndarray, root_rep: np.ndarray, root_grp: np.ndarray, mode: np.ndarray,
+                   h: _Holders, k: int, n_rep: int) -> tuple[_Items, int]:
+    """Phase A of the merging exchange: each root receives the partials of its replica that no
+    local copy of its group adds (in ``_SOLE`` needs its group's holders keep theirs, else only
+    the root's own is local)."""
+    n_needs = len(root)
+    covered = np.zeros(n_needs * k, dtype=bool)
+    d = rows.device[mine]
+    at_root = dev.group[d] == root_grp[rows.need[mine]]
+    covered[rows.need[mine][at_root] * k + dev.partial[d][at_root]] = True
+    covered.reshape(n_needs, k)[mode == _KEEP] = True
+    want = np.flatnonzero(~covered)
+    need, u = want // k, want % k
+    code = needs.code[need] - needs.code[need] % n_rep + root_rep[need] + u * n_rep
+    s, load = _sent(h, h.find(code), root[need], rows.offsets)
+    return _items(s, root[need], rows.src_offset(needs.start, need, dev.old_start, s), rows.offset(root_row[need])), load
+
+
 def _forwarding(rows: _NeedRows, rest: np.ndarray, root: np.ndarray, root_off: np.ndarray) -> tuple[_Items, np.ndarray]:
     """Phase B: each need's sum from its root to its other targets ``rest`` (need-major), and the
     level of each transfer. A *star* (the root sends to all, one level) unless a *doubling tree*
@@ -837,11 +976,34 @@ def schedule(old: ShardingType, new: ShardingType) -> Schedule:
     one class's schedule is built and repeated for every class.
     """
     check_schedule(old, new)
-    c = classes(old, new)
+    return _schedule(old, new, merges(old, new))
+
+
+@memo(Scope.TYPE)
+def _schedule(old: ShardingType, new: ShardingType, merged: bool) -> Schedule:
+    c = classes(old, new, merged)
     if c is not None:
-        return _lift(c, schedule(c.quotient_old, c.quotient_new))
-    grid, n_dev, routed = _route(old, new)
+        return _lift(c, _schedule(c.quotient_old, c.quotient_new, merged))
+    grid, n_dev, routed = _route(old, new, True, merged)
     return _pack_schedule(grid, n_dev, routed, tuple(n for _, n in old.mesh.axes))
+
+
+@memo(Scope.TYPE)
+def merges(old: ShardingType, new: ShardingType) -> bool:
+    """Whether ``schedule(old, new)`` is the merging exchange (``_route_merged``): only where the
+    types share an unreduced atom, and only where it receives fewer cells than the exchange that
+    moves kept partials one by one (or as many in fewer rounds); never where its own tables or
+    packed rounds would pass ``MAX_CELLS`` or ``MAX_PACKED`` (the other one is used then)."""
+    if not unreduced_atoms(old) & unreduced_atoms(new):
+        return False
+    direct = _routing(old, new, False)
+    try:
+        m = _routing(old, new, True)
+    except ExchangeTooFineError:
+        return False
+    if not _few_cells(old, new, True) and m.rounds * old.mesh.size * max(1, old.rank) > MAX_PACKED:
+        return False
+    return (m.cells, m.rounds) < (direct.cells, direct.rounds)
 
 
 def _lift(c: Classes, sch: Schedule) -> Schedule:
@@ -854,9 +1016,10 @@ def _lift(c: Classes, sch: Schedule) -> Schedule:
 
 
 @memo(Scope.TYPE, maxsize=64)  # read twice per floor (bytes and rounds)
-def group_missing(old: ShardingType, new: ShardingType) -> np.ndarray | None:
+def group_missing(old: ShardingType, new: ShardingType, merged: bool = False) -> np.ndarray | None:
     """Per device, the elements of its new block that no device of its *group* (those differing
-    only along ``new``'s fresh unreduced atoms, one device without any) holds in its old block,
+    only along ``new``'s fresh unreduced atoms, one device without any; with ``merged``, along any
+    of its unreduced atoms: the merging exchange's groups) holds in its old block,
     whatever partial or replica: each must reach the group in at least one received cell, so the
     sum over groups bounds any exchange's traffic from below. The members' old blocks are the
     product over dimensions of the blocks their fresh atoms in that dimension span, so what a group
@@ -864,7 +1027,7 @@ def group_missing(old: ShardingType, new: ShardingType) -> np.ndarray | None:
     fresh atoms of that dimension: per-device NumPy rows, no cells. ``None`` where those sums could
     leave int64."""
     mesh = old.mesh
-    fresh = _partial_axes(old, new).fresh
+    fresh = _partial_axes(old, new, merged).fresh
     n_group = math.prod(a.size for a in fresh)
     if max(new.local_shape, default=1) * n_group >= 1 << 62:
         return None
@@ -893,17 +1056,30 @@ def provider_cells(old: ShardingType, new: ShardingType) -> int:
     Exact without unreduced axes in ``old`` (each such cell is one cell received). Phases are
     coloured apart, so the schedule has at least this many rounds (the synthesizer's round floor,
     ``redist.synth._pending_sum_rounds``)."""
-    missing = group_missing(old, new)
-    return 0 if missing is None else int(missing.max()) // math.prod(_cell_grid(old, new).cell)
+    cell = math.prod(_cell_grid(old, new).cell)
+    floors = [group_missing(old, new, merged) for merged in _modes(old, new)]
+    return min(0 if m is None else int(m.max()) // cell for m in floors)
+
+
+def _modes(old: ShardingType, new: ShardingType) -> tuple[bool, ...]:
+    """The exchanges ``schedule(old, new)`` may be (``merges``), for floors that must hold for
+    either without routing to learn which: the merging one only where the types share an
+    unreduced atom."""
+    return (False, True) if unreduced_atoms(old) & unreduced_atoms(new) else (False,)
 
 
 def group_missing_total(old: ShardingType, new: ShardingType) -> int:
     """Elements summed over groups that ``group_missing`` says each group must receive (0 where it
-    cannot tell): a floor on the elements any exchange ``old -> new`` receives in all."""
-    missing = group_missing(old, new)
+    cannot tell): a floor on the elements any exchange ``old -> new`` receives in all (the least
+    over the exchanges ``schedule`` may be, ``_modes``)."""
+    return min(_group_missing_total(old, new, merged) for merged in _modes(old, new))
+
+
+def _group_missing_total(old: ShardingType, new: ShardingType, merged: bool) -> int:
+    missing = group_missing(old, new, merged)
     if missing is None:
         return 0
-    n_group = math.prod(a.size for a in _partial_axes(old, new).fresh)
+    n_group = math.prod(a.size for a in _partial_axes(old, new, merged).fresh)
     if int(missing.max()) <= (1 << 62) // len(missing):
         return int(missing.sum()) // n_group
     return sum(int(x) for x in missing.tolist()) // n_group
@@ -931,7 +1107,22 @@ def reduced_cells(old: ShardingType, new: ShardingType) -> int:
     targets = old.mesh.size // n_fresh * math.prod(grid.per_block)
     distinct = math.prod(a.size for a in {a for t in (old, new) for d in dims_atoms(t) for a in d} | set(axes.kept))
     held = overlap_total(old, new) // cell * distinct // old.mesh.size
-    return needs * (k - 1) + targets - held
+    direct = needs * (k - 1) + targets - held
+    if not axes.kept:
+        return direct
+    return min(direct, _merged_reduced_cells(old, new, grid))
+
+
+def _merged_reduced_cells(old: ShardingType, new: ShardingType, grid: CellGrid) -> int:
+    """The merging exchange's floor where partials are summed (``k_red > 1``): no group of
+    devices differing along the new unreduced atoms covers more than the kept partials of one
+    reduced coordinate, so none is complete; per cell the root receives at least ``k - kept``
+    partials and every other target group one cell."""
+    axes = _partial_axes(old, new, True)
+    n_kept = math.prod(a.size for a in unreduced_atoms(old) & unreduced_atoms(new))
+    n_cells = math.prod(n // c for n, c in zip(old.shape, grid.cell))
+    targets = old.mesh.size // math.prod(a.size for a in axes.fresh) * math.prod(grid.per_block)
+    return n_cells * (axes.n_reduced - n_kept) + targets - n_cells
 
 
 ROOTED_MAX_CELLS = 1 << 20
@@ -952,9 +1143,11 @@ def rooted_rounds(old: ShardingType, new: ShardingType) -> int:
     per need in one level, as a doubling tree one per need at every level ``l`` with
     ``2**l <= t - 1`` (target ``2**l`` hears from the root). Phase B's rounds sum each level's
     degree, so the routing has at least ``R (k + bit_length(t - 1))`` rounds. ``routing`` routes
-    one class (``redist.exchange_classes``), so the floor is read on the same types."""
-    if _partial_axes(old, new).n_reduced == 1:
-        return 0  # no partials summed (a floor of 0 is always sound)
+    one class (``redist.exchange_classes``), so the floor is read on the same types. Types that
+    share an unreduced atom may route by the merging exchange instead (``merges``), which roots
+    differently: 0 there."""
+    if _partial_axes(old, new).n_reduced == 1 or unreduced_atoms(old) & unreduced_atoms(new):
+        return 0  # no partials summed, or perhaps the merging exchange (a floor of 0 is always sound)
     c = classes(old, new)
     if c is not None:
         return rooted_rounds(c.quotient_old, c.quotient_new)
@@ -990,11 +1183,16 @@ def routing(old: ShardingType, new: ShardingType) -> Routing:
     no packing; rounds by König's theorem): cheap enough for the synthesizer to prune candidates
     whose optimistic floor is not tight (pending sums). Raises as ``schedule``; routes one class
     of devices (``redist.exchange_classes``): every class receives as many cells, in the same rounds."""
-    c = classes(old, new)
+    return _routing(old, new, merges(old, new))
+
+
+@memo(Scope.TYPE)
+def _routing(old: ShardingType, new: ShardingType, merged: bool) -> Routing:
+    c = classes(old, new, merged)
     if c is not None:
-        r = routing(c.quotient_old, c.quotient_new)
+        r = _routing(c.quotient_old, c.quotient_new, merged)
         return r._replace(cells=r.cells * c.n_classes)
-    grid, _, routed = _route(old, new, offsets=False)
+    grid, _, routed = _route(old, new, False, merged)
     fwd, level = routed.forward, routed.level
     merge = routed.merge.dst
     rounds = max(routed.send_load, int(np.bincount(merge).max()) if len(merge) else 0)
@@ -1003,16 +1201,18 @@ def routing(old: ShardingType, new: ShardingType) -> Routing:
 
 
 @memo(Scope.TYPE)
-def _route(old: ShardingType, new: ShardingType, offsets: bool = True) -> tuple[CellGrid, int, _Routed]:
+def _route(old: ShardingType, new: ShardingType, offsets: bool = True, merged: bool = False
+           ) -> tuple[CellGrid, int, _Routed]:
     """Every phase of ``schedule`` before the rounds: who sends which cell to whom, and (with
-    ``offsets``, which only the packed rounds read) from and to where in the local blocks."""
-    axes = _partial_axes(old, new)
+    ``offsets``, which only the packed rounds read) from and to where in the local blocks;
+    ``merged``: the merging exchange (``_route_merged``)."""
+    axes = _partial_axes(old, new, merged)
     grid = _cell_grid(old, new)
-    _check_size(old, new, grid, axes)
+    _check_size(old, new, grid, axes, merged)
     dev = _device_tables(old, new, axes)
     codes = _Codes(tuple(n // b for n, b in zip(old.shape, old.local_shape)), int(dev.kept.max()) + 1,
                    axes.n_reduced, int(dev.replica.max()) + 1)
-    grouped = _by_group(old, axes)
+    grouped = not merged and _by_group(old, axes)
     if grouped:
         rows = _provider_rows(grid, dev, codes.blocks, old.shape, offsets)
     else:
@@ -1020,7 +1220,9 @@ def _route(old: ShardingType, new: ShardingType, offsets: bool = True) -> tuple[
     needs = _needs(grid, dev, rows, codes)
     h = _Holders.of(codes.of(dev.old_block, dev.kept, dev.partial, dev.replica))
     sel = _providers(dev, rows, needs.holds) if axes.fresh and not grouped else np.arange(len(rows.need))
-    if axes.n_reduced == 1:
+    if merged:
+        routed = _route_merged(dev, rows, needs, sel, h, codes)
+    elif axes.n_reduced == 1:
         routed = _route_direct(dev, rows, needs, sel, h)
     else:
         routed = _route_reduced(dev, rows, needs, sel, h, axes.n_reduced, codes.n_rep)

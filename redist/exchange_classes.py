@@ -68,16 +68,17 @@ class Classes:
         return out
 
 
-def _factored(old: ShardingType, new: ShardingType) -> frozenset[Atom]:
+def _factored(old: ShardingType, new: ShardingType, merged: bool = False) -> frozenset[Atom]:
     """Atoms both types use alike (size-1 atoms split nothing): kept unreduced atoms, *aligned*
     atoms and, without reduced atoms, *idle* ones. Only on axes whose every used atom is one of
     the mesh's prime atoms (a spelling like ``x:(1)3`` on ``x=6`` factors ``x`` otherwise: those
-    axes stay whole)."""
+    axes stay whole). The merging exchange (``merged``) sums the kept partials too, so only
+    aligned atoms factor there."""
     ua, ub = unreduced_atoms(old), unreduced_atoms(new)
-    out = set(ua & ub) | _aligned(old, new)
+    out = _aligned(old, new) if merged else set(ua & ub) | _aligned(old, new)
     mesh = old.mesh
     used = {x for t in (old, new) for x in (*unreduced_atoms(t), *(y for d in dims_atoms(t) for y in d))}
-    if not ua - ub:
+    if not merged and not ua - ub:
         out |= {x for name in mesh.names for x in atoms_of(mesh, name)} - used
     odd = {x.name for x in used if x not in atoms_of(mesh, x.name)}
     return frozenset(x for x in out if x.size > 1 and x.name not in odd)
@@ -131,9 +132,10 @@ def _quotient_type(t: ShardingType, q: Mesh, rest: tuple[Atom, ...], factored: f
 
 
 @memo(Scope.TYPE, maxsize=256)
-def classes(old: ShardingType, new: ShardingType) -> Classes | None:
-    """The factoring of ``old -> new``, or ``None`` where no atom factors out."""
-    factored = _factored(old, new)
+def classes(old: ShardingType, new: ShardingType, merged: bool = False) -> Classes | None:
+    """The factoring of ``old -> new`` (of its merging exchange with ``merged``), or ``None``
+    where no atom factors out."""
+    factored = _factored(old, new, merged)
     if not factored:
         return None
     mesh = old.mesh

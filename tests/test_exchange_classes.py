@@ -29,6 +29,7 @@ from redist.exchange import (
     _route,
     check_schedule,
     check_size,
+    merges,
     routing,
     schedule,
 )
@@ -40,8 +41,9 @@ from spmd_types import Mesh, ShardingType, parse
 
 
 def _unfactored(s: ShardingType, d: ShardingType) -> tuple[int, int, np.ndarray]:
-    """Cells, rounds and cells per device of the exchange routed on the whole mesh."""
-    grid, n_dev, routed = _route(s, d)
+    """Cells, rounds and cells per device of the exchange routed on the whole mesh (the merging
+    one where ``schedule`` picks it)."""
+    grid, n_dev, routed = _route(s, d, True, merges(s, d))
     sch = _pack_schedule(grid, n_dev, routed, tuple(n for _, n in s.mesh.axes))
     return int(sch.recv_cells.sum()), len(sch.rounds), sch.recv_cells
 
