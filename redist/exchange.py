@@ -988,21 +988,36 @@ def _schedule(old: ShardingType, new: ShardingType, merged: bool) -> Schedule:
     return _pack_schedule(grid, n_dev, routed, tuple(n for _, n in old.mesh.axes))
 
 
+MERGED_MAX_ROWS = 1 << 12
+"""(device, cell, partial) rows past which ``merges`` does not try the merging exchange, and the
+exchange floors do not count it. Its routing rarely factors into classes (only aligned atoms do),
+so it costs about twice the other's, both are routed for every exchange candidate, and its lower
+floors open more candidates to routing: on the 4,096- and 8,192-device ladder rungs of 12 and 13
+axes it took the slowest pending-sum pairs from 27-56 ms to 46-110 ms of planning, past the 50 ms
+target, without bringing any of them to the bound (with a limit of ``1 << 16`` still 62 ms). The
+exhaustive pairs it brings to the bound (96, design 13.2) have at most a few hundred rows. Past
+the limit the partial-by-partial exchange is used, and a plan above the bound is counted as such
+(``redist bench-plan``'s shared-unreduced column)."""
+
+
 @memo(Scope.TYPE)
 def merges(old: ShardingType, new: ShardingType) -> bool:
     """Whether ``schedule(old, new)`` is the merging exchange (``_route_merged``): only where the
     types share an unreduced atom, and only where it receives fewer cells than the exchange that
     moves kept partials one by one (or as many in fewer rounds); never where its own tables or
-    packed rounds would pass ``MAX_CELLS`` or ``MAX_PACKED`` (the other one is used then)."""
-    if not unreduced_atoms(old) & unreduced_atoms(new):
+    packed rounds would pass ``MAX_CELLS`` or ``MAX_PACKED``, nor past ``MERGED_MAX_ROWS`` (the
+    other one is used then)."""
+    if not may_merge(old, new):
         return False
-    direct = _routing(old, new, False)
     try:
         m = _routing(old, new, True)
     except ExchangeTooFineError:
         return False
     if not _few_cells(old, new, True) and m.rounds * old.mesh.size * max(1, old.rank) > MAX_PACKED:
         return False
+    if m.cells < _direct_reduced_cells(old, new):
+        return True  # fewer cells than the other can receive: no need to route it
+    direct = _routing(old, new, False)
     return (m.cells, m.rounds) < (direct.cells, direct.rounds)
 
 
@@ -1064,8 +1079,18 @@ def provider_cells(old: ShardingType, new: ShardingType) -> int:
 def _modes(old: ShardingType, new: ShardingType) -> tuple[bool, ...]:
     """The exchanges ``schedule(old, new)`` may be (``merges``), for floors that must hold for
     either without routing to learn which: the merging one only where the types share an
-    unreduced atom."""
-    return (False, True) if unreduced_atoms(old) & unreduced_atoms(new) else (False,)
+    unreduced atom and within ``MERGED_MAX_ROWS`` (``may_merge``)."""
+    return (False, True) if may_merge(old, new) else (False,)
+
+
+def may_merge(old: ShardingType, new: ShardingType) -> bool:
+    """Whether ``merges`` considers the merging exchange at all: the types share an unreduced atom
+    and its rows are within ``MERGED_MAX_ROWS``. Floors take the lesser of both exchanges' only
+    here: a lower floor elsewhere would only open more candidates to routing."""
+    if not unreduced_atoms(old) & unreduced_atoms(new):
+        return False
+    rows = old.mesh.size * math.prod(_cell_grid(old, new).per_block) * _partial_axes(old, new, True).n_reduced
+    return rows <= MERGED_MAX_ROWS
 
 
 def group_missing_total(old: ShardingType, new: ShardingType) -> int:
@@ -1095,7 +1120,17 @@ def reduced_cells(old: ShardingType, new: ShardingType) -> int:
     partial of the chosen replica) is at most the needs some target holds in any replica. Two
     devices' old-and-new overlaps are equal or disjoint (each type's blocks tile the array), equal
     exactly when they agree on the atoms either type shards and on the kept atoms, so that count
-    is the summed overlap divided by how many devices share those coordinates. Exact integers."""
+    is the summed overlap divided by how many devices share those coordinates. Exact integers.
+    Where the types share an unreduced atom, the lesser of that and the merging exchange's floor."""
+    direct = _direct_reduced_cells(old, new)
+    if direct == 0 or not may_merge(old, new):
+        return direct
+    return min(direct, _merged_reduced_cells(old, new, _cell_grid(old, new)))
+
+
+def _direct_reduced_cells(old: ShardingType, new: ShardingType) -> int:
+    """``reduced_cells`` of the partial-by-partial exchange (``_route_reduced``) alone: ``merges``
+    routes the merging exchange first and skips routing this one where it cannot do better."""
     axes = _partial_axes(old, new)
     k = axes.n_reduced
     if k == 1:
@@ -1107,10 +1142,7 @@ def reduced_cells(old: ShardingType, new: ShardingType) -> int:
     targets = old.mesh.size // n_fresh * math.prod(grid.per_block)
     distinct = math.prod(a.size for a in {a for t in (old, new) for d in dims_atoms(t) for a in d} | set(axes.kept))
     held = overlap_total(old, new) // cell * distinct // old.mesh.size
-    direct = needs * (k - 1) + targets - held
-    if not axes.kept:
-        return direct
-    return min(direct, _merged_reduced_cells(old, new, grid))
+    return needs * (k - 1) + targets - held
 
 
 def _merged_reduced_cells(old: ShardingType, new: ShardingType, grid: CellGrid) -> int:

@@ -447,10 +447,11 @@ def concat_joins(shape: Sequence[int], k: int, d: int, loop_is_slow: bool) -> bo
 
     A transpose and reshape compiles to one loop fusion, a ``concatenate`` to a copy of contiguous
     runs. Joined on the minor dimension, the loop interleaves pieces in its innermost index:
-    interleaved medians on 8 simulated devices (``python -m benchmarks.join_forms``) give the
-    concatenate 0.59-0.80x the loop's time after an all-to-all (``hidden_to_seq`` 1.83 -> 1.11 ms)
-    and 0.57-0.71x after a 16-bit gather, but 1.24-1.33x after an f32 gather (a plain transpose);
-    with a minor dimension after ``d`` the loop runs along it and is as fast or faster (0.98-1.23x)."""
+    interleaved medians on 8 simulated devices (``python -m benchmarks.join_forms``, two runs)
+    give the concatenate 0.59-0.90x the loop's time after an all-to-all (``hidden_to_seq`` 1.83 ->
+    1.11 ms) and 0.54-0.82x after a 16-bit gather, but 1.22-1.36x after an f32 gather (a plain
+    transpose); with a minor dimension after ``d`` the loop runs along it and is as fast or faster
+    (0.97-1.23x)."""
     rest = [n for i, n in enumerate(shape) if i != k]
     return loop_is_slow and math.prod(rest[d + 1:]) == 1
 
