@@ -527,12 +527,17 @@ def _reduce_shared_first_candidates(src: ShardingType, dst: ShardingType, cm: Co
     ``{x=2,y=2,z=2}``: all-reduce ``z`` (12 B), permute ``x`` to ``z`` (6 B), gather ``y``
     (12 B), pad ``z``: 30 B, not 36 B. ``_reduce_early_candidates`` reduce-scatters the shared
     axes instead, which needs them to divide the source block; the all-reduce does not. Parked in
-    the destination's widest dimension they divide only (one sub-plan per builder)."""
+    the destination's widest dimension they divide only (one sub-plan per builder). Only where
+    the shared axes divide no dimension of the source block: elsewhere the reduce-scatter does
+    the same reduction receiving half as much, and these three sub-plans per pair cost planning
+    time (the 8-axis ladder rung's pending-sum pairs 11 -> 24 ms)."""
     g = _Greedy(src, dst)
     shared = tuple(sorted(g.unred & set(g.UD)))
     if not shared:
         return []
     n = math.prod(a.size for a in shared)
+    if any(b % n == 0 for b in src.local_shape):
+        return []
     fits = [j for j in range(dst.rank) if dst.local_shape[j] % n == 0]
     if not fits:
         return []
