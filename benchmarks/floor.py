@@ -19,6 +19,7 @@ forces around those collectives (the refined floor); this collective-only floor 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -144,6 +145,12 @@ def dispatch_program(devices: np.ndarray) -> Bare:
     separately run bare collectives counts once per collective and a real program once."""
     flat = jax.sharding.Mesh(devices, ("d",))
     return _compiled("dispatch", lambda v: v + 1, flat, "d", 1, jnp.float32)
+
+
+def ceiling_over(xla_s: float, floors: list[float], speedup: float) -> float:
+    """The speedup no lowering of either side's collectives beats: XLA's time over the lesser
+    floor, at least the speedup measured (``nan`` without a floor)."""
+    return max(speedup, xla_s / min(floors)) if floors else math.nan
 
 
 def floor_s(times: list[float], dispatch_s: float) -> float:

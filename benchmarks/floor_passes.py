@@ -57,11 +57,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from benchmarks.floor import _BITS, Bare, _compiled, _grouped_mesh
+from benchmarks.floor import _BITS, _REDUCING, Bare, _compiled, _grouped_mesh
 from benchmarks.hlo import Collective, HloCollectives
 from spmd_types import ShardingType
 
-_REDUCING = ("all-reduce", "reduce-scatter")
 _NAMES = {"bf16": jnp.bfloat16, "f32": jnp.float32}
 
 

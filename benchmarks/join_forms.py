@@ -28,10 +28,11 @@ from jax import lax  # noqa: E402
 from jax.sharding import Mesh, NamedSharding  # noqa: E402
 from jax.sharding import PartitionSpec as P  # noqa: E402
 
-from benchmarks.speed import round_robin, thunk  # noqa: E402
-from redist.executor import _join, concat_joins  # noqa: E402
+from benchmarks.speed import _at_least, round_robin, thunk  # noqa: E402
+from redist.executor import _all_to_all_in_place, _gather_into  # noqa: E402
 
 GROUP = 4
+ARGS = {"axis_name": "model"}
 
 
 class Form(NamedTuple):
@@ -58,28 +59,18 @@ FORMS: tuple[Form, ...] = tuple(
 )
 
 
-def _bits(v: jax.Array) -> jax.Array:
-    return lax.bitcast_convert_type(v, jnp.uint16) if v.dtype.itemsize == 2 else v
-
-
-def _program(f: Form, concat: bool) -> Callable[[jax.Array], jax.Array]:
-    """One device's move, its pieces joined by a concatenate or by a transpose (``concat``)."""
+def _program(f: Form, concat: bool | None) -> Callable[[jax.Array], jax.Array]:
+    """One device's move through the executor's own lowering, its join forced by ``concat``
+    (``None``: the executor's rule). 16-bit floats move as bits, as the executor moves them."""
     def move(v: jax.Array) -> jax.Array:
-        x = _bits(v)
-        y, k = _collective(f, x)
-        out = _join(y, k, f.join, concat)
+        x = lax.bitcast_convert_type(v, jnp.uint16) if v.dtype.itemsize == 2 else v
+        if f.collective == "all-gather":
+            out = _gather_into(x, f.join, ARGS, concat)
+        else:
+            assert f.split is not None
+            out = _all_to_all_in_place(x, f.join, f.split, GROUP, ARGS, concat)
         return lax.bitcast_convert_type(out, v.dtype) if v.dtype.itemsize == 2 else out
     return move
-
-
-def _collective(f: Form, x: jax.Array) -> tuple[jax.Array, int]:
-    """The received pieces of ``f``'s collective on one device's block, and their axis."""
-    if f.collective == "all-gather":
-        return lax.all_gather(x, "model", axis=0, tiled=False), 0
-    assert f.split is not None
-    shape = list(x.shape)
-    split = shape[:f.split] + [GROUP, shape[f.split] // GROUP] + shape[f.split + 1:]
-    return lax.all_to_all(x.reshape(split), "model", f.split, f.split, tiled=True), f.split
 
 
 def _specs(f: Form) -> tuple[P, P]:
@@ -92,29 +83,22 @@ def _specs(f: Form) -> tuple[P, P]:
     return P(*src), P(*dst)
 
 
-def time_form(f: Form, seconds: float) -> dict[str, float]:
-    """Median seconds of the move form and the concatenate form of ``f`` (the same values)."""
+def time_form(f: Form, seconds: float) -> tuple[dict[str, float], str]:
+    """Median seconds of the move form and the concatenate form of ``f`` (checked to agree), and
+    which of them the executor's rule compiles to."""
     mesh = Mesh(np.array(jax.devices()[:8]).reshape(2, GROUP), ("data", "model"))
     src, dst = _specs(f)
     x = jax.device_put(jnp.asarray(np.random.default_rng(0).standard_normal(f.shape), f.dtype),
                        NamedSharding(mesh, src))
     progs = {name: jax.jit(jax.shard_map(_program(f, c), mesh=mesh, in_specs=src, out_specs=dst,
                                          check_vma=False)).lower(x).compile()
-             for name, c in (("move", False), ("concat", True))}
-    a, b = (np.asarray(p(x)) for p in progs.values())
+             for name, c in (("move", False), ("concat", True), ("rule", None))}
+    a, b = (np.asarray(progs[n](x)) for n in ("move", "concat"))
     if not np.array_equal(a, b):
         raise RuntimeError(f"the two join forms disagree on {f}")
-    return round_robin({n: thunk(p, x) for n, p in progs.items()}, seconds)
-
-
-def rule_picks_concat(f: Form) -> bool:
-    """The executor's choice for ``f``: ``concat_joins`` on the shape of its received pieces."""
-    block = [n // 2 if i == 0 else n // GROUP if i == f.join else n for i, n in enumerate(f.shape)]
-    if f.collective == "all-gather":
-        return concat_joins((GROUP, *block), 0, f.join, jnp.dtype(f.dtype).itemsize == 2)
-    assert f.split is not None
-    pieces = block[:f.split] + [GROUP, block[f.split] // GROUP] + block[f.split + 1:]
-    return concat_joins(pieces, f.split, f.join, True)
+    rule = progs.pop("rule").as_text()
+    pick = "concatenate" if rule == progs["concat"].as_text() else "moveaxis"
+    return round_robin({n: thunk(p, x) for n, p in progs.items()}, seconds), pick
 
 
 def table(forms: Sequence[Form], seconds: float) -> list[str]:
@@ -122,8 +106,7 @@ def table(forms: Sequence[Form], seconds: float) -> list[str]:
              "|---|---|---|---|---|---|---|---|"]
     print("\n".join(lines), flush=True)
     for f in forms:
-        t = time_form(f, seconds)
-        pick = "concatenate" if rule_picks_concat(f) else "moveaxis"
+        t, pick = time_form(f, seconds)
         lines.append(f"| {f.collective} | {f.dtype} | {list(f.shape)} | {f.join} | {t['move'] * 1e3:.3f} | "
                      f"{t['concat'] * 1e3:.3f} | {t['concat'] / t['move']:.2f} | {pick} |")
         print(lines[-1], flush=True)
@@ -132,7 +115,7 @@ def table(forms: Sequence[Form], seconds: float) -> list[str]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.join_forms", description=__doc__.splitlines()[0])
-    parser.add_argument("--seconds", type=float, default=1.5, help="timing budget per form pair")
+    parser.add_argument("--seconds", type=_at_least(0, float), default=1.5, help="timing budget per form pair")
     args = parser.parse_args(argv)
     print(f"Command: `python -m benchmarks.join_forms --seconds {args.seconds}`")
     table(FORMS, args.seconds)

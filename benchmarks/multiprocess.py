@@ -325,13 +325,13 @@ def floor_sides(xla: Any, ours: Any, x: Any) -> tuple[dict[str, Callable[[], Any
 def floor_text(med: dict[str, float], uses: dict[str, list[str]], speedup: float) -> str:
     """The collective floor of each side and the ceiling it puts on this case's speedup: XLA's time
     over the lesser floor, at least the measured speedup (``benchmarks.speed``'s collective floor)."""
-    from benchmarks.floor import floor_s
+    from benchmarks.floor import ceiling_over, floor_s
 
     floors = {k: floor_s([med[n] for n in names], med["dispatch"]) for k, names in uses.items()}
     if set(floors) != {"xla", "ours"}:
         return ""
-    ceiling = max(speedup, med["xla"] / min(floors.values()))
-    return f"  floor ours {floors['ours'] * 1e3:.3f} / xla {floors['xla'] * 1e3:.3f} ms (ceiling {ceiling:.2f}x)"
+    c = ceiling_over(med["xla"], list(floors.values()), speedup)
+    return f"  floor ours {floors['ours'] * 1e3:.3f} / xla {floors['xla'] * 1e3:.3f} ms (ceiling {c:.2f}x)"
 
 
 def time_steps(plan: Plan, jm: Any, reps: int) -> list[str]:

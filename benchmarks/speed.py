@@ -45,7 +45,7 @@ from jax.sharding import NamedSharding  # noqa: E402
 
 from benchmarks.arrays import check_output, make_input  # noqa: E402
 from benchmarks.cases import NAMED_CASES, Case, select_cases  # noqa: E402
-from benchmarks.floor import bare_thunks, floor_s  # noqa: E402
+from benchmarks.floor import bare_thunks, ceiling_over, floor_s  # noqa: E402
 from benchmarks.floor_passes import pass_thunks, refined_names, side_passes  # noqa: E402
 from benchmarks.hlo import collective_sequence, collective_signature, local_writes, parse_collectives  # noqa: E402
 from benchmarks.random_pairs import PairSpec, random_pairs  # noqa: E402
@@ -105,9 +105,7 @@ class Row:
 
     def _ceiling_over(self, floor: dict[str, float] | None) -> float:
         floors = [f for k, f in (floor or {}).items() if k in ("ours", self.xla_best)]
-        if not floors:
-            return math.nan
-        return max(self.speedup, self.xla_best_s / min(floors))
+        return ceiling_over(self.xla_best_s, floors, self.speedup)
 
     @property
     def xla_best_s(self) -> float:

@@ -409,14 +409,14 @@ def _all_gathers(steps: Sequence[AllGather], before: ShardingType, after: Shardi
     return x
 
 
-def _gather_into(x: jax.Array, d: int, args: dict[str, Any]) -> jax.Array:
+def _gather_into(x: jax.Array, d: int, args: dict[str, Any], concat: bool | None = None) -> jax.Array:
     """``all_gather(tiled=True)`` on dimension ``d``, as a gather stacking the blocks on a new
     leading dimension (contiguous, no layout change) and one pass putting them in place
     (``_join``): XLA:CPU instead gives the gathered dimension the major layout, a transposing
     copy of the block before the collective and of the result after it (rand031: 2.5 ms for a
-    256 KiB gather priced 0.25)."""
+    256 KiB gather priced 0.25). ``concat``: force the join's form (``None``: ``concat_joins``)."""
     y = lax.all_gather(x, axis=0, tiled=False, **args)
-    return _join(y, 0, d, concat_joins(y.shape, 0, d, x.dtype.itemsize == 2))
+    return _join(y, 0, d, concat_joins(y.shape, 0, d, x.dtype.itemsize == 2) if concat is None else concat)
 
 
 @_one
@@ -431,12 +431,14 @@ def _all_to_all(step: AllToAll, before: ShardingType, after: ShardingType, x: ja
     return _all_to_all_in_place(x, step.src_dim, step.dst_dim, _group(step, before)[1], _args(step, before))
 
 
-def _all_to_all_in_place(x: jax.Array, s: int, d: int, g: int, args: dict[str, Any]) -> jax.Array:
-    """``d``'s ``g`` major chunks to the group's members, received chunks joined major on ``s``."""
+def _all_to_all_in_place(x: jax.Array, s: int, d: int, g: int, args: dict[str, Any],
+                         concat: bool | None = None) -> jax.Array:
+    """``d``'s ``g`` major chunks to the group's members, received chunks joined major on ``s``
+    (``concat``: force the join's form; ``None``: ``concat_joins``)."""
     shape = list(x.shape)
     split = shape[:d] + [g, shape[d] // g] + shape[d + 1:]
     y = lax.all_to_all(x.reshape(split), split_axis=d, concat_axis=d, tiled=True, **args)
-    return _join(y, d, s, concat_joins(y.shape, d, s, True))
+    return _join(y, d, s, concat_joins(y.shape, d, s, True) if concat is None else concat)
 
 
 def concat_joins(shape: Sequence[int], k: int, d: int, loop_is_slow: bool) -> bool:
