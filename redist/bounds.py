@@ -52,7 +52,9 @@ sound term can lift the bound on these. The other 90 are where the partials a gr
 have replicas outside it (the source leaves an axis free that the destination does not sum
 over): a replica may send them inside ``G*``'s causal past, so ``e`` does not count them, and no
 program of that family reaches the bound. ``s32[12]{U:(x,y)} -> s32[12]{U:x}`` on
-``{x=2,y=2,z=2}``: bound 30 B, optimum 36 B (docs/design.md 13.2).
+``{x=2,y=2,z=2}``: bound 30 B, our optimum 36 B, yet a relay chain (a device forwards a running
+sum it does not output) attains 30 B, so the bound is exact there and the slack is ours
+(docs/design.md 13.2).
 
 Per cell, the figure depends only on whether the cell's source holders and destination holders
 agree on the atoms both types shard over ("consistent"): the source block fixes a device's

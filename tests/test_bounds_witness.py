@@ -120,3 +120,29 @@ def test_the_checker_rejects_a_wrong_program() -> None:
     holders = {(0, 0, 0): 0, (0, 0, 1): 1}
     with pytest.raises(AssertionError, match="does not know"):
         run_cell(2, holders, [((0, 0, 0), (1, 0, 0), e[0] + e[1])], {(1, 0, 0): e[0] + e[1]}, [[(1, 0, 0)]])
+
+
+def test_a_relay_chain_meets_the_bound_on_replicated_partials() -> None:
+    """``s32[12]{U:(x,y)} -> s32[12]{U:x}`` on {x=2,y=2,z=2}, one of the "replicated partials"
+    of docs/design.md 13.2 (the partial ``P[x,y]`` is held by both ``z`` replicas): bound 30 B,
+    our bytes plan and the search 36 B. A chain attains the bound, so the bound is exact here and
+    the slack is our programs': ``P00`` to the holder of ``P10``, which relays ``P00+P10`` (a sum
+    it does not output) to a holder of ``P01`` in group ``(y=1, z=0)``, which outputs the running
+    sum and passes it on to a holder of ``P11`` in group ``(y=1, z=1)``, which completes the total
+    and sends it to one member of each ``y=0`` group. 5 messages of 48 B over 8 devices: 30 B.
+    Two of the chain's three merges also complete a destination group; the relay at the start is
+    what the exchange's schedule format cannot express (a received cell is added to its
+    receiver's output)."""
+    e = np.eye(4)
+    p = {(x, y): e[2 * x + y] for x in range(2) for y in range(2)}
+    total = np.ones(4)
+    holders = {(x, y, z): 2 * x + y for x, y, z in DEVICES}
+    groups = [[(x, y, z) for x in range(2)] for y in range(2) for z in range(2)]
+    s0 = p[0, 0] + p[1, 0]
+    msgs = [((0, 0, 0), (1, 0, 0), p[0, 0]), ((1, 0, 0), (0, 1, 0), s0),
+            ((0, 1, 0), (1, 1, 1), s0 + p[0, 1]), ((1, 1, 1), (0, 0, 1), total), ((1, 1, 1), (0, 0, 0), total)]
+    finals = {(0, 0, 0): total, (0, 0, 1): total, (0, 1, 0): s0 + p[0, 1], (1, 1, 0): p[1, 1], (1, 1, 1): total}
+    witness = run_cell(4, holders, msgs, finals, groups) * 12 * 4 / len(DEVICES)
+    plan = redistribute("s32[12]{U:(x,y)}", "s32[12]{U:x}", MESH, cost_model=BYTES)
+    assert witness == lower_bound_bytes(plan.src, plan.dst) == 30.0
+    assert plan.recv_bytes == search(plan.src, plan.dst, BYTES).recv_bytes == 36.0
