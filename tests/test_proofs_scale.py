@@ -3,7 +3,6 @@ vectorised counts agree with plain per-cell, per-device references, and a large 
 
 from __future__ import annotations
 
-import itertools
 import math
 import random
 from fractions import Fraction
@@ -11,79 +10,36 @@ from fractions import Fraction
 import pytest
 
 import redist.exchange
+from benchmarks.bound_optimum import CellProblem, cell_counts, cell_problems
 from benchmarks.proofs_bench import exhaustive_pairs
 from proofs import VerificationError, verify_plan
 from proofs.link import prove_link
 from proofs.measures import lower_bound_cells
-from proofs.model import cells, shards
+from proofs.model import cells
 from redist import CostModel, redistribute
 from redist.exchange import Round, Schedule
 from spmd_types import Mesh, ShardingType, parse
 
 
-def _digit(mesh: Mesh, c: dict[str, int], sp: tuple[str, int, int]) -> int:
-    name, pre, size = sp
-    return (c[name] // (mesh.axis_size(name) // (pre * size))) % size
-
-
-def _block(t: ShardingType, c: dict[str, int], d: int) -> int:
-    b = 0
-    for a in t.dims[d]:
-        b = b * t.mesh.axis_size(a) + _digit(t.mesh, c, t.mesh.span(a))
-    return b
-
-
-def _prime_digits(mesh: Mesh, axes: object) -> list[tuple[str, int, int]]:
-    out = set()
-    for a in axes:  # type: ignore[attr-defined]
-        name, pre, size = mesh.span(a)
-        p = 2
-        while size > 1:
-            while size % p == 0:
-                out.add((name, pre, p))
-                pre, size = pre * p, size // p
-            p += 1
-    return sorted(out)
+def _cell_messages(p: CellProblem) -> int:
+    """The bound's count for one cell: per incomplete group its gap, plus the sends of the
+    partials only it holds, minimised over groups, plus one message per other incomplete group."""
+    cover = {g: {p.partial[v] for v in members if v in p.partial} for g, members in p.groups.items()}
+    where: dict[int, set[tuple]] = {}  # partial -> groups of its holders
+    for v, x in p.partial.items():
+        where.setdefault(x, set()).add(p.group_of[v])
+    incomplete = [g for g, held in cover.items() if len(held) < p.k]
+    if not incomplete:
+        return 0
+    confined = {g: sum(1 for x in cover[g] if where[x] == {g}) if len(incomplete) > 1 else 0 for g in incomplete}
+    return min(p.k - len(cover[g]) + max(confined[g] - 1, 0) for g in incomplete) + len(incomplete) - 1
 
 
 def reference_bound(src: ShardingType, dst: ShardingType, L: tuple[int, ...]) -> Fraction:
     """The counting rule of ``lower_bound_cells`` cell by cell, device by device (the former code,
     with the confined partials' sends of 2026-11-24 added)."""
-    mesh, rank = src.mesh, src.rank
-    devs = [mesh.coords(v) for v in range(mesh.size)]
-    us, ud = _prime_digits(mesh, src.unreduced), _prime_digits(mesh, dst.unreduced)
-    k = math.prod(f[2] for f in us)
-    counts = [math.lcm(shards(src, d), shards(dst, d)) for d in range(rank)]
-    cell = math.prod(L[d] // counts[d] for d in range(rank))
-
-    def gkey(c: dict[str, int]) -> tuple[int, ...]:
-        cc = dict(c)
-        for f in ud:
-            cc[f[0]] -= _digit(mesh, c, f) * (mesh.axis_size(f[0]) // (f[1] * f[2]))
-        return tuple(cc[n] for n in mesh.names)
-
-    def holds(t: ShardingType, c: dict[str, int], q: tuple[int, ...]) -> bool:
-        return all(q[d] // (counts[d] // shards(t, d)) == _block(t, c, d) for d in range(rank))
-
-    msgs = 0
-    for q in itertools.product(*(range(n) for n in counts)):
-        cover: dict[tuple[int, ...], set[tuple[int, ...]]] = {}
-        where: dict[tuple[int, ...], set[tuple[int, ...]]] = {}  # partial -> groups of its holders
-        for c in devs:
-            if holds(dst, c, q):
-                cover.setdefault(gkey(c), set())
-        for c in devs:
-            if holds(src, c, q):
-                part = tuple(_digit(mesh, c, f) for f in us)
-                where.setdefault(part, set()).add(gkey(c))
-                if gkey(c) in cover:
-                    cover[gkey(c)].add(part)
-        incomplete = [g for g, held in cover.items() if len(held) < k]
-        if incomplete:  # per group: its gap, plus the sends of the partials only it holds
-            confined = {g: sum(1 for p in cover[g] if where[p] == {g}) if len(incomplete) > 1 else 0
-                        for g in incomplete}
-            msgs += min(k - len(cover[g]) + max(confined[g] - 1, 0) for g in incomplete) + len(incomplete) - 1
-    return Fraction(msgs * cell, mesh.size)
+    cell = math.prod(n // c for n, c in zip(L, cell_counts(src, dst)))
+    return Fraction(sum(_cell_messages(p) for p in cell_problems(src, dst)) * cell, src.mesh.size)
 
 
 SUB = Mesh({"x": 4, "y": 6})
