@@ -112,23 +112,31 @@ class _Greedy:
     def used(self) -> set[Atom]:
         return {a for d in self.dims for a in d} | self.unred
 
-    def slices(self) -> None:
+    def prefix_lengths(self) -> list[int]:
+        return [self.plen(j) for j in range(len(self.dims))]
+
+    def slices(self, pl: list[int] | None = None) -> None:
         """Slice every free destination atom that is next on its dimension. One pass: a slice only
-        lengthens its own dimension and uses one more atom, so it never readies another one."""
+        lengthens its own dimension and uses one more atom, so it never readies another one.
+        ``pl``: the current ``prefix_lengths``, kept current (a slice of the next destination atom
+        lengthens its dimension's common prefix by one)."""
+        pl = self.prefix_lengths() if pl is None else pl
         used = self.used()
-        for j in range(len(self.dims)):
+        for j, (d, want) in enumerate(zip(self.dims, self.D)):
             # exhaust one dimension before the next, so its slices fuse into one step
-            while self.ready(j) and self.D[j][len(self.dims[j])] not in used:
-                a = self.D[j][len(self.dims[j])]
-                self.dims[j].append(a)
+            while pl[j] == len(d) < len(want) and want[len(d)] not in used:
+                a = want[len(d)]
+                d.append(a)
                 used.add(a)
+                pl[j] += 1
                 self.steps.append(DynSlice(j, self.ax(a)))
 
-    def step_once(self) -> bool:
+    def step_once(self, pl: list[int] | None = None) -> bool:
         """One non-slice step; False when done. Each branch returns as soon as it changes the
-        stacks, so every dimension's common prefix (``plen``) is read once up front."""
+        stacks, so every dimension's common prefix (``plen``) is read once up front (``pl``, the
+        current ``prefix_lengths``, where the caller has them)."""
         rank = len(self.dims)
-        pl = [self.plen(j) for j in range(rank)]
+        pl = self.prefix_lengths() if pl is None else pl
         ready = [pl[j] == len(self.dims[j]) < len(self.D[j]) for j in range(rank)]
         for j in range(rank):
             if ready[j] and self.D[j][len(self.dims[j])] in self.unred:
@@ -186,8 +194,9 @@ class _Greedy:
 
     def run(self) -> list[Step]:
         for _ in range(64 * (len(self.dims) + 1) * (len(self.t.mesh.axes) + 1)):
-            self.slices()
-            if not self.step_once():
+            pl = self.prefix_lengths()  # read once per round: slices keep them current
+            self.slices(pl)
+            if not self.step_once(pl):
                 return self.steps
         raise RedistError(f"synthesizer did not converge from {self.t}")  # pragma: no cover
 
@@ -230,7 +239,13 @@ class _Greedy:
 
 def _merge(src: ShardingType, steps: list[Step], cm: CostModel) -> tuple[Step, ...]:
     """Fuse adjacent steps of one kind into one collective over the flattened group when the result
-    is the same type and the estimate is not slower."""
+    is the same type and the estimate is not slower. Memoised: families of candidates reach the
+    same steps (on 13 axes of 2, one merge in seven repeats one of the same plan)."""
+    return _merged(src, tuple(steps), cm)
+
+
+@memo(Scope.TYPE)
+def _merged(src: ShardingType, steps: tuple[Step, ...], cm: CostModel) -> tuple[Step, ...]:
     out: list[Step] = []
     types = [src]
     for s in steps:
@@ -243,6 +258,10 @@ def _merge(src: ShardingType, steps: list[Step], cm: CostModel) -> tuple[Step, .
                     ok = apply_step(fused, before) == after
                 except StepError:
                     ok = False
+                if ok and type(s) in _LOCAL:  # a local pass writes the fused block once, not twice
+                    out[-1] = fused
+                    types[-1] = after
+                    continue
                 if ok:
                     mid = types[-1]
                     split = measure_step(prev, before, mid, cm).time_s + measure_step(s, mid, after, cm).time_s
@@ -254,6 +273,11 @@ def _merge(src: ShardingType, steps: list[Step], cm: CostModel) -> tuple[Step, .
         types.append(after)
     return tuple(out)
 
+
+_LOCAL = (DynSlice, Discard, PadUnreduced)
+"""Steps measured as one local pass writing the new block (``redist.measure._local``): fused, the
+pass over the last block costs no more than the passes over both (``CostModel.copy_time`` is never
+negative), so ``_merged`` fuses them wherever they type the same, without measuring."""
 
 Fuse = Callable[[Step, Step, Mesh], "Step | None"]
 FUSE: FacetTable[Fuse] = FacetTable("fuse", "redist.synth.FUSE")
