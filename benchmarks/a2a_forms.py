@@ -28,15 +28,12 @@ from typing import Any, NamedTuple
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 
 import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
-from jax.sharding import Mesh, NamedSharding  # noqa: E402
 from jax.sharding import PartitionSpec as P  # noqa: E402
 
+from benchmarks.join_forms import GROUP, compile_forms  # noqa: E402
 from benchmarks.speed import _at_least, round_robin, thunk  # noqa: E402
 from redist.executor import _all_to_all_in_place, _on_bits  # noqa: E402
 
-GROUP = 4
 ARGS = {"axis_name": "model"}
 
 
@@ -87,18 +84,7 @@ def _specs(f: Form) -> tuple[P, P]:
 def time_form(f: Form, seconds: float, rounds: int) -> tuple[list[float], list[float], str]:
     """Per-round median seconds of the reshape form and the direct form of ``f`` (checked to
     agree), and which of them the executor's rule compiles to."""
-    mesh = Mesh(np.array(jax.devices()[:8]).reshape(2, GROUP), ("data", "model"))
-    src, dst = _specs(f)
-    x = jax.device_put(jnp.asarray(np.random.default_rng(0).standard_normal(f.shape) * 1000, f.dtype),
-                       NamedSharding(mesh, src))
-    progs = {name: jax.jit(jax.shard_map(_program(f, c), mesh=mesh, in_specs=src, out_specs=dst,
-                                         check_vma=False)).lower(x).compile()
-             for name, c in (("reshape", False), ("direct", True), ("rule", None))}
-    a, b = (np.asarray(progs[n](x)) for n in ("reshape", "direct"))
-    if not np.array_equal(a, b):
-        raise RuntimeError(f"the two split forms disagree on {f}")
-    rule = progs.pop("rule").as_text()
-    pick = "direct" if rule == progs["direct"].as_text() else "reshape"
+    progs, x, pick = compile_forms(lambda c: _program(f, c), f.shape, f.dtype, _specs(f), ("reshape", "direct"))
     runs = [round_robin({n: thunk(p, x) for n, p in progs.items()}, seconds / rounds) for _ in range(rounds)]
     return [r["reshape"] for r in runs], [r["direct"] for r in runs], pick
 
