@@ -427,7 +427,8 @@ def _all_to_all(step: AllToAll, before: ShardingType, after: ShardingType, x: ja
     the source index moves in front of ``src_dim`` (sources major there) and merges with it. XLA
     fuses that move into the all-to-all's result concatenation. ``tiled=True`` with
     ``concat_axis=src_dim`` instead makes XLA concatenate the whole block and transpose it again
-    (one extra full-size pass, 3x the local writes on ``seq_to_hidden``)."""
+    (one extra full-size pass, 3x the local writes on ``seq_to_hidden``). Where it is faster the
+    all-to-all splits ``dst_dim`` itself and reshapes after (``splits_directly``)."""
     return _all_to_all_in_place(x, step.src_dim, step.dst_dim, _group(step, before)[1], _args(step, before))
 
 
@@ -453,10 +454,11 @@ def splits_directly(shape: Sequence[int], s: int, d: int, itemsize: int) -> bool
     Why: XLA:CPU builds each peer's send buffer in a slice fusion. On the reshape that fusion
     reads the parameter through a bitcast, and its parallel task assignment then splits it over
     threads at sizes where a plain slice of the parameter (the direct form) stays one task;
-    with 8 simulated devices sharing the host's cores the split costs (``ulysses_*``: 4 of the 5
-    fusions run partitioned, 1 in the direct form). Interleaved medians on 8 simulated devices
-    (``python -m benchmarks.a2a_forms``): direct / reshape 0.72-0.86 where it drops the
-    partitioning, 0.97-1.01 where both forms are partitioned alike. Not when ``d`` is minor: the
+    with 8 simulated devices sharing the host's cores the split costs (``ulysses_*``: the four
+    slices and the join run partitioned in the reshape form, only the join in the direct form).
+    Interleaved medians on 8 simulated devices (``python -m benchmarks.a2a_forms``): direct /
+    reshape 0.72-0.86 where it drops the partitioning, 0.90-1.01 elsewhere (both forms
+    partitioned alike, or neither). Not when ``d`` is minor: the
     received pieces are then concatenated on the minor dimension, which XLA:CPU leaves unfused
     (one more full pass, 1.13-1.37); nor when ``s`` is (the concatenating join, 1.14-1.48); nor
     for 16-bit floats, moved as bits: the ``bitcast-convert`` is fused into every slice in both
