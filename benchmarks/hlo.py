@@ -565,3 +565,40 @@ def local_writes(hlo_text: str, min_bytes: int = 1) -> LocalWrites:
         if ins is not None and ins.opcode in LAYOUT_OPCODES and shape_bytes(ins.shape) >= min_bytes:
             layout.append((ins.opcode, shape_bytes(ins.shape)))
     return LocalWrites(written, tuple(layout))
+
+
+def _computations(hlo_text: str) -> dict[str, list[Instruction]]:
+    """Each computation of a module (``ENTRY`` under that name) as its parsed instructions."""
+    out: dict[str, list[Instruction]] = {}
+    body: list[Instruction] | None = None
+    for line in hlo_text.splitlines():
+        head = re.match(r"^(ENTRY\s+)?%?([\w.\-]+)\s*\(.*\{\s*$", line)
+        if head:
+            body = out.setdefault("ENTRY" if head.group(1) else head.group(2), [])
+        elif line.startswith("}"):
+            body = None
+        elif body is not None and (ins := parse_instruction(line)) is not None:
+            body.append(ins)
+    return out
+
+
+def all_to_all_send_ops(hlo_text: str) -> tuple[tuple[str, ...], ...]:
+    """For every operand of every all-to-all of the entry computation, the opcodes that build it
+    (sorted): those of the fused computation when a fusion makes it (parameters left out), else its own.
+    Why: XLA:CPU builds one send buffer per peer; ``("slice",)`` is a plain slice of its input,
+    anything more (a ``bitcast``, ``bitcast-convert``, ``transpose``) is work fused into it."""
+    comps = _computations(hlo_text)
+    entry = {ins.name: ins for ins in comps.get("ENTRY", [])}
+    out: list[tuple[str, ...]] = []
+    for ins in entry.values():
+        if ins.opcode.removesuffix("-start") != "all-to-all":
+            continue
+        for operand in ins.operands:
+            src = entry.get(_operand_name(operand))
+            if src is None:
+                out.append(("parameter",))
+                continue
+            called = re.search(r"calls=%?([\w.\-]+)", src.attrs)
+            ops = [i.opcode for i in comps.get(called.group(1), [])] if called and src.opcode == "fusion" else [src.opcode]
+            out.append(tuple(sorted(op for op in ops if op != "parameter")))
+    return tuple(out)

@@ -83,22 +83,30 @@ def _specs(f: Form) -> tuple[P, P]:
     return P(*src), P(*dst)
 
 
+def compile_forms(program: Callable[[bool | None], Callable[[jax.Array], jax.Array]], shape: tuple[int, ...],
+                  dtype: str, specs: tuple[P, P], names: tuple[str, str]) -> tuple[dict[str, Any], jax.Array, str]:
+    """A move's two forms (``program(False)``, ``program(True)``, named ``names``) compiled on
+    {data=2, model=4} and checked to agree, its input, and the name of the form the executor's
+    rule (``program(None)``) compiles to."""
+    mesh = Mesh(np.array(jax.devices()[:8]).reshape(2, GROUP), ("data", "model"))
+    src, dst = specs
+    x = jax.device_put(jnp.asarray(np.random.default_rng(0).standard_normal(shape) * 1000, dtype),
+                       NamedSharding(mesh, src))
+    progs = {name: jax.jit(jax.shard_map(program(c), mesh=mesh, in_specs=src, out_specs=dst,
+                                         check_vma=False)).lower(x).compile()
+             for name, c in ((names[0], False), (names[1], True), ("rule", None))}
+    a, b = (np.asarray(progs[n](x)) for n in names)
+    if not np.array_equal(a, b):
+        raise RuntimeError(f"the forms {names} disagree on {dtype}{list(shape)}")
+    rule = progs.pop("rule").as_text()
+    return progs, x, names[1] if rule == progs[names[1]].as_text() else names[0]
+
+
 def time_form(f: Form, seconds: float) -> tuple[dict[str, float], str]:
     """Median seconds of the move form and the concatenate form of ``f`` (checked to agree), and
     which of them the executor's rule compiles to."""
-    mesh = Mesh(np.array(jax.devices()[:8]).reshape(2, GROUP), ("data", "model"))
-    src, dst = _specs(f)
-    x = jax.device_put(jnp.asarray(np.random.default_rng(0).standard_normal(f.shape), f.dtype),
-                       NamedSharding(mesh, src))
-    progs = {name: jax.jit(jax.shard_map(_program(f, c), mesh=mesh, in_specs=src, out_specs=dst,
-                                         check_vma=False)).lower(x).compile()
-             for name, c in (("move", False), ("concat", True), ("rule", None))}
-    a, b = (np.asarray(progs[n](x)) for n in ("move", "concat"))
-    if not np.array_equal(a, b):
-        raise RuntimeError(f"the two join forms disagree on {f}")
-    rule = progs.pop("rule").as_text()
-    pick = "concatenate" if rule == progs["concat"].as_text() else "moveaxis"
-    return round_robin({n: thunk(p, x) for n, p in progs.items()}, seconds), pick
+    progs, x, pick = compile_forms(lambda c: _program(f, c), f.shape, f.dtype, _specs(f), ("move", "concat"))
+    return round_robin({n: thunk(p, x) for n, p in progs.items()}, seconds), {"concat": "concatenate"}.get(pick, "moveaxis")
 
 
 def table(forms: Sequence[Form], seconds: float) -> list[str]:

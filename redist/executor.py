@@ -427,18 +427,43 @@ def _all_to_all(step: AllToAll, before: ShardingType, after: ShardingType, x: ja
     the source index moves in front of ``src_dim`` (sources major there) and merges with it. XLA
     fuses that move into the all-to-all's result concatenation. ``tiled=True`` with
     ``concat_axis=src_dim`` instead makes XLA concatenate the whole block and transpose it again
-    (one extra full-size pass, 3x the local writes on ``seq_to_hidden``)."""
+    (one extra full-size pass, 3x the local writes on ``seq_to_hidden``). Where it is faster the
+    all-to-all splits ``dst_dim`` itself and reshapes after (``splits_directly``)."""
     return _all_to_all_in_place(x, step.src_dim, step.dst_dim, _group(step, before)[1], _args(step, before))
 
 
 def _all_to_all_in_place(x: jax.Array, s: int, d: int, g: int, args: dict[str, Any],
-                         concat: bool | None = None) -> jax.Array:
+                         concat: bool | None = None, direct: bool | None = None) -> jax.Array:
     """``d``'s ``g`` major chunks to the group's members, received chunks joined major on ``s``
-    (``concat``: force the join's form; ``None``: ``concat_joins``)."""
+    (``concat``: force the join's form; ``None``: ``concat_joins``). ``direct``: split ``d``
+    itself rather than a ``(g, n/g)`` reshape of it (``None``: ``splits_directly``)."""
     shape = list(x.shape)
     split = shape[:d] + [g, shape[d] // g] + shape[d + 1:]
-    y = lax.all_to_all(x.reshape(split), split_axis=d, concat_axis=d, tiled=True, **args)
+    if splits_directly(shape, s, d, x.dtype.itemsize) if direct is None else direct:
+        y = lax.all_to_all(x, split_axis=d, concat_axis=d, tiled=True, **args).reshape(split)
+    else:
+        y = lax.all_to_all(x.reshape(split), split_axis=d, concat_axis=d, tiled=True, **args)
     return _join(y, d, s, concat_joins(y.shape, d, s, True) if concat is None else concat)
+
+
+def splits_directly(shape: Sequence[int], s: int, d: int, itemsize: int) -> bool:
+    """Whether the all-to-all should split dimension ``d`` of the block as it is (``tiled``: XLA:CPU
+    sends ``g`` contiguous chunks of it) rather than a ``(g, n/g)`` reshape of it: for 32-bit
+    elements when neither ``d`` nor the joined dimension ``s`` is the minor one.
+
+    Why: XLA:CPU builds each peer's send buffer in a slice fusion. On the reshape that fusion
+    reads the parameter through a bitcast, and its parallel task assignment then splits it over
+    threads at sizes where a plain slice of the parameter (the direct form) stays one task;
+    with 8 simulated devices sharing the host's cores the split costs (``ulysses_*``: the four
+    slices and the join run partitioned in the reshape form, only the join in the direct form).
+    Interleaved medians on 8 simulated devices (``python -m benchmarks.a2a_forms``): direct /
+    reshape 0.72-0.86 where it drops the partitioning, 0.90-1.01 elsewhere (both forms
+    partitioned alike, or neither). Not when ``d`` is minor: the
+    received pieces are then concatenated on the minor dimension, which XLA:CPU leaves unfused
+    (one more full pass, 1.13-1.37); nor when ``s`` is (the concatenating join, 1.14-1.48); nor
+    for 16-bit floats, moved as bits: the ``bitcast-convert`` is fused into every slice in both
+    forms, which are then split alike (0.94-1.08, mixed)."""
+    return itemsize == 4 and math.prod(shape[d + 1:]) > 1 and math.prod(shape[s + 1:]) > 1
 
 
 def concat_joins(shape: Sequence[int], k: int, d: int, loop_is_slow: bool) -> bool:
