@@ -279,8 +279,8 @@ def _slab_grid(shape: Sequence[int], cell: Sequence[int], anywhere: bool = False
     CPU time than the zero-filled block with a ``dynamic_update_slice`` per cell. ``anywhere``:
     16-bit floats moved as bits, whose conversion back fuses with the zero-filled block's updates
     into one elementwise loop over the block (``dynamic-update-slice_bitcast-convert_fusion``, no
-    longer in place); the concatenate along a minor dimension took 0.4-0.6x its time on pairwise
-    swaps (``python -m benchmarks.exchange_forms``)."""
+    longer in place); the concatenate along a minor dimension took 0.4-0.7x its time on 2-D and
+    3-D pairwise swaps, 0.95x on a 4-D one (``python -m benchmarks.exchange_forms``)."""
     if any(n % c for n, c in zip(shape, cell)):
         return None
     grid = tuple(n // c for n, c in zip(shape, cell))
