@@ -237,7 +237,8 @@ def _point_to_point(before: ShardingType, after: ShardingType, x: jax.Array) -> 
     cell = sch.cell
     names = mesh.names
     rounds: Sequence[Round] = sch.local_copies + sch.rounds
-    owner = None if sums else _owners([(r.recv_valid, r.recv_offset) for r in rounds], after.local_shape, cell)
+    owner = None if sums else _owners([(r.recv_valid, r.recv_offset) for r in rounds], after.local_shape, cell,
+                                      _as_bits(before))
     if owner is not None:  # every cell lands once: the block is joined from them, no zero fill
         pieces = [_round_piece(r, x, lin, cell, names) for r in rounds]
         return _assemble(pieces, owner, after.local_shape, cell, lin)
@@ -264,27 +265,38 @@ MAX_SLABS = 8
 """Slabs ``_assemble`` joins (one concatenate operand each); measured with 2."""
 
 
-def _slab_grid(shape: Sequence[int], cell: Sequence[int]) -> tuple[int, ...] | None:
-    """The cell grid of a block when its cells are contiguous slabs, cut along one dimension with
-    only extent-1 dimensions before it (``None`` otherwise). Only there does XLA:CPU fuse the
-    concatenate (and its selects) into one pass: along a minor dimension it stays a separate
-    copy of already written cells, and ``tp2d_transpose_2x4``'s exchange took 18% more CPU time
-    than the zero-filled block with a ``dynamic_update_slice`` per cell."""
+def _as_bits(t: ShardingType) -> bool:
+    """The block moves as 16-bit float bit patterns (``_values_moved``): converted back by one
+    elementwise pass at the end, which XLA:CPU fuses into whatever writes the new block."""
+    return not t.unreduced and t.dtype in ("bf16", "f16")
+
+
+def _slab_grid(shape: Sequence[int], cell: Sequence[int], anywhere: bool = False) -> tuple[int, ...] | None:
+    """The cell grid of a block when its cells are slabs cut along one dimension, with only
+    extent-1 dimensions before it unless ``anywhere`` (``None`` otherwise). Only there does
+    XLA:CPU fuse the concatenate (and its selects) into one pass: along a minor dimension it stays a
+    separate copy of already written cells, and ``tp2d_transpose_2x4``'s exchange took 18% more
+    CPU time than the zero-filled block with a ``dynamic_update_slice`` per cell. ``anywhere``:
+    16-bit floats moved as bits, whose conversion back fuses with the zero-filled block's updates
+    into one elementwise loop over the block (``dynamic-update-slice_bitcast-convert_fusion``, no
+    longer in place); the concatenate along a minor dimension took 0.4-0.7x its time on 2-D and
+    3-D pairwise swaps, 0.95x on a 4-D one (``python -m benchmarks.exchange_forms``)."""
     if any(n % c for n, c in zip(shape, cell)):
         return None
     grid = tuple(n // c for n, c in zip(shape, cell))
     cut = [d for d, m in enumerate(grid) if m > 1]
-    return grid if len(cut) <= 1 and math.prod(shape[: cut[0] if cut else 0]) == 1 else None
+    lead = anywhere or math.prod(shape[: cut[0] if cut else 0]) == 1
+    return grid if len(cut) <= 1 and lead else None
 
 
 def _owners(placed: Sequence[tuple[np.ndarray, np.ndarray]], shape: Sequence[int],
-            cell: Sequence[int]) -> np.ndarray | None:
+            cell: Sequence[int], anywhere: bool = False) -> np.ndarray | None:
     """``[devices, cells]``: which of the ``placed`` pieces (``(recv_valid, recv_offset)`` each)
     lands on each cell of every device's new block (row-major over the cell grid; -1: none, the
     cell stays zeros). ``None`` where ``_assemble`` does not apply: cells that are not slabs
-    (``_slab_grid``), a piece off the cell grid, a cell filled twice (a sum), or more than
-    ``MAX_CHOICES`` pieces for one cell."""
-    grid = _slab_grid(shape, cell)
+    (``_slab_grid``, ``anywhere`` passed on), a piece off the cell grid, a cell filled twice (a
+    sum), or more than ``MAX_CHOICES`` pieces for one cell."""
+    grid = _slab_grid(shape, cell, anywhere)
     if grid is None or not placed or math.prod(grid) > MAX_SLABS:
         return None
     cells = np.asarray(cell, dtype=np.int64)
