@@ -118,9 +118,10 @@ def overlap_figures(a: ShardingType, b: ShardingType) -> tuple[int, int]:
     return total * const, least * const
 
 
-def _all_atoms(m: Mesh) -> set[Atom]:
+@memo(Scope.MESH, maxsize=256)
+def _all_atoms(m: Mesh) -> frozenset[Atom]:
     """Every prime atom of the mesh."""
-    return {a for name in m.names for a in atoms_of(m, name)}
+    return frozenset(a for name in m.names for a in atoms_of(m, name))
 
 
 def _size(atoms: set[Atom] | frozenset[Atom]) -> int:
@@ -138,6 +139,7 @@ def _unreduced_bound(src: ShardingType, dst: ShardingType) -> float:
     return (consistent * consistent_messages + (total - consistent) * other_messages) * src.itemsize / m.size
 
 
+@memo(Scope.TYPE)
 def unreduced_bound_floor(src: ShardingType, dst: ShardingType) -> float | None:
     """A floor on ``lower_bound_bytes(src, dst)`` with pending sums, without the per-device
     overlaps: every element counted as consistent, which needs no more messages than an
