@@ -163,13 +163,23 @@ def overlap_summary(a: ShardingType, b: ShardingType, dims: tuple[int, ...]) -> 
     total, least, points = 1, 1, 1
     for names, ds in comps:
         sub = sub_mesh(mesh, tuple(n for n in mesh.names if n in names))
-        prod = np.ones(sub.size, dtype=np.int64)
-        for d in ds:
-            prod = prod * _overlap_on(sub, a.dims[d], a.local_shape[d], b.dims[d], b.local_shape[d])
-        total *= _exact_sum(prod)
-        least *= int(prod.min())
+        cuts = tuple((a.dims[d], a.local_shape[d], b.dims[d], b.local_shape[d]) for d in ds)
+        s, low = _component_figures(sub, cuts)
+        total *= s
+        least *= low
         points *= sub.size
     return total * (mesh.size // points), least
+
+
+@memo(Scope.TYPE, maxsize=8192)
+def _component_figures(sub: Mesh, cuts: tuple[tuple[tuple[Axis, ...], int, tuple[Axis, ...], int], ...]) -> tuple[int, int]:
+    """The sum and least over ``sub``'s devices of the product of the overlaps of ``cuts`` (per
+    dimension: axes and local size of both types). Memoised: the prefixes a planner compares
+    with one destination differ in a dimension or two, so most components recur."""
+    prod = np.ones(sub.size, dtype=np.int64)
+    for axes_a, local_a, axes_b, local_b in cuts:
+        prod = prod * _overlap_on(sub, axes_a, local_a, axes_b, local_b)
+    return _exact_sum(prod), int(prod.min())
 
 
 def _overlap_on(mesh: Mesh, axes_a: tuple[Axis, ...], local_a: int, axes_b: tuple[Axis, ...], local_b: int) -> np.ndarray:
