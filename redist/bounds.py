@@ -79,7 +79,7 @@ import math
 
 from redist.atoms import Atom, atoms_of, dims_atoms, unreduced_atoms
 from spmd_types import Mesh, ShardingType
-from spmd_types.layout import overlap_elements
+from spmd_types.layout import overlap_summary
 from spmd_types.memo import Scope, memo
 
 
@@ -91,21 +91,37 @@ def lower_bound_bytes(src: ShardingType, dst: ShardingType) -> float:
     return _unreduced_bound(src, dst)
 
 
-@memo(Scope.TYPE)
 def overlap_total(src: ShardingType, dst: ShardingType) -> int:
     """Elements summed over devices that a device's ``src`` block shares with its ``dst`` block
-    (exact: the per-device counts fit int64; their sum is taken in int64 where it cannot overflow,
-    else in Python integers). Memoised: a pending-sum exchange's bound and its reducing floor
-    (``redist.exchange.reduced_cells``) both read it."""
-    ov = overlap_elements(src, dst)
-    if not len(ov) or int(ov.max()) <= (1 << 62) // len(ov):
-        return int(ov.sum())
-    return sum(int(x) for x in ov.tolist())
+    (an exact Python integer; ``overlap_figures``)."""
+    return overlap_figures(src, dst)[0]
 
 
-def _all_atoms(m: Mesh) -> set[Atom]:
+@memo(Scope.TYPE)
+def overlap_figures(a: ShardingType, b: ShardingType) -> tuple[int, int]:
+    """The sum over devices and the least of ``overlap_elements(a, b)``, exact, multiplying only
+    the dimensions whose overlap varies: where one type's atoms along a dimension extend the
+    other's, each block of the finer cut lies in one of the coarser, so the overlap there is the
+    smaller block on every device. The rest is summed per class of devices
+    (``spmd_types.layout.overlap_summary``). Memoised: a move's bound, the closed form of its
+    exchange (``redist.exchange.closed_form``) and the reducing floor
+    (``redist.exchange.reduced_cells``) all read it; the planner's floors compare prefixes that
+    slice or gather a few axes with their destination (on 13 axes of 2, per-device tables of
+    every dimension were a fifth of planning)."""
+    const, varying = 1, []
+    for d, (la, lb, x, y) in enumerate(zip(a.local_shape, b.local_shape, dims_atoms(a), dims_atoms(b))):
+        if x[: len(y)] == y or y[: len(x)] == x:
+            const *= min(la, lb)
+        else:
+            varying.append(d)
+    total, least = overlap_summary(a, b, tuple(varying))  # checks the sizes and the mesh
+    return total * const, least * const
+
+
+@memo(Scope.MESH, maxsize=256)
+def _all_atoms(m: Mesh) -> frozenset[Atom]:
     """Every prime atom of the mesh."""
-    return {a for name in m.names for a in atoms_of(m, name)}
+    return frozenset(a for name in m.names for a in atoms_of(m, name))
 
 
 def _size(atoms: set[Atom] | frozenset[Atom]) -> int:
@@ -113,6 +129,36 @@ def _size(atoms: set[Atom] | frozenset[Atom]) -> int:
 
 
 def _unreduced_bound(src: ShardingType, dst: ShardingType) -> float:
+    consistent_messages, other_messages = _messages(src, dst)
+    m = src.mesh
+    s_dim = {a for d in dims_atoms(src) for a in d}
+    d_dim = {a for d in dims_atoms(dst) for a in d}
+    # every (S u D)-coordinate pair occurs on m.size / |S u D| devices
+    consistent = overlap_total(src, dst) // (m.size // _size(s_dim | d_dim))
+    total = math.prod(src.shape)
+    return (consistent * consistent_messages + (total - consistent) * other_messages) * src.itemsize / m.size
+
+
+@memo(Scope.TYPE)
+def unreduced_bound_floor(src: ShardingType, dst: ShardingType) -> float | None:
+    """A floor on ``lower_bound_bytes(src, dst)`` with pending sums, without the per-device
+    overlaps: every element counted as consistent, which needs no more messages than an
+    inconsistent one (``_messages``). The synthesizer keys prefixes by it before paying for the
+    bound (``redist.synth._by_floor``). ``None`` where a type uses a sub-axis that is not a product
+    of the mesh's prime atoms (``x:(3)2`` on ``x=6``): the consistent count is not one of elements
+    there, so no floor is claimed."""
+    m = src.mesh
+    every = _all_atoms(m)
+    for t in (src, dst):
+        if not unreduced_atoms(t) <= every or any(a not in every for d in dims_atoms(t) for a in d):
+            return None
+    return math.prod(src.shape) * _messages(src, dst)[0] * src.itemsize / m.size
+
+
+@memo(Scope.TYPE)
+def _messages(src: ShardingType, dst: ShardingType) -> tuple[int, int]:
+    """Per element, the bound of the module docstring for a consistent and for an inconsistent
+    cell; the first is never the larger (each branch is at most ``k + groups - 1``)."""
     m = src.mesh
     us, ud = unreduced_atoms(src), unreduced_atoms(dst)
     s_dim = {a for d in dims_atoms(src) for a in d}
@@ -135,7 +181,4 @@ def _unreduced_bound(src: ShardingType, dst: ShardingType) -> float:
             return k + groups - 2
         return (k - covered if holding else k) + groups - 1
 
-    # every (S u D)-coordinate pair occurs on m.size / |S u D| devices
-    consistent = overlap_total(src, dst) // (m.size // _size(s_dim | d_dim))
-    total = math.prod(src.shape)
-    return (consistent * messages(True) + (total - consistent) * messages(False)) * src.itemsize / m.size
+    return messages(True), messages(False)

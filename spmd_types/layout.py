@@ -12,7 +12,7 @@ import numpy as np
 
 from spmd_types.errors import SizeLimitError
 from spmd_types.memo import Scope, memo
-from spmd_types.mesh import Axis, Mesh, subaxis_digit
+from spmd_types.mesh import Axis, Mesh, axis_name, subaxis_digit
 
 if TYPE_CHECKING:  # annotations only: types.py imports this module
     from spmd_types.types import ShardingType
@@ -134,6 +134,71 @@ def overlap_elements(a: ShardingType, b: ShardingType) -> np.ndarray:
     for width in widths:
         out = out * width
     return out
+
+
+def overlap_summary(a: ShardingType, b: ShardingType, dims: tuple[int, ...]) -> tuple[int, int]:
+    """The sum over devices and the least of the product, over ``dims``, of the per-dimension
+    overlaps of ``overlap_widths`` (``overlap_elements`` restricted to ``dims``), exact integers,
+    without a table over every device. A dimension's overlap depends only on the device's
+    coordinates along the mesh axes its two cuts use, so the dimensions split into *components*
+    that share no axis, each a function on the grid of its own axes (``sub_mesh``): devices
+    differing only along axes no component uses behave alike, and the coordinates of disjoint
+    axes range independently over the mesh. So the sum is the product of the components' sums
+    times the devices per point of their joint grid, and the least is the product of their least
+    (overlaps are never negative). On 13 axes of 2 the grids hold a quarter of the devices a
+    planner's floors and bounds would otherwise multiply and sum."""
+    check_index_range(a)
+    check_index_range(b)
+    a.mesh.check_enumerable()
+    mesh = a.mesh
+    comps: list[tuple[set[str], list[int]]] = []
+    for d in dims:
+        names = {axis_name(x) for x in a.dims[d] + b.dims[d]}
+        ds = [d]
+        for c in [c for c in comps if c[0] & names]:
+            comps.remove(c)
+            names |= c[0]
+            ds = c[1] + ds
+        comps.append((names, sorted(ds)))
+    total, least, points = 1, 1, 1
+    for names, ds in comps:
+        sub = sub_mesh(mesh, tuple(n for n in mesh.names if n in names))
+        cuts = tuple((a.dims[d], a.local_shape[d], b.dims[d], b.local_shape[d]) for d in ds)
+        s, low = _component_figures(sub, cuts)
+        total *= s
+        least *= low
+        points *= sub.size
+    return total * (mesh.size // points), least
+
+
+@memo(Scope.TYPE, maxsize=8192)
+def _component_figures(sub: Mesh, cuts: tuple[tuple[tuple[Axis, ...], int, tuple[Axis, ...], int], ...]) -> tuple[int, int]:
+    """The sum and least over ``sub``'s devices of the product of the overlaps of ``cuts`` (per
+    dimension: axes and local size of both types). Memoised: the prefixes a planner compares
+    with one destination differ in a dimension or two, so most components recur."""
+    prod = np.ones(sub.size, dtype=np.int64)
+    for axes_a, local_a, axes_b, local_b in cuts:
+        prod = prod * _overlap_on(sub, axes_a, local_a, axes_b, local_b)
+    return _exact_sum(prod), int(prod.min())
+
+
+def _overlap_on(mesh: Mesh, axes_a: tuple[Axis, ...], local_a: int, axes_b: tuple[Axis, ...], local_b: int) -> np.ndarray:
+    return (_dim_overlap_memo if mesh.size <= CACHED_DEVICES else _dim_overlap)(mesh, axes_a, local_a, axes_b, local_b)
+
+
+def _exact_sum(values: np.ndarray) -> int:
+    """``values.sum()`` as an exact Python integer: in int64 where it cannot overflow."""
+    if not len(values) or int(values.max()) <= (1 << 62) // len(values):
+        return int(values.sum())
+    return sum(int(x) for x in values.tolist())
+
+
+@memo(Scope.MESH)
+def sub_mesh(mesh: Mesh, names: tuple[str, ...]) -> Mesh:
+    """The mesh of ``names`` only (``mesh``'s order and sizes): a (sub-)axis of those axes numbers
+    its blocks alike on both, so per-axis tables over it are the full mesh's, per class of devices
+    that differ only along the other axes."""
+    return Mesh([(n, mesh.axis_size(n)) for n in names]) if names else Mesh([("_", 1)])
 
 
 def reduction_group_coords(t: ShardingType) -> np.ndarray:

@@ -9,12 +9,15 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 from strategies import mesh_and_type, meshes, sharding_types, type_pairs
 
+from redist.bounds import lower_bound_bytes, overlap_figures, unreduced_bound_floor
 from spmd_types import Mesh, ShardingType, SubAxis, parse
 from spmd_types.layout import (
     axis_coords,
     block_bounds,
     block_indices,
     overlap_elements,
+    overlap_summary,
+    overlap_widths,
     reduction_group_coords,
 )
 
@@ -116,3 +119,34 @@ def test_rank_zero_type():
     assert block_bounds(t).shape == (6, 0, 2)
     assert reduction_group_coords(t).tolist() == [0, 1, 2, 0, 1, 2]
     assert overlap_elements(t, t).tolist() == [1] * 6
+
+
+@given(st.data())
+def test_overlap_summary_equals_the_per_device_table(data):
+    """Summed per class of devices (components of dimensions sharing no mesh axis, each on the grid
+    of its own axes), the overlaps give the per-device table's exact sum and least, over any subset
+    of dimensions; ``overlap_figures`` (nested cuts taken as constants) those of every dimension."""
+    mesh = data.draw(meshes(max_devices=64))
+    a, b = data.draw(type_pairs(mesh, unreduced=True, subaxes=True))
+    dims = tuple(data.draw(st.lists(st.sampled_from(range(a.rank)), unique=True))) if a.rank else ()
+    table = np.ones(mesh.size, dtype=np.int64)
+    for d, w in enumerate(overlap_widths(a, b)):
+        if d in dims:
+            table = table * w
+    assert overlap_summary(a, b, dims) == (int(table.sum()), int(table.min()))
+    full = overlap_elements(a, b)
+    assert overlap_figures(a, b) == (int(full.sum()), int(full.min()))
+
+
+@given(st.data())
+def test_unreduced_bound_floor_is_at_most_the_bound(data):
+    """The synthesizer's cheap key (every element counted as consistent) never exceeds the bound."""
+    mesh = data.draw(meshes(max_devices=48))
+    a, _ = data.draw(type_pairs(mesh, unreduced=True, subaxes=True, dtypes=("f32",)))
+    b = data.draw(sharding_types(mesh, shape=a.shape, dtype=a.dtype, unreduced=True, subaxes=True))
+    assume(a.unreduced or b.unreduced)
+    floor = unreduced_bound_floor(a, b)
+    if floor is None:  # a sub-axis across the mesh's prime atoms (``x:(3)2`` on ``x=6``)
+        assert any(isinstance(x, SubAxis) for t in (a, b) for x in (*t.unreduced, *(y for d in t.dims for y in d)))
+        return
+    assert floor <= lower_bound_bytes(a, b)

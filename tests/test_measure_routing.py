@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import strategies as st
 from strategies import meshes, shapes_for, sharding_types
 
@@ -20,7 +20,17 @@ from redist import CostModel
 from redist.atoms import unreduced_atoms
 from redist.cost import KindCost
 from redist.errors import StepError
-from redist.exchange import _most_held, _route, group_missing_total, provider_cells, schedule
+from redist.exchange import (
+    _most_held,
+    _plain_routing,
+    _route,
+    _routing,
+    _rows_routing,
+    group_missing_total,
+    provider_cells,
+    schedule,
+)
+from redist.exchange_classes import classes
 from redist.groups import atoms_index, replica_index
 from redist.measure import routed_measure, schedule_measure, scheduled_measure, uniform_links
 from redist.plan import Plan
@@ -180,3 +190,37 @@ def test_counting_routing_equals_the_routing_with_offsets(pair: tuple[ShardingTy
     for a, b in zip(counted.forward[:2], full.forward[:2]):
         assert np.array_equal(a, b)
     assert np.array_equal(counted.level, full.level)
+
+
+@st.composite
+def _plain_pairs(draw: st.DrawFn) -> tuple[ShardingType, ShardingType]:
+    mesh = draw(meshes(max_axes=4, max_size=6, max_devices=96))
+    shape = draw(shapes_for(mesh, draw(st.integers(0, 3))))
+    return tuple(draw(sharding_types(mesh, shape=shape, dtype="f32", subaxes=True)) for _ in range(2))  # type: ignore[return-value]
+
+
+@given(_plain_pairs())
+def test_plain_routing_equals_the_routed_rows(pair: tuple[ShardingType, ShardingType]) -> None:
+    """``routing`` of a move without pending sums comes from its closed form (``_plain_routing``):
+    the cells, rounds and cell shape its (device, cell) rows give, refused alike."""
+    s, d = pair
+    assume(not (s.unreduced or d.unreduced))  # unreduced size-1 axes
+    try:
+        rows = _rows_routing(s, d, False)
+    except StepError:
+        with pytest.raises(StepError):
+            _plain_routing(s, d)
+        return
+    assert _plain_routing(s, d) == rows
+
+
+def test_plain_quotients_of_kept_pending_sums_route_by_closed_form() -> None:
+    """The exchange that moves kept partials one by one factors them out (``exchange_classes``) to a
+    plain quotient, routed from its closed form: the figures of the rows, lifted by the classes."""
+    mesh = Mesh({f"a{i}": 2 for i in range(6)})
+    s = parse("f32[64@(a0,a1),32@a2]{U:(a3,a4)}", mesh)
+    d = parse("f32[64@(a1,a0),32@a5]{U:(a3,a4)}", mesh)
+    c = classes(s, d)
+    assert c is not None and not (c.quotient_old.unreduced or c.quotient_new.unreduced)
+    rows = _rows_routing(c.quotient_old, c.quotient_new, False)
+    assert _routing(s, d, False) == rows._replace(cells=rows.cells * c.n_classes)
