@@ -78,6 +78,7 @@ from __future__ import annotations
 import math
 
 from redist.atoms import Atom, atoms_of, dims_atoms, unreduced_atoms
+from redist.bounds_devices import device_bound_bytes
 from spmd_types import Mesh, ShardingType
 from spmd_types.layout import overlap_summary
 from spmd_types.memo import Scope, memo
@@ -88,6 +89,8 @@ def lower_bound_bytes(src: ShardingType, dst: ShardingType) -> float:
     if not src.unreduced and not dst.unreduced:
         missing = dst.local_size * src.mesh.size - overlap_total(src, dst)
         return missing * src.itemsize / src.mesh.size
+    if not (on_prime_atoms(src) and on_prime_atoms(dst)):
+        return device_bound_bytes(src, dst)
     return _unreduced_bound(src, dst)
 
 
@@ -124,6 +127,14 @@ def _all_atoms(m: Mesh) -> frozenset[Atom]:
     return frozenset(a for name in m.names for a in atoms_of(m, name))
 
 
+def on_prime_atoms(t: ShardingType) -> bool:
+    """Whether every sub-axis of ``t`` is a product of the mesh's prime atoms (``x:(1)2``,
+    ``x:(2)3`` on ``x=6``; not ``x:(1)3``): the closed forms here count groups by multiplying atom
+    sizes, which holds only then (``redist.bounds_devices`` counts the rest from the devices)."""
+    every = _all_atoms(t.mesh)
+    return unreduced_atoms(t) <= every and all(a in every for d in dims_atoms(t) for a in d)
+
+
 def _size(atoms: set[Atom] | frozenset[Atom]) -> int:
     return math.prod(a.size for a in atoms)
 
@@ -148,10 +159,8 @@ def unreduced_bound_floor(src: ShardingType, dst: ShardingType) -> float | None:
     of the mesh's prime atoms (``x:(3)2`` on ``x=6``): the consistent count is not one of elements
     there, so no floor is claimed."""
     m = src.mesh
-    every = _all_atoms(m)
-    for t in (src, dst):
-        if not unreduced_atoms(t) <= every or any(a not in every for d in dims_atoms(t) for a in d):
-            return None
+    if not (on_prime_atoms(src) and on_prime_atoms(dst)):
+        return None
     return math.prod(src.shape) * _messages(src, dst)[0] * src.itemsize / m.size
 
 
@@ -169,7 +178,8 @@ def _messages(src: ShardingType, dst: ShardingType) -> tuple[int, int]:
     agreeing = groups // _size(fd & s_dim)  # groups of a consistent cell holding a source copy
     # a partial's copies differ only along the atoms the source neither shards nor sums over: all
     # lie in the holding group when those atoms are all summed over in the destination
-    confined = not (_all_atoms(m) - s_dim - us - ud)
+    # (a size-1 axis's atom distinguishes no devices)
+    confined = all(a.size == 1 for a in _all_atoms(m) - s_dim - us - ud)
 
     def messages(consistent: bool) -> int:
         """Per element: the bound of the module docstring for a (non-)consistent cell."""
