@@ -367,8 +367,8 @@ def _permute_last_candidates(src: ShardingType, dst: ShardingType, cm: CostModel
             continue
         try:
             inverse = _relabelling(src, apply_step(steps[0], src), inverse=True)
-            if inverse is None:
-                continue
+            if inverse is None or any(a not in inverse for d in dims_atoms(dst) for a in d):
+                continue  # (a sub-axis outside the mesh's prime atoms has no relabelling)
             mid = apply_step(Permute(_axes_dims(src.mesh, [[inverse[a] for a in d] for d in dims_atoms(dst)])), dst)
             mirror = _merge(src, [*_Greedy(src, mid).run(), Permute(dst.dims)], cm)
             if Plan.build(src, mirror, cm).recv_bytes <= Plan.build(src, steps, cm).recv_bytes:

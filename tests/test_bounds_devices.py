@@ -52,3 +52,28 @@ def test_a_size_one_axis_does_not_unconfine_the_partials():
         a, b = parse("f32[1]{U:(y,z)}", mesh), parse("f32[1]{U:z}", mesh)
         assert lower_bound_bytes(a, b) == device_bound_bytes(a, b) == 4.0
         assert synthesize(a, b).verify().ok
+
+
+def test_off_atom_plans_above_the_bound_are_recorded_not_refused():
+    """``s32[6@(b:(3)2),1,1]{U:(b:(1)3)} -> s32[6,1,1]{U:b}``: one pad (no message) reaches the
+    destination, but the planner's steps reason on ``b``'s prime atoms (2, 3) and miss it. The
+    certificate records the gap (``exceeds``) and says why, instead of failing ``verify()``;
+    ``strict_recv`` still refuses."""
+    from proofs.errors import VerificationError
+    from proofs.link import Status
+
+    mesh = Mesh({"b": 6})
+    plan = synthesize(parse("s32[6@(b:(3)2),1,1]{U:(b:(1)3)}", mesh), parse("s32[6,1,1]{U:b}", mesh))
+    assert plan.lower_bound_bytes == 0.0 < plan.recv_bytes
+    recv = {p.name: p for p in plan.verify().properties}["recv"]
+    assert recv.status is Status.EXCEEDS and "prime atoms" in recv.note
+    with pytest.raises(VerificationError):
+        plan.verify(strict_recv=True)
+
+
+def test_a_relabelled_mirror_skips_off_atom_destinations():
+    """Was a bare ``KeyError`` from ``_permute_last_candidates`` (``z:(3)2`` has no relabelling)."""
+    mesh = Mesh({"_p": 1, "b": 1, "U": 4, "z": 6})
+    a = parse("s32[1@(_p,b),4@(U:(2)2,U:(1)2),2]", mesh)
+    b = parse("s32[1@_p,4@U,2@(z:(3)2)]", mesh)
+    assert synthesize(a, b).recv_bytes >= lower_bound_bytes(a, b)
