@@ -209,7 +209,17 @@ def type_pairs(
     return src, dst
 
 
+@st.composite
+def pending_pairs(draw: st.DrawFn, max_devices: int, dtypes: Sequence[str] = ("f32",)) -> tuple[ShardingType, ShardingType]:
+    """A source and a destination, both possibly with pending sums, sub-axes included (also those
+    off the mesh's prime factors, ``x:(1)3`` on ``x=6``), on a random mesh: the bounds' inputs."""
+    mesh = draw(meshes(max_devices=max_devices))
+    a, _ = draw(type_pairs(mesh, unreduced=True, subaxes=True, dtypes=dtypes))
+    b = draw(sharding_types(mesh, shape=a.shape, dtype=a.dtype, unreduced=True, subaxes=True))
+    return a, b
+
+
 __all__ = [
     "ALL_DTYPES", "AXIS_NAMES", "axis_pieces", "factor_chains", "jax_meshes", "mesh_and_type",
-    "meshes", "shapes_for", "sharding_types", "type_pairs",
+    "meshes", "pending_pairs", "shapes_for", "sharding_types", "type_pairs",
 ]

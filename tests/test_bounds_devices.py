@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import pytest
 from hypothesis import assume, given
-from hypothesis import strategies as st
-from strategies import meshes, sharding_types, type_pairs
+from strategies import pending_pairs
 
 import proofs  # noqa: F401  (registers plan.verify)
 from proofs.measures import lower_bound_cells
@@ -34,11 +33,9 @@ def test_a_crossed_factorisation_plans_at_its_bound_and_verifies(src, dst, bound
     assert plan.verify().ok
 
 
-@given(st.data())
-def test_the_device_count_equals_the_closed_form_and_the_proofs_count(data):
-    mesh = data.draw(meshes(max_devices=48))
-    a, _ = data.draw(type_pairs(mesh, unreduced=True, subaxes=True, dtypes=("f32",)))
-    b = data.draw(sharding_types(mesh, shape=a.shape, dtype=a.dtype, unreduced=True, subaxes=True))
+@given(pending_pairs(max_devices=48))
+def test_the_device_count_equals_the_closed_form_and_the_proofs_count(pair):
+    a, b = pair
     assume(a.unreduced or b.unreduced)
     got = device_bound_bytes(a, b)
     assert got == pytest.approx(float(lower_bound_cells(a, b, a.shape)) * a.itemsize)
