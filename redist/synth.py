@@ -43,7 +43,7 @@ from redist.atoms import (
     from_atoms,
     unreduced_atoms,
 )
-from redist.bounds import lower_bound_bytes, unreduced_bound_floor
+from redist.bounds import lower_bound_bytes, on_prime_atoms, unreduced_bound_floor
 from redist.cost import DEFAULT_COST_MODEL, CostModel, crosses
 from redist.errors import RedistError, StepError
 from redist.exchange import (
@@ -74,8 +74,9 @@ from redist.steps import (
     ReduceScatter,
     Step,
 )
-from spmd_types import Mesh, ShardingType
+from spmd_types import Mesh, ShardingType, SubAxis
 from spmd_types.memo import Scope, memo
+from spmd_types.mesh import Axis
 from spmd_types.types import canonical_axes
 
 Dims = list[list[Atom]]
@@ -339,7 +340,7 @@ def _typed_candidates(src: ShardingType, dst: ShardingType, cm: CostModel) -> li
     ``Exchange`` always remains)."""
     out: list[tuple[Step, ...]] = []
     builders = (_greedy_candidates, _split_reduction_candidates, _reduce_early_candidates, _relabel_candidates,
-                _reorder_candidates, _reduce_shared_first_candidates)
+                _reorder_candidates, _reduce_shared_first_candidates, _spelled_candidates)
     for build in builders:
         try:
             out.extend(build(src, dst, cm))
@@ -397,6 +398,36 @@ def _relabelling(a: ShardingType, b: ShardingType, inverse: bool = False) -> dic
 
 def _greedy_candidates(src: ShardingType, dst: ShardingType, cm: CostModel) -> list[tuple[Step, ...]]:
     return [_merge(src, _Greedy(src, dst).run(), cm)]
+
+
+def _spelled_candidates(src: ShardingType, dst: ShardingType, cm: CostModel) -> list[tuple[Step, ...]]:
+    """Only where a type cuts an axis off the mesh's prime atoms (``x:(1)3`` on ``x=6``): the
+    greedy pass names pieces of axes by prime atoms and cannot name such a piece, so one local
+    step spelled with the mesh's own sub-axes is tried first (a pad of a dimension's minor axes into
+    pending sums, a discard or a slice of one sub-axis), then the greedy pass from there.
+    ``s32[6@(b:(3)2)]{U:(b:(1)3)} -> s32[6]{U:b}`` is one pad, no message (2.7 B without it)."""
+    if on_prime_atoms(src) and on_prime_atoms(dst):
+        return []
+    steps: list[Step] = [PadUnreduced(d, axes[k:]) for d, axes in enumerate(src.dims) for k in range(len(axes))]
+    for a in _sub_axes(src.mesh):
+        steps += [Discard((a,)), *(DynSlice(d, (a,)) for d in range(src.rank))]
+    out = []
+    for step in steps:
+        try:
+            out.append(_merge(src, [step, *_Greedy(apply_step(step, src), dst).run()], cm))
+        except (StepError, RedistError):
+            continue
+    return out
+
+
+def _sub_axes(mesh: Mesh) -> list[Axis]:
+    """Every axis of ``mesh`` and every proper piece of one (``x:(pre)size``, ``pre * size`` dividing it)."""
+    out: list[Axis] = []
+    for name, n in mesh.axes:
+        out.append(name)
+        out += [SubAxis(name, pre, size) for pre in range(1, n) for size in range(2, n)
+                if n % (pre * size) == 0 and pre * size <= n]
+    return out
 
 
 def _relabel_candidates(src: ShardingType, dst: ShardingType, cm: CostModel) -> list[tuple[Step, ...]]:

@@ -52,20 +52,31 @@ def test_a_size_one_axis_does_not_unconfine_the_partials():
 
 
 def test_off_atom_plans_above_the_bound_are_recorded_not_refused():
-    """``s32[6@(b:(3)2),1,1]{U:(b:(1)3)} -> s32[6,1,1]{U:b}``: one pad (no message) reaches the
-    destination, but the planner's steps reason on ``b``'s prime atoms (2, 3) and miss it. The
-    certificate records the gap (``exceeds``) and says why, instead of failing ``verify()``;
-    ``strict_recv`` still refuses."""
+    """``f32[6]{U:t0} -> f32[6@(t0:(1)3)]{U:(t0:(3)2)}``: a reduce-scatter over ``t0:(1)3`` would
+    meet the bound, but ``t0`` is pending whole in the source and the planner's steps name pieces
+    of it by prime atoms (2, 3). The certificate records the gap (``exceeds``) and says why,
+    instead of failing ``verify()``; ``strict_recv`` still refuses."""
     from proofs.errors import VerificationError
     from proofs.link import Status
 
-    mesh = Mesh({"b": 6})
-    plan = synthesize(parse("s32[6@(b:(3)2),1,1]{U:(b:(1)3)}", mesh), parse("s32[6,1,1]{U:b}", mesh))
-    assert plan.lower_bound_bytes == 0.0 < plan.recv_bytes
+    mesh = Mesh({"t0": 6})
+    plan = synthesize(parse("f32[6]{U:t0}", mesh), parse("f32[6@(t0:(1)3)]{U:(t0:(3)2)}", mesh))
+    assert plan.lower_bound_bytes == 16.0 < plan.recv_bytes
     recv = {p.name: p for p in plan.verify().properties}["recv"]
     assert recv.status is Status.EXCEEDS and "prime atoms" in recv.note
     with pytest.raises(VerificationError):
         plan.verify(strict_recv=True)
+
+
+@pytest.mark.parametrize("mesh,src,dst", [
+    ({"b": 6}, "s32[6@(b:(3)2),1,1]{U:(b:(1)3)}", "s32[6,1,1]{U:b}"),  # one pad (was 2.7 B)
+    ({"x": 6}, "s32[1,1]{U:(x:(3)2)}", "s32[1,1]{U:x}"),  # one discard (was 0.7 B)
+])
+def test_one_spelled_local_step_reaches_an_off_atom_destination(mesh, src, dst):
+    m = Mesh(mesh)
+    plan = synthesize(parse(src, m), parse(dst, m))
+    assert plan.recv_bytes == plan.lower_bound_bytes == 0.0 and len(plan.steps) == 1
+    assert plan.verify().ok
 
 
 def test_a_relabelled_mirror_skips_off_atom_destinations():
