@@ -86,6 +86,8 @@ from spmd_types.memo import Scope, memo
 
 @memo(Scope.TYPE)
 def lower_bound_bytes(src: ShardingType, dst: ShardingType) -> float:
+    if src == dst:  # nothing to move; no table either (an identity plan of any size has a bound)
+        return 0.0
     if not src.unreduced and not dst.unreduced:
         missing = dst.local_size * src.mesh.size - overlap_total(src, dst)
         return missing * src.itemsize / src.mesh.size

@@ -21,6 +21,8 @@ import numpy as np
 from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 
+from spmd_types.layout import flat_index
+
 Edge = tuple[int, int]
 """``(sender, receiver)``: device ids; parallel edges (the same pair twice) are allowed."""
 
@@ -104,7 +106,7 @@ def offset_classes(src: np.ndarray, dst: np.ndarray, torus: Sequence[int] | None
     if torus:
         shape = tuple(int(n) for n in torus)
         cs, cd = np.unravel_index(src, shape), np.unravel_index(dst, shape)
-        key = np.ravel_multi_index(tuple((b - a) % n for a, b, n in zip(cs, cd, shape)), shape)
+        key = flat_index([(b - a) % n for a, b, n in zip(cs, cd, shape)], shape)  # (64-axis meshes too)
     else:
         key = dst - src
     pair = src.astype(np.int64) * (int(dst.max()) + 1) + dst

@@ -20,6 +20,7 @@ from redist.errors import StepError
 from redist.exchange import Schedule, schedule
 from redist.groups import coords as mesh_coords
 from spmd_types import ShardingType, axis_name
+from spmd_types.layout import flat_index
 from spmd_types.memo import Scope, memo
 
 MAX_DEVICES = 128
@@ -100,7 +101,7 @@ def _same_replica(old: ShardingType, new: ShardingType, src: np.ndarray, dst: np
     coords = mesh_coords(old.mesh)
     c = coords[src].copy()
     c[:, free] = coords[dst][:, free]
-    return np.ravel_multi_index(tuple(c.T), tuple(n for _, n in old.mesh.axes)).astype(np.int64)
+    return flat_index(list(c.T), tuple(n for _, n in old.mesh.axes))
 
 
 @memo(Scope.TYPE)

@@ -6,6 +6,7 @@ it once as an array ``[devices, rank, 2]`` keeps that O(devices x rank) NumPy wo
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -146,11 +147,13 @@ def overlap_summary(a: ShardingType, b: ShardingType, dims: tuple[int, ...]) -> 
     axes range independently over the mesh. So the sum is the product of the components' sums
     times the devices per point of their joint grid, and the least is the product of their least
     (overlaps are never negative). On 13 axes of 2 the grids hold a quarter of the devices a
-    planner's floors and bounds would otherwise multiply and sum."""
+    planner's floors and bounds would otherwise multiply and sum. With no dimension whose overlap
+    varies there is no table, so no limit on the mesh (``MeshTooLargeError`` otherwise)."""
     check_index_range(a)
     check_index_range(b)
-    a.mesh.check_enumerable()
     mesh = a.mesh
+    if dims:  # the callers' per-device routing and schedules follow: refuse the mesh here, typed
+        mesh.check_enumerable()
     comps: list[tuple[set[str], list[int]]] = []
     for d in dims:
         names = {axis_name(x) for x in a.dims[d] + b.dims[d]}
@@ -199,6 +202,15 @@ def sub_mesh(mesh: Mesh, names: tuple[str, ...]) -> Mesh:
     its blocks alike on both, so per-axis tables over it are the full mesh's, per class of devices
     that differ only along the other axes."""
     return Mesh([(n, mesh.axis_size(n)) for n in names]) if names else Mesh([("_", 1)])
+
+
+def flat_index(columns: Sequence[np.ndarray], shape: Sequence[int]) -> np.ndarray:
+    """Row-major ids of per-axis index columns: ``np.ravel_multi_index`` without its limit of 63
+    dimensions (a mesh may have 64 axes), int64 (ids of an enumerable mesh fit)."""
+    out = np.zeros(np.shape(columns[0]) if len(columns) else (), dtype=np.int64)
+    for c, n in zip(columns, shape):
+        out = out * int(n) + np.asarray(c, dtype=np.int64)
+    return out
 
 
 def reduction_group_coords(t: ShardingType) -> np.ndarray:

@@ -145,3 +145,21 @@ def test_a_pending_sum_exchange_past_int64_is_a_typed_error() -> None:
     dst = ShardingType((n,), "f32", [("a0", "a1", "a3")], m, ("a2",))
     with pytest.raises(SizeLimitError, match="dimension 0 "):
         synthesize(src, dst)
+
+
+def test_a_64_axis_mesh_plans_like_its_two_used_axes() -> None:
+    """``np.ravel_multi_index`` takes at most 63 dimensions: device ids of a 64-axis mesh are
+    computed without it (``spmd_types.layout.flat_index``), so the exchange's colouring and the
+    all-to-all form of an exchange run there (was a bare ``ValueError``)."""
+    wide = Mesh({f"a{i}": 2 if i in (19, 20) else 1 for i in range(64)})
+    two = Mesh({"a19": 2, "a20": 2})
+    for src, dst in (("f32[8@(a19,a20),4]", "f32[8,4@(a20,a19)]"), ("f32[8@a19,4]{U:a20}", "f32[8@a20,4]")):
+        for cm in (CostModel(objective="bytes"), CostModel(objective="time")):
+            got, ref = redistribute(src, dst, wide, cost_model=cm), redistribute(src, dst, two, cost_model=cm)
+            assert (got.recv_bytes, got.lower_bound_bytes) == (ref.recv_bytes, ref.lower_bound_bytes)
+
+
+def test_an_identity_move_past_int64_has_its_figures() -> None:
+    """No index math is needed to move nothing: 0 B received against a bound of 0 B."""
+    plan = redistribute(f"f32[{2**63}@x]", f"f32[{2**63}@x]", Mesh({"x": 2}))
+    assert (plan.steps, plan.recv_bytes, plan.lower_bound_bytes) == ((), 0.0, 0.0)
