@@ -20,12 +20,14 @@ import numpy as np
 from redist.atoms import atoms_of_axes
 from redist.cost import DEFAULT_COST_MODEL
 from redist.exchange import schedule
+from redist.exchange_a2a import slots
 from redist.groups import members
 from redist.measure import StepMeasure, group_size, measure
 from redist.render import StepText, axes_text, device_list, fmt_compact, fmt_size, plural, step_texts
-from redist.steps import Comm, Step
+from redist.steps import Comm, ExchangeAllToAll, Step
 from spmd_types import ShardingType
 from spmd_types.errors import MissingExtraError
+from spmd_types.mesh import Axis
 
 if TYPE_CHECKING:
     from redist.plan import Plan
@@ -91,22 +93,32 @@ def layout(t: ShardingType, dims: tuple[int | None, int | None] | None = None) -
 
 def recv_matrix(step: Step, before: ShardingType, after: ShardingType) -> np.ndarray:
     """``[receiver, sender]`` bytes a step moves. Point-to-point steps count the cells of their
-    schedule; typed collectives split each device's ring traffic (its measured ``recv_bytes``, what
-    the cost model charges) evenly over its group's other members, so row sums are ``recv_bytes``."""
+    schedule; an exchange run as one all-to-all, its padded slots (``k`` cells from every other
+    member of its group, what it sends and what the cost model charges); typed collectives split
+    each device's ring traffic (its measured ``recv_bytes``) evenly over its group's other
+    members. Row sums are ``recv_bytes``."""
     n = before.mesh.size
+    if isinstance(step, ExchangeAllToAll):
+        s = slots(before, after)
+        return _group_matrix(before, s.names, s.k * s.cell_bytes(before.itemsize))
     out = np.zeros((n, n), dtype=np.float64)
     if step.comm is Comm.POINT_TO_POINT:
         sch = schedule(before, after)
         cell = math.prod(sch.cell) * before.itemsize
         for r in sch.rounds:
-            for s, d in r.pairs:
-                out[d, s] += cell
+            for src, dst in r.pairs:
+                out[dst, src] += cell
         return out
     p = group_size(step, before)
     if step.comm is Comm.LOCAL or p <= 1:
         return out
-    per_peer = measure(step, before, after, DEFAULT_COST_MODEL).recv_bytes / (p - 1)
-    for v, group in enumerate(members(before.mesh, atoms_of_axes(before.mesh, step.group_axes()))):
+    return _group_matrix(before, step.group_axes(), measure(step, before, after, DEFAULT_COST_MODEL).recv_bytes / (p - 1))
+
+
+def _group_matrix(t: ShardingType, axes: Sequence[Axis], per_peer: float) -> np.ndarray:
+    """``per_peer`` bytes from every other member of each device's group along ``axes``."""
+    out = np.zeros((t.mesh.size, t.mesh.size), dtype=np.float64)
+    for v, group in enumerate(members(t.mesh, atoms_of_axes(t.mesh, tuple(axes)))):
         for u in group:
             if u != v:
                 out[v, u] = per_peer

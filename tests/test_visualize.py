@@ -25,6 +25,7 @@ CASES = [
     ("f32[64@x,32]{U:y}", "f32[64@x,32]", MESH),
     ("f32[64,32]", "f32[64@(x,y),32]", MESH),
     ("f32[16@x,8@y,32]", "f32[16,8@x,32@y]", MESH),
+    ("bf16[2,4@x,1]", "bf16[2,4@y,1]", MESH),  # an exchange as one padded all-to-all: its slots, not its cells
 ]
 
 
