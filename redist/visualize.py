@@ -10,7 +10,7 @@ the PNG uses matplotlib, imported only when a picture is saved (the ``viz`` extr
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -21,10 +21,11 @@ from redist.atoms import atoms_of_axes
 from redist.cost import DEFAULT_COST_MODEL
 from redist.exchange import schedule
 from redist.exchange_a2a import slots
+from redist.facets import FacetTable
 from redist.groups import members
 from redist.measure import StepMeasure, group_size, measure
 from redist.render import StepText, axes_text, device_list, fmt_compact, fmt_size, plural, step_texts
-from redist.steps import Comm, ExchangeAllToAll, Step
+from redist.steps import ALL_STEPS, Comm, ExchangeAllToAll, Step
 from spmd_types import ShardingType
 from spmd_types.errors import MissingExtraError
 from spmd_types.mesh import Axis
@@ -92,15 +93,28 @@ def layout(t: ShardingType, dims: tuple[int | None, int | None] | None = None) -
 
 
 def recv_matrix(step: Step, before: ShardingType, after: ShardingType) -> np.ndarray:
-    """``[receiver, sender]`` bytes a step moves. Point-to-point steps count the cells of their
-    schedule; an exchange run as one all-to-all, its padded slots (``k`` cells from every other
-    member of its group, what it sends and what the cost model charges); typed collectives split
-    each device's ring traffic (its measured ``recv_bytes``) evenly over its group's other
-    members. Row sums are ``recv_bytes``."""
+    """``[receiver, sender]`` bytes a step moves (``TRAFFIC``); row sums are ``recv_bytes``."""
+    return TRAFFIC[type(step)](step, before, after)
+
+
+Traffic = Callable[[Step, ShardingType, ShardingType], np.ndarray]
+TRAFFIC: FacetTable[Traffic] = FacetTable("traffic matrix", "redist.visualize.TRAFFIC")
+"""Per step class, the bytes each device receives from each other device."""
+
+
+@TRAFFIC.register(ExchangeAllToAll)
+def _slots_matrix(step: Step, before: ShardingType, after: ShardingType) -> np.ndarray:
+    """An exchange run as one all-to-all sends its padded slots: ``k`` cells from every other
+    member of its group (what the cost model charges), not only the exchange's cells."""
+    s = slots(before, after)
+    return _group_matrix(before, s.names, s.k * s.cell_bytes(before.itemsize))
+
+
+@TRAFFIC.register(*(c for c in ALL_STEPS if c is not ExchangeAllToAll))
+def _comm_matrix(step: Step, before: ShardingType, after: ShardingType) -> np.ndarray:
+    """Point-to-point steps count the cells of their schedule; typed collectives split each
+    device's ring traffic (its measured ``recv_bytes``) evenly over its group's other members."""
     n = before.mesh.size
-    if isinstance(step, ExchangeAllToAll):
-        s = slots(before, after)
-        return _group_matrix(before, s.names, s.k * s.cell_bytes(before.itemsize))
     out = np.zeros((n, n), dtype=np.float64)
     if step.comm is Comm.POINT_TO_POINT:
         sch = schedule(before, after)

@@ -38,7 +38,7 @@ def _sources(packages: tuple[str, ...]) -> list[tuple[pathlib.Path, ast.Module]]
 EXPECTED_TABLES = {
     "redist.measure.MEASURE", "redist.measure.PROFILE_KIND", "redist.simulate.SIMULATE", "redist.executor.LOWER", "redist.synth.FUSE",
     "redist.synth.VARIANTS", "redist.search.NEIGHBOURS", "proofs.steps_semantics.SEMANTICS",
-    "proofs.measures.RECV", "proofs.soundness.CANDIDATES", "redist.render.DESCRIBE",
+    "proofs.measures.RECV", "proofs.soundness.CANDIDATES", "redist.render.DESCRIBE", "redist.visualize.TRAFFIC",
 }
 
 
