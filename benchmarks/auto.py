@@ -23,6 +23,7 @@ os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 
 import jax  # noqa: E402
 
+from benchmarks.paired import balanced_order  # noqa: E402
 from benchmarks.partitioner import Side, bench_schedule, spearman  # noqa: E402
 from partir_core import Shard, auto, partition  # noqa: E402
 from partir_core import auto_profile as P  # noqa: E402
@@ -175,7 +176,7 @@ def _compiled(model: M.Model, schedule: list[Tactic], mesh: Mesh) -> tuple[Any, 
 
 def calibrate_model(name: str, mesh: Mesh, n_random: int, rounds: int, seed: int = 0) -> list[Sample]:
     """Hand strategies and random schedules of one model, timed in interleaved rounds (every
-    schedule once per round, the order rotating) so a slow phase of the shared machine hits
+    schedule once per round, in ``balanced_order``) so a slow phase of the shared machine hits
     them alike; a schedule's time is its median over the rounds."""
     model = M.MODELS[name](**SIZES.get(name, {}))
     cases = [(s, S.schedule(name, s)) for s in S.applicable(name)]
@@ -183,8 +184,7 @@ def calibrate_model(name: str, mesh: Mesh, n_random: int, rounds: int, seed: int
     built = [(label, *_compiled(model, sch, mesh)) for label, sch in cases]
     times: list[list[float]] = [[] for _ in built]
     for r in range(rounds):
-        for k in range(len(built)):
-            i = (k + r) % len(built)
+        for i in balanced_order(range(len(built)), r):
             compiled, args = built[i][1], built[i][2]
             t = time.perf_counter()
             jax.block_until_ready(compiled(*args))

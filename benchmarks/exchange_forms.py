@@ -48,6 +48,7 @@ from jax.sharding import NamedSharding  # noqa: E402
 from benchmarks.arrays import check_output, make_input  # noqa: E402
 from benchmarks.cases import NAMED_CASES, Case  # noqa: E402
 from benchmarks.hlo import local_writes, parse_collectives  # noqa: E402
+from benchmarks.paired import balanced_order  # noqa: E402
 from benchmarks.random_pairs import PairSpec, random_pairs  # noqa: E402
 from benchmarks.speed import _at_least  # noqa: E402
 from redist import executor as ex  # noqa: E402
@@ -232,14 +233,14 @@ def case_plans(name: str, first: str | None) -> tuple[Plan, Plan | None]:
 
 
 def interleaved(progs: dict[str, Any], x: Any, seconds: float) -> dict[str, list[float]]:
-    """Seconds per call of each program, in rotating order until ``seconds`` pass."""
+    """Seconds per call of each program, in ``balanced_order`` until ``seconds`` pass."""
     names = list(progs)
     times: dict[str, list[float]] = {n: [] for n in names}
     for n in names:
         progs[n](x).block_until_ready()
     start, i = time.perf_counter(), 0
     while i < 15 or time.perf_counter() - start < seconds:
-        for n in names[i % len(names):] + names[: i % len(names)]:
+        for n in balanced_order(names, i):
             t = time.perf_counter()
             progs[n](x).block_until_ready()
             times[n].append(time.perf_counter() - t)

@@ -211,8 +211,8 @@ A/A control: the spread of identical work) and ``plan(x)`` (our executable plus 
 
 
 CHUNK = 16
-"""Repetitions per chunk once the minimum count has run (a multiple of ``2 * len(sides)`` for 2 and 4
-sides, so ``balanced_order`` stays balanced; 3 sides are balanced within 1 repetition in 6)."""
+"""Repetitions per chunk once the minimum count has run: a multiple of ``period(len(sides))`` for
+2 and 4 sides (``TIMED_SIDES``), so ``balanced_order`` stays balanced chunk by chunk."""
 MAX_REPS = 2000
 CALL_REPS = 32
 """Repetitions of ``plan(x)`` against our executable: only its extra Python is read off them."""

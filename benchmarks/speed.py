@@ -48,6 +48,7 @@ from benchmarks.cases import NAMED_CASES, Case, select_cases  # noqa: E402
 from benchmarks.floor import bare_thunks, ceiling_over, floor_s  # noqa: E402
 from benchmarks.floor_passes import pass_thunks, refined_names, side_passes  # noqa: E402
 from benchmarks.hlo import collective_sequence, collective_signature, local_writes, parse_collectives  # noqa: E402
+from benchmarks.paired import balanced_order, period  # noqa: E402
 from benchmarks.random_pairs import PairSpec, random_pairs  # noqa: E402
 from benchmarks.xla_side import capture_fd2  # noqa: E402
 from redist import CostModel, Plan, redistribute  # noqa: E402
@@ -249,15 +250,15 @@ def _xla(case: Case, shardy: bool, x: Any, jmesh: jax.sharding.Mesh) -> Any:
 
 
 def round_robin(fns: dict[str, Callable[[], Any]], seconds: float, min_reps: int = 15) -> dict[str, float]:
-    """Median seconds of each thunk, run in rotating order until ``seconds`` pass (>= ``min_reps``)."""
+    """Median seconds of each thunk, run in ``balanced_order`` (each runs after each other one
+    equally often) until ``seconds`` pass, at least ``min_reps`` rounds, and whole periods of it."""
     names = list(fns)
     times: dict[str, list[float]] = {n: [] for n in names}
     for n in names:
         fns[n]().block_until_ready()
     start, i = time.perf_counter(), 0
-    while i < min_reps or time.perf_counter() - start < seconds:
-        order = names[i % len(names):] + names[: i % len(names)]
-        for n in order:
+    while i < min_reps or time.perf_counter() - start < seconds or i % period(len(names)):
+        for n in balanced_order(names, i):
             t = time.perf_counter()
             fns[n]().block_until_ready()
             times[n].append(time.perf_counter() - t)

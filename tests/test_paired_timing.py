@@ -3,18 +3,31 @@ quantities on fixed numbers and fixed HLO text, never a clock."""
 
 from __future__ import annotations
 
+from collections import Counter
+
 import pytest
 
 from benchmarks.multiprocess import hlo_verdict, summary
-from benchmarks.paired import balanced_order, median_ci, paired_ratio, spans, spread
+from benchmarks.paired import balanced_order, median_ci, paired_ratio, period, spans, spread
 
 
 def test_balanced_order_puts_every_side_in_every_position() -> None:
-    assert [balanced_order("AB", r) for r in range(4)] == [list("AB"), list("BA"), list("BA"), list("AB")]
-    orders = [balanced_order("ABC", r) for r in range(6)]
-    for pos in range(3):
-        assert sorted(o[pos] for o in orders) == list("AABBCC")
+    assert [balanced_order("AB", r) for r in range(4)] == [list("AB"), list("BA"), list("AB"), list("BA")]
     assert balanced_order([], 3) == []
+
+
+@pytest.mark.parametrize("n", range(1, 14))
+def test_balanced_order_runs_each_side_after_each_other_equally_often(n: int) -> None:
+    """Over one period every side holds every position equally often and follows every other side
+    equally often (a plain rotation fails the second: a side always follows the same neighbour)."""
+    names = [f"s{i}" for i in range(n)]
+    rows = [balanced_order(names, r) for r in range(period(n))]
+    assert all(sorted(r) == sorted(names) for r in rows)
+    for pos in range(n):
+        assert len(set(Counter(r[pos] for r in rows).values())) == 1
+    follows = Counter((r[i], r[i + 1]) for r in rows for i in range(n - 1))
+    assert len(follows) == n * (n - 1) and len(set(follows.values())) <= 1
+    assert balanced_order(names, period(n)) == rows[0]
 
 
 def test_median_ci_takes_order_statistics() -> None:
