@@ -33,7 +33,6 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import time
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
@@ -48,9 +47,8 @@ from jax.sharding import NamedSharding  # noqa: E402
 from benchmarks.arrays import check_output, make_input  # noqa: E402
 from benchmarks.cases import NAMED_CASES, Case  # noqa: E402
 from benchmarks.hlo import local_writes, parse_collectives  # noqa: E402
-from benchmarks.paired import balanced_order  # noqa: E402
 from benchmarks.random_pairs import PairSpec, random_pairs  # noqa: E402
-from benchmarks.speed import _at_least  # noqa: E402
+from benchmarks.speed import _at_least, round_robin_times, thunk  # noqa: E402
 from redist import executor as ex  # noqa: E402
 from redist import redistribute  # noqa: E402
 from redist.exchange import schedule  # noqa: E402
@@ -232,22 +230,6 @@ def case_plans(name: str, first: str | None) -> tuple[Plan, Plan | None]:
     return plan, Plan.build(src, redistribute(src, mid, src.mesh).steps + redistribute(mid, dst, src.mesh).steps)
 
 
-def interleaved(progs: dict[str, Any], x: Any, seconds: float) -> dict[str, list[float]]:
-    """Seconds per call of each program, in ``balanced_order`` until ``seconds`` pass."""
-    names = list(progs)
-    times: dict[str, list[float]] = {n: [] for n in names}
-    for n in names:
-        progs[n](x).block_until_ready()
-    start, i = time.perf_counter(), 0
-    while i < 15 or time.perf_counter() - start < seconds:
-        for n in balanced_order(names, i):
-            t = time.perf_counter()
-            progs[n](x).block_until_ready()
-            times[n].append(time.perf_counter() - t)
-        i += 1
-    return times
-
-
 def _plans() -> list[tuple[str, Plan, Plan | None]]:
     out = [(name, *case_plans(name, first)) for name, first in CASES]
     for axes, src, dst in SWAPS:
@@ -267,7 +249,7 @@ def table(seconds: float, runs: int) -> list[str]:
         ms: dict[str, list[float]] = {k: [] for k in progs}
         per_run: dict[str, list[float]] = {k: [] for k in progs}
         for _ in range(runs):
-            t = interleaved(progs, x, seconds)
+            t = round_robin_times({n: thunk(p, x) for n, p in progs.items()}, seconds)
             for k in progs:
                 r = [a / b for a, b in zip(t["current"], t[k])]
                 pooled[k] += r

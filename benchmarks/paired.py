@@ -55,8 +55,8 @@ def balanced_order(names: Sequence[T], rep: int) -> list[T]:
 
 def period(n: int) -> int:
     """Repetitions after which ``balanced_order`` has balanced ``n`` sides: ``n`` rows of the
-    Williams square, and their reverses too where ``n`` is odd."""
-    return n if n % 2 == 0 else 2 * n
+    Williams square, and their reverses too where ``n`` is odd (1 for no sides: nothing to balance)."""
+    return max(1, n if n % 2 == 0 else 2 * n)
 
 
 def _williams_row(n: int) -> list[int]:

@@ -250,7 +250,12 @@ def _xla(case: Case, shardy: bool, x: Any, jmesh: jax.sharding.Mesh) -> Any:
 
 
 def round_robin(fns: dict[str, Callable[[], Any]], seconds: float, min_reps: int = 15) -> dict[str, float]:
-    """Median seconds of each thunk, run in ``balanced_order`` (each runs after each other one
+    """Median seconds of each thunk (``round_robin_times``)."""
+    return {n: statistics.median(v) for n, v in round_robin_times(fns, seconds, min_reps).items()}
+
+
+def round_robin_times(fns: dict[str, Callable[[], Any]], seconds: float, min_reps: int = 15) -> dict[str, list[float]]:
+    """Seconds of each call of each thunk, run in ``balanced_order`` (each runs after each other one
     equally often) until ``seconds`` pass, at least ``min_reps`` rounds, and whole periods of it."""
     names = list(fns)
     times: dict[str, list[float]] = {n: [] for n in names}
@@ -263,7 +268,7 @@ def round_robin(fns: dict[str, Callable[[], Any]], seconds: float, min_reps: int
             fns[n]().block_until_ready()
             times[n].append(time.perf_counter() - t)
         i += 1
-    return {n: statistics.median(v) for n, v in times.items()}
+    return times
 
 
 def thunk(prog: Any, x: Any) -> Callable[[], Any]:
