@@ -342,11 +342,17 @@ def _collective_args(mesh: Mesh, atoms: tuple[Atom, ...]) -> dict[str, Any]:
     return args
 
 
-class Lowering(NamedTuple):
-    """How a step class lowers: ``fn(run, before, after, x)`` takes a *run* of consecutive steps
-    of the class (one step unless ``joins``: consecutive slices become one ``dynamic_slice``)."""
+Following = type | None
+"""The class of the step after a run in its plan (``None`` at the end): a lowering may shape its
+result for the step that reads it (``concat_joins_before``)."""
 
-    fn: Callable[[Sequence[Any], ShardingType, ShardingType, jax.Array], jax.Array]
+
+class Lowering(NamedTuple):
+    """How a step class lowers: ``fn(run, before, after, x, following)`` takes a *run* of
+    consecutive steps of the class (one step unless ``joins``: consecutive slices become one
+    ``dynamic_slice``) and the class of the step after it (``Following``)."""
+
+    fn: Callable[[Sequence[Any], ShardingType, ShardingType, jax.Array, Following], jax.Array]
     joins: bool = False
 
 
@@ -360,15 +366,22 @@ def _group(step: Step, t: ShardingType) -> tuple[tuple[Atom, ...], int]:
 
 def _one(fn: Callable[[Any, ShardingType, ShardingType, jax.Array], jax.Array]) -> Lowering:
     """A lowering of single steps; a group of one device (size-1 axes) is the identity."""
+    return _one_before(lambda step, before, after, x, following: fn(step, before, after, x))
 
-    def run(steps: Sequence[Any], before: ShardingType, after: ShardingType, x: jax.Array) -> jax.Array:
+
+def _one_before(fn: Callable[[Any, ShardingType, ShardingType, jax.Array, Following], jax.Array]) -> Lowering:
+    """``_one`` for a lowering that also reads the class of the step after it."""
+
+    def run(steps: Sequence[Any], before: ShardingType, after: ShardingType, x: jax.Array,
+            following: Following = None) -> jax.Array:
         (step,) = steps
-        return x if step.group_axes() and _group(step, before)[1] == 1 else fn(step, before, after, x)
+        return x if step.group_axes() and _group(step, before)[1] == 1 else fn(step, before, after, x, following)
 
     return Lowering(run)
 
 
-def _slices(steps: Sequence[Any], before: ShardingType, after: ShardingType, x: jax.Array) -> jax.Array:
+def _slices(steps: Sequence[Any], before: ShardingType, after: ShardingType, x: jax.Array,
+            following: Following = None) -> jax.Array:
     """A run of ``DynSlice`` steps as one ``dynamic_slice``: each step keeps chunk ``idx`` of the
     current extent, so offsets accumulate as ``off += idx * new_size`` per dimension."""
     shape = list(x.shape)
@@ -404,7 +417,8 @@ def _args(step: Step, t: ShardingType) -> dict[str, Any]:
     return _collective_args(t.mesh, _group(step, t)[0])
 
 
-def _all_gathers(steps: Sequence[AllGather], before: ShardingType, after: ShardingType, x: jax.Array) -> jax.Array:
+def _all_gathers(steps: Sequence[AllGather], before: ShardingType, after: ShardingType, x: jax.Array,
+                 following: Following = None) -> jax.Array:
     """A run of gathers, the most minor dimension first: gathers on different dimensions commute
     (each coarsens only its own dimension's block index), and XLA:CPU gathers a non-leading
     dimension through a transposing copy before and after the collective, so those copies are
@@ -431,8 +445,9 @@ def _gather_into(x: jax.Array, d: int, args: dict[str, Any], concat: bool | None
     return _join(y, 0, d, concat_joins(y.shape, 0, d, x.dtype.itemsize == 2) if concat is None else concat)
 
 
-@_one
-def _all_to_all(step: AllToAll, before: ShardingType, after: ShardingType, x: jax.Array) -> jax.Array:
+@_one_before
+def _all_to_all(step: AllToAll, before: ShardingType, after: ShardingType, x: jax.Array,
+                following: Following) -> jax.Array:
     """On an explicit group dimension, the form XLA's own partitioner emits: ``dst_dim`` is
     reshaped to ``(g, n/g)`` (the destination index is the major part of the local extent), the
     all-to-all exchanges that ``g`` in place (received blocks come back indexed by source), and
@@ -440,8 +455,10 @@ def _all_to_all(step: AllToAll, before: ShardingType, after: ShardingType, x: ja
     fuses that move into the all-to-all's result concatenation. ``tiled=True`` with
     ``concat_axis=src_dim`` instead makes XLA concatenate the whole block and transpose it again
     (one extra full-size pass, 3x the local writes on ``seq_to_hidden``). Where it is faster the
-    all-to-all splits ``dst_dim`` itself and reshapes after (``splits_directly``)."""
-    return _all_to_all_in_place(x, step.src_dim, step.dst_dim, _group(step, before)[1], _args(step, before))
+    all-to-all splits ``dst_dim`` itself and reshapes after (``splits_directly``); where another
+    all-to-all reads the result, the join may be a concatenate (``concat_joins_before``)."""
+    concat = True if concat_joins_before(x.dtype.itemsize, following) else None
+    return _all_to_all_in_place(x, step.src_dim, step.dst_dim, _group(step, before)[1], _args(step, before), concat)
 
 
 def _all_to_all_in_place(x: jax.Array, s: int, d: int, g: int, args: dict[str, Any],
@@ -493,6 +510,19 @@ def concat_joins(shape: Sequence[int], k: int, d: int, loop_is_slow: bool) -> bo
     (0.97-1.23x)."""
     rest = [n for i, n in enumerate(shape) if i != k]
     return loop_is_slow and math.prod(rest[d + 1:]) == 1
+
+
+def concat_joins_before(itemsize: int, following: Following) -> bool:
+    """Whether a 16-bit all-to-all's received pieces are joined by concatenate whatever the joined
+    dimension, because the next step is another all-to-all: XLA:CPU then forwards the pieces
+    straight into that all-to-all's send buffers (one of them read off a received piece, no
+    materialised join of the whole tuple), where the transposing join keeps the all-to-all's own
+    ``concatenate`` and fuses the transpose into every send slice. Interleaved medians on the
+    six bf16 plans of two all-to-alls among 1,500 random pairs (``python -m
+    benchmarks.join_forms``, chained table, two runs): 0.81-1.00x the time (``rand057`` 0.95x,
+    which lost to XLA by 10% before); not for 32-bit elements (0.99-1.11x on four s32 plans),
+    nor before a gather, permute, reduce-scatter or all-reduce (0.99-1.04x)."""
+    return itemsize == 2 and following is AllToAll
 
 
 def _join(y: jax.Array, k: int, d: int, concat: bool) -> jax.Array:
@@ -590,7 +620,12 @@ def _moves_bits(lowering: Lowering) -> Lowering:
     """A typed collective that only moves values (gather, all-to-all), run on bit patterns
     (``_values_moved``: XLA:CPU widens 16-bit float collectives and their layout copies to f32)."""
     fn = lowering.fn
-    return lowering._replace(fn=lambda steps, before, after, x: _on_bits(x, lambda y: fn(steps, before, after, y)))
+
+    def run(steps: Sequence[Any], before: ShardingType, after: ShardingType, x: jax.Array,
+            following: Following = None) -> jax.Array:
+        return _on_bits(x, lambda y: fn(steps, before, after, y, following))
+
+    return lowering._replace(fn=run)
 
 
 @_one
@@ -718,7 +753,8 @@ def _regular_slots(sl: Slots, box: jax.Array, send: np.ndarray, after: ShardingT
     return _slots_to_cells(y, sl.recv_offset[0], sl.cell, after.local_shape)
 
 
-def _exchange_all_to_all(steps: Sequence[Any], before: ShardingType, after: ShardingType, x: jax.Array) -> jax.Array:
+def _exchange_all_to_all(steps: Sequence[Any], before: ShardingType, after: ShardingType, x: jax.Array,
+                         following: Following = None) -> jax.Array:
     return _values_moved(_slots_exchange, before, after, x)
 
 
@@ -748,7 +784,7 @@ LOWER.register(ExchangeAllToAll)(Lowering(_exchange_all_to_all))
 
 def lower_step(step: Step, before: ShardingType, after: ShardingType, x: jax.Array) -> jax.Array:
     """The per-device JAX computation of one step (inside ``shard_map``)."""
-    return LOWER[type(step)].fn((step,), before, after, x)
+    return LOWER[type(step)].fn((step,), before, after, x, None)
 
 
 def _runs(steps: Sequence[Step]) -> list[tuple[int, int]]:
@@ -779,7 +815,7 @@ def apply_local(plan: Plan, x_local: jax.Array) -> jax.Array:
     ts = plan.all_types
     for i, j in _runs(plan.steps):
         run = plan.steps[i:j]
-        x = LOWER[type(run[0])].fn(run, ts[i], ts[j], x)
+        x = LOWER[type(run[0])].fn(run, ts[i], ts[j], x, type(plan.steps[j]) if j < len(plan.steps) else None)
         if tuple(x.shape) != tuple(ts[j].local_shape):  # pragma: no cover - a lowering bug
             raise ExecutionError(
                 f"steps {i + 1}..{j} ({', '.join(map(str, run))}) produced local shape {list(x.shape)}, "

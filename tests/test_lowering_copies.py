@@ -19,7 +19,7 @@ from jax.sharding import NamedSharding
 from benchmarks.arrays import check_output, make_input
 from benchmarks.cases import NAMED_CASES, Case
 from benchmarks.hlo import local_writes, parse_collectives
-from redist import AllGather, CostModel, Exchange, ExchangeAllToAll, Permute, Plan, redistribute
+from redist import AllGather, AllToAll, CostModel, Exchange, ExchangeAllToAll, Permute, Plan, redistribute
 from redist.exchange import schedule
 from redist.executor import _owners, compile_plan
 from redist.steps import Step
@@ -138,6 +138,11 @@ RANDOM_PAIRS: dict[str, tuple[Mesh, str, str, tuple[Step, ...], tuple[float, int
     # a whole-block permute whose schedule sends from keepers: re-matched to one permutation, no
     # select (was: 1.0 pass)
     "rand002": (XYZ, "s32[64,128@y,32]", "s32[64,128@x,32]", (Permute(((), ("x",), ())),), (0.0, 0), (0.0, 0)),
+    # two bf16 all-to-alls: the first's pieces joined by a concatenate (``concat_joins_before``),
+    # which XLA:CPU forwards into the second's send buffers (was: its own concatenate of the
+    # received tuple, then a transpose fused into every send slice: 12 layout ops, 1.06x the time)
+    "rand057": (XY42, "bf16[16@y,8,64@x,64]", "bf16[16@x,8@y,64,64]",
+                (AllToAll(0, 1, ("y",)), AllToAll(2, 0, ("x",))), (4.0, 4), (6.0, 12)),
     # two gathers, the minor dimension first (was: dimension 0 first, its copies on twice the bytes: 1.5),
     # that one stacked and moved in place in one fused pass (was 0.75, 1: XLA's transposing copies)
     "rand018": (XYZ, "s32[128@z,2048@(x,y)]", "s32[128,2048@z]",
