@@ -188,8 +188,7 @@ def _body(plan: Plan, form: Form | None) -> Callable[[jax.Array], jax.Array]:
             if form is not None and type(step) is Exchange and swap_of(ts[i], ts[i + 1]) is not None:
                 x = ex._values_moved(form, ts[i], ts[i + 1], x)
             else:
-                x = ex.LOWER[type(step)].fn((step,), ts[i], ts[i + 1], x,
-                                            type(plan.steps[i + 1]) if i + 1 < len(plan.steps) else None)
+                x = ex.LOWER[type(step)].fn((step,), ts[i], ts[i + 1], x, ex.step_after(plan.steps, i + 1))
         return x
     return run
 

@@ -540,6 +540,13 @@ class LocalWrites:
         return sum(1 for op, _ in self.layout_ops if opcode is None or op == opcode)
 
 
+def program_text(hlo_text: str) -> str:
+    """A module's computations without metadata and the stack-frame tables before them: equal for
+    two compilations of the same program written through different Python code."""
+    code = [line for line in hlo_text.splitlines() if line.startswith(("%", "ENTRY", " ", "}"))]
+    return re.sub(r",? metadata=\{[^}]*\}", "", "\n".join(code))
+
+
 def _entry_lines(hlo_text: str) -> list[str]:
     lines = hlo_text.splitlines()
     for i, line in enumerate(lines):

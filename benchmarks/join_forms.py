@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any, NamedTuple
@@ -34,6 +33,7 @@ from jax.sharding import PartitionSpec as P  # noqa: E402
 
 import redist.executor as ex  # noqa: E402
 from benchmarks.arrays import check_output, make_input  # noqa: E402
+from benchmarks.hlo import program_text  # noqa: E402
 from benchmarks.speed import _at_least, round_robin, thunk  # noqa: E402
 from redist import AllToAll, Plan, redistribute  # noqa: E402
 from redist.executor import _all_to_all_in_place, _gather_into  # noqa: E402
@@ -169,12 +169,11 @@ def _chain_body(plan: Plan, concat: bool | None) -> Callable[[jax.Array], jax.Ar
     def run(x: jax.Array) -> jax.Array:
         ts = plan.all_types
         for i, step in enumerate(plan.steps):
-            nxt = type(plan.steps[i + 1]) if i + 1 < len(plan.steps) else None
             if type(step) is AllToAll and concat is not None and i == _first_all_to_all(plan):
                 x = ex._on_bits(x, partial(_all_to_all_in_place, s=step.src_dim, d=step.dst_dim,
                                            g=ex._group(step, ts[i])[1], args=ex._args(step, ts[i]), concat=concat))
             else:
-                x = ex.LOWER[type(step)].fn((step,), ts[i], ts[i + 1], x, nxt)
+                x = ex.LOWER[type(step)].fn((step,), ts[i], ts[i + 1], x, ex.step_after(plan.steps, i + 1))
         return x
     return run
 
@@ -208,15 +207,8 @@ def time_chain(c: Chain, seconds: float) -> tuple[Plan, dict[str, float], str]:
         wrong = check_output(p(x), expected, dst)
         if wrong is not None:
             raise RuntimeError(f"{c.name}: the {name} program is wrong: {wrong}")
-    pick = "concatenate" if _program_text(rule) == _program_text(progs["concat"].as_text()) else "moveaxis"
+    pick = "concatenate" if program_text(rule) == program_text(progs["concat"].as_text()) else "moveaxis"
     return plan, round_robin({n: thunk(p, x) for n, p in progs.items()}, seconds), pick
-
-
-def _program_text(hlo: str) -> str:
-    """``hlo``'s computations without metadata and the stack-frame tables after them (source
-    lines differ between the forced form and the rule's)."""
-    code = [line for line in hlo.splitlines() if line.startswith(("%", "ENTRY", " ", "}"))]
-    return re.sub(r",? metadata=\{[^}]*\}", "", "\n".join(code))
 
 
 def chain_table(chains: Sequence[Chain], seconds: float) -> list[str]:

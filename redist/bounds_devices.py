@@ -24,7 +24,7 @@ import numpy as np
 
 from spmd_types import ShardingType
 from spmd_types.errors import SizeLimitError
-from spmd_types.layout import block_bounds, block_indices, coord_table, reduction_group_coords
+from spmd_types.layout import block_bounds, block_indices, coord_table, flat_index, reduction_group_coords
 
 MAX_WORK = 1 << 22
 """The most (block pair, group) visits the count makes before it refuses (``SizeLimitError``)."""
@@ -68,17 +68,11 @@ def _group_keys(t: ShardingType) -> np.ndarray:
         name, pre, size = m.span(a)
         pos, stride = m.position(name), m.axis_size(name) // (pre * size)
         coords[:, pos] -= (coords[:, pos] // stride % size) * stride
-    out = np.zeros(m.size, dtype=np.int64)
-    for j, (_, n) in enumerate(m.axes):
-        out = out * n + coords[:, j]
-    return out
+    return flat_index(list(coords.T), [n for _, n in m.axes])
 
 
 def _flat_blocks(t: ShardingType) -> np.ndarray:
-    out = np.zeros(t.mesh.size, dtype=np.int64)
-    for d, col in enumerate(block_indices(t).T):
-        out = out * (t.shape[d] // t.local_shape[d]) + col
-    return out
+    return flat_index(list(block_indices(t).T), [n // b for n, b in zip(t.shape, t.local_shape)])
 
 
 def _overlaps(src: ShardingType, dst: ShardingType, dblk: list[int], sblk: list[int]) -> dict[tuple[int, int], int]:

@@ -347,6 +347,11 @@ Following = type | None
 result for the step that reads it (``concat_joins_before``)."""
 
 
+def step_after(steps: Sequence[Step], j: int) -> Following:
+    """The class of ``steps[j]``, the step after a run ending before ``j`` (``None`` past the end)."""
+    return type(steps[j]) if j < len(steps) else None
+
+
 class Lowering(NamedTuple):
     """How a step class lowers: ``fn(run, before, after, x, following)`` takes a *run* of
     consecutive steps of the class (one step unless ``joins``: consecutive slices become one
@@ -815,7 +820,7 @@ def apply_local(plan: Plan, x_local: jax.Array) -> jax.Array:
     ts = plan.all_types
     for i, j in _runs(plan.steps):
         run = plan.steps[i:j]
-        x = LOWER[type(run[0])].fn(run, ts[i], ts[j], x, type(plan.steps[j]) if j < len(plan.steps) else None)
+        x = LOWER[type(run[0])].fn(run, ts[i], ts[j], x, step_after(plan.steps, j))
         if tuple(x.shape) != tuple(ts[j].local_shape):  # pragma: no cover - a lowering bug
             raise ExecutionError(
                 f"steps {i + 1}..{j} ({', '.join(map(str, run))}) produced local shape {list(x.shape)}, "

@@ -605,21 +605,24 @@ def _reduce_shared_first_candidates(src: ShardingType, dst: ShardingType, cm: Co
     dims[j] += shared
     parked = from_atoms(dst, tuple(tuple(d) for d in dims), frozenset(unreduced_atoms(dst)) - set(shared))
     pad = PadUnreduced(j, axes_of_atoms(src.mesh, shared))
-    out = []
-    for build in (_greedy_candidates, _relabel_candidates, _reorder_candidates):
-        out += [_merge(src, [*head, *mid, pad], cm) for mid in build(cur, parked, cm)]
-    return out
+    return [_merge(src, [*head, *mid, pad], cm) for mid in _passes(cur, parked, cm)]
+
+
+def _passes(cur: ShardingType, dst: ShardingType, cm: CostModel) -> list[tuple[Step, ...]]:
+    """The greedy, relabelling and reordering candidates from ``cur``: how the builders that
+    first change the array (reduce it, slice it) finish the move."""
+    return [mid for build in (_greedy_candidates, _relabel_candidates, _reorder_candidates) for mid in build(cur, dst, cm)]
 
 
 def _all_reduce_first_candidates(src: ShardingType, dst: ShardingType, cm: CostModel) -> list[tuple[Step, ...]]:
     """Time objective only: after the free slices (with, or without, also slicing the free atoms
     the destination shards: ``_wanted_slices``), all-reduce the pending sums the destination
-    drops (on the block as it is, so within the memory bound), then the greedy, relabelling and
-    reordering passes, as XLA's partitioner orders such moves. It receives more than reduce-scattering first, but
-    the all-reduce is one fast collective and what follows moves a plain array: ``f32[32,32,
-    256@x]{U:y} -> f32[32,32,256@y]`` on ``{x=2,y=2,z=2}`` (``rand188``) is an all-reduce and a
-    permute (priced 794 us, 0.59 ms measured), where reduce-scatter + exchange was priced 1,620 us
-    and ran 1.01 ms. Not under the bytes objective, which it never wins and whose planning time
+    drops (on the block as it is, so within the memory bound), then ``_passes``, as XLA's
+    partitioner orders such moves. It receives more than reduce-scattering first, but the
+    all-reduce is one fast collective and what follows moves a plain array: ``f32[32,32,256@x]
+    {U:y} -> f32[32,32,256@y]`` on ``{x=2,y=2,z=2}`` (``rand188``) is an all-reduce and a permute
+    (priced 794 us, 0.59 ms measured), where reduce-scatter + exchange was priced 1,620 us and
+    ran 1.01 ms. Not under the bytes objective, which it never wins and whose planning time
     the extra sub-plans would cost; nor where only slices follow (that is ``AllReduceSlice``, a
     variant of every reduce-scatter already)."""
     if cm.objective != "time":
@@ -632,8 +635,7 @@ def _all_reduce_first_candidates(src: ShardingType, dst: ShardingType, cm: CostM
     reduce = AllReduce(axes_of_atoms(src.mesh, dropped))
     out = []
     for head in dict.fromkeys(((*g.steps, reduce), (*g.steps, *_wanted_slices(dst, free), reduce))):
-        cur = Plan.build(src, head, cm).dst
-        mids = [mid for build in (_greedy_candidates, _relabel_candidates, _reorder_candidates) for mid in build(cur, dst, cm)]
+        mids = _passes(Plan.build(src, head, cm).dst, dst, cm)
         out += [_merge(src, [*head, *mid], cm) for mid in mids if not all(type(s) is DynSlice for s in mid)]
     return out
 
