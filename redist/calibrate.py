@@ -282,7 +282,7 @@ def _sample(plan: Plan, secs: float) -> Sample:
     return Sample(profile_kind(plan.steps[0], plan.src), terms, recv, secs, cross, w.strided_bytes, w.runs)
 
 
-def _size_classes(plans: Sequence[Plan]) -> list[list[Plan]]:
+def size_classes(plans: Sequence[Plan]) -> list[list[Plan]]:
     """Plans grouped by local block size (elements), smallest first: each group is timed together
     (plans the planner weighs against each other move blocks of one size; one group's inputs at
     a time keep memory bounded)."""
@@ -319,7 +319,7 @@ def calibrate(reps: int = 30, kinds: Sequence[str] | None = None,
     chosen = [plan for plan in (*_typed(n, local, sizes_kib), *_p2p(n, local, sizes_kib))
               if _own_key(plan) and (not kinds or profile_kind(plan.steps[0], plan.src) in kinds)]
     timed: list[Sample] = []
-    for group in _size_classes(chosen):
+    for group in size_classes(chosen):
         for plan, s in zip(group, samples(group, reps)):
             timed.append(s)
             if progress:
@@ -390,4 +390,4 @@ def log_fit(samples: Sequence[Sample], iterations: int = 60) -> KindCost:
     return kind_cost(c)
 
 
-__all__ = ["SIZES_KIB", "calibrate", "copy_bandwidth", "refit", "robust_fit", "sample", "samples"]
+__all__ = ["SIZES_KIB", "calibrate", "copy_bandwidth", "refit", "robust_fit", "sample", "samples", "size_classes"]
