@@ -6,6 +6,7 @@ Importing ``redist`` imports the JAX executor, which registers itself as the run
 
 from redist import executor as _executor  # noqa: F401  (registers the runner of ``plan(x)``)
 from redist.api import redistribute
+from redist.autotune import Tuned, autotune
 from redist.caches import clear_caches
 from redist.cost import CostModel
 from redist.errors import (
@@ -37,6 +38,7 @@ from redist.steps import (
 )
 
 __all__ = [
+    "Tuned", "autotune",
     "ALL_STEPS", "KINDS", "AllGather", "AllReduce", "AllReduceSlice", "AllToAll", "Comm", "CostModel",
     "Discard", "DynSlice", "Exchange", "ExchangeAllToAll", "ExecutionError", "IncompatibleTypesError", "MultiAllToAll", "PadUnreduced",
     "Permute", "Plan", "RedistError", "ReduceScatter", "Step", "StepError", "UnsummableDtypeError",

@@ -75,6 +75,12 @@ def redistribute(
     Deterministic and cached.
 
     ``mesh`` (needed for type text) may be ours, a ``jax.sharding.Mesh`` or an ``AbstractMesh``."""
+    s, d = checked_pair(src, dst, mesh)
+    return cached_synthesize(s, d, cost_model or default_cost_model(s.mesh))
+
+
+def checked_pair(src: ShardingType | str, dst: ShardingType | str, mesh: Any = None) -> tuple[ShardingType, ShardingType]:
+    """``redistribute``'s arguments as two types of one move, or the typed error saying why not."""
     mesh = None if mesh is None else Mesh.coerce(mesh)
     s = as_type(src, mesh, "source")
     d = as_type(dst, mesh, "destination")
@@ -88,4 +94,4 @@ def redistribute(
     if s.dtype != d.dtype:
         raise IncompatibleTypesError(f"dtypes differ: source {s.dtype}, destination {d.dtype}")
     check_summable(s, d)
-    return cached_synthesize(s, d, cost_model or default_cost_model(s.mesh))
+    return s, d

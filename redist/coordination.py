@@ -27,3 +27,18 @@ def barrier(name: str) -> None:
     c = client()
     if c is not None:
         c.wait_at_barrier(name, TIMEOUT_MS)
+
+
+def agree(key: str, value: str) -> str:
+    """Process 0's ``value`` on every process (the coordination service's key-value store, under
+    ``key``, unique per call and the same on every process); ``value`` itself on a single process.
+    For choices every process must make alike, such as which program to run
+    (``redist.autotune``), where each process measured its own clock."""
+    c = client()
+    if c is None:
+        return value
+    import jax
+
+    if jax.process_index() == 0:
+        c.key_value_set(key, value)
+    return str(c.blocking_key_value_get(key, TIMEOUT_MS))

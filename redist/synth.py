@@ -991,12 +991,39 @@ def synthesize(src: ShardingType, dst: ShardingType, cm: CostModel = DEFAULT_COS
     """The best candidate plan (see the module docstring for the order of preference)."""
     if src == dst:
         return Plan(src, dst, (), (), cm)
+    best = _search(src, dst, cm)
+    assert best.plan is not None  # _search raises otherwise
+    return best.choice(best.plan)
+
+
+def _search(src: ShardingType, dst: ShardingType, cm: CostModel) -> _Best:
     best = _Best(src, dst)
     _exchange_plans(src, dst, cm, _typed_plans(src, dst, cm, best), best)
     if best.plan is None:  # pragma: no cover - an exchange always exists within the bound
         raise RedistError(f"no plan within the memory bound for {src} -> {dst}")
     _with_variants(best.plan, best)
-    return best.choice(best.plan)
+    return best
+
+
+def ranked(src: ShardingType, dst: ShardingType, cm: CostModel, top: int) -> tuple[Plan, ...]:
+    """``synthesize``'s plan, then the other plans the search kept that reach ``dst`` within the
+    memory bound, by ``Plan.key`` (distinct steps), ``top`` in all: the near-ties a measurement
+    may rank better than the model (``redist.autotune``). Under the bytes objective only plans
+    receiving as little as the best, so a choice among them keeps the transfer guarantee. Pruned
+    candidates are not here: they could not win even a tie on the model."""
+    if src == dst:
+        return (Plan(src, dst, (), (), cm),)
+    best = _search(src, dst, cm)
+    assert best.plan is not None
+    chosen = best.choice(best.plan)
+    out = {chosen.steps: chosen}
+    for p in sorted(best.feasible, key=Plan.key):
+        if len(out) >= top:
+            break
+        if cm.objective == "bytes" and round(p.recv_bytes, 6) > round(chosen.recv_bytes, 6):
+            continue
+        out.setdefault(p.steps, p)
+    return tuple(out.values())
 
 
 def _add(prefix: Plan, floor: tuple[float, float], cm: CostModel) -> tuple[float, float]:

@@ -1,0 +1,101 @@
+"""Choosing among the planner's best plans by timing them on the running backend (autotuning).
+
+Why: the measured cost model is a fit, typically 10-35% off a single step (``Profile.fit_error``,
+``python -m benchmarks.step_audit``), and where several plans are priced within that of each other
+its ranking is a coin toss that can cost 20-30% on the clock (``rand166`` of the random speed
+pairs: two all-to-alls priced 780 us beside our 779 us ran 1.25x faster). XLA autotunes its own
+kernels the same way. ``autotune`` takes the ``top`` plans the search kept (``synth.ranked``: the
+model's choice first, all within the memory bound), compiles each with the executor, times them
+interleaved as ``redist calibrate`` times its samples, and returns the fastest with every trial,
+where it beat the model's choice by more than ``margin`` (timing noise is not a reason to switch).
+Under ``jax.distributed`` every process times the same calls and all take process 0's choice
+(``redist.coordination.agree``), so every process runs the same program. Results are cached per
+(types, cost model, ``top``, ``reps``) for the life of the process; ``clear_caches("plans")``
+forgets them.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any, NamedTuple
+
+from redist.api import checked_pair
+from redist.calibrate import samples
+from redist.coordination import agree
+from redist.cost import CostModel
+from redist.plan import Plan
+from redist.profile import default_cost_model
+from redist.synth import ranked
+from spmd_types import ShardingType
+from spmd_types.memo import Scope, memo
+
+
+class Trial(NamedTuple):
+    """One candidate: its plan, the model's estimate and the median seconds it measured."""
+
+    plan: Plan
+    predicted_s: float
+    measured_s: float
+
+
+class Tuned(NamedTuple):
+    """The fastest plan measured, and every trial in the model's order (its choice first)."""
+
+    plan: Plan
+    trials: tuple[Trial, ...]
+
+    @property
+    def model_choice(self) -> Trial:
+        return self.trials[0]
+
+    @property
+    def speedup(self) -> float:
+        """The model's choice's measured time over the tuned plan's (1.0 where they agree, or
+        where nothing was timed)."""
+        tuned = next(t for t in self.trials if t.plan is self.plan)
+        if tuned is self.model_choice or not tuned.measured_s > 0:
+            return 1.0
+        return self.model_choice.measured_s / tuned.measured_s
+
+
+DEFAULT_TOP = 4
+DEFAULT_REPS = 25
+DEFAULT_MARGIN = 0.1
+"""How much faster than the model's choice another plan must measure to replace it. On a shared
+machine one plan timed 368-802 us in runs of 15-41 calls, and without a margin 64 of 200
+random pairs changed plan, as many for the worse as for the better (``python -m
+benchmarks.autotuned``)."""
+
+
+def autotune(src: ShardingType | str, dst: ShardingType | str, mesh: Any = None, *,
+             cost_model: CostModel | None = None, top: int = DEFAULT_TOP, reps: int = DEFAULT_REPS,
+             margin: float = DEFAULT_MARGIN) -> Tuned:
+    """Time the ``top`` best plans for ``src -> dst`` (``redistribute``'s arguments) on the
+    running backend's devices, ``reps`` calls each, and return the fastest if it measured more
+    than ``margin`` faster than the model's choice, else the model's choice. ``top=1`` times
+    nothing. Every candidate is correct and within ``max(src, dst)`` local bytes; under the bytes
+    objective every candidate also receives the least bytes."""
+    if top < 1 or reps < 1 or not 0 <= margin < 1:
+        raise ValueError(f"need top >= 1, reps >= 1 and 0 <= margin < 1, got top={top}, reps={reps}, margin={margin}")
+    s, d = checked_pair(src, dst, mesh)
+    return _tuned(s, d, cost_model or default_cost_model(s.mesh), top, reps, margin)
+
+
+@memo(Scope.TYPE, maxsize=256)
+def _tuned(src: ShardingType, dst: ShardingType, cm: CostModel, top: int, reps: int, margin: float) -> Tuned:
+    plans = ranked(src, dst, cm, top)
+    if len(plans) == 1 or not any(p.steps for p in plans):
+        return Tuned(plans[0], tuple(Trial(p, p.time_s, float("nan")) for p in plans))
+    secs = [s.seconds for s in samples(plans, reps)]
+    fastest = min(range(len(plans)), key=secs.__getitem__)
+    mine = fastest if secs[fastest] < secs[0] * (1 - margin) else 0
+    pick = int(agree(f"redist-autotune-{next(_CALLS)}", str(mine)))
+    return Tuned(plans[pick], tuple(Trial(p, p.time_s, t) for p, t in zip(plans, secs)))
+
+
+_CALLS = itertools.count()
+"""Distinct keys for ``agree`` (every process calls ``autotune`` in the same order, as it must
+for the timed collectives anyway)."""
+
+
+__all__ = ["DEFAULT_MARGIN", "DEFAULT_REPS", "DEFAULT_TOP", "Trial", "Tuned", "autotune"]
