@@ -18,7 +18,9 @@ runtime, ``redist.profile.runtime_profile``); ``--steps`` also times each step o
 alone; ``--hlo`` says whether XLA's program is structurally ours (``hlo_verdict``) and prints the
 ceiling that such ties put on the geometric mean; ``--floor`` also times each program's
 collectives alone across the same processes (``benchmarks.floor``, interleaved with the
-programs) and prints each case's collective floor and the ceiling it puts on the speedup.
+programs) and prints each case's collective floor and the ceiling it puts on the speedup;
+``--autotune`` runs ``redist.autotune``'s plan (timed across the same processes, one choice for
+all) instead of the model's, and marks the cases where they differ ``(autotuned)``.
 """
 
 from __future__ import annotations
@@ -110,7 +112,7 @@ def init_distributed(index: int, processes: int, coordinator: str) -> None:
 
 
 def worker(index: int, processes: int, port: int, cases: Sequence[str], reps: int, profile: str = "",
-           steps: bool = False, hlo: bool = False, timer_args: TimerArgs | None = None) -> int:
+           steps: bool = False, hlo: bool = False, timer_args: TimerArgs | None = None, tune: bool = False) -> int:
     init_distributed(index, processes, f"127.0.0.1:{port}")
     import jax
     import numpy as np
@@ -119,7 +121,7 @@ def worker(index: int, processes: int, port: int, cases: Sequence[str], reps: in
 
     from benchmarks.arrays import reference_values
     from benchmarks.cases import NAMED_CASES, select_cases
-    from redist import redistribute
+    from redist import autotune, redistribute
     from redist.profile import load_profile, process_crossing_axes
     from spmd_types.jax_interop import to_partition_spec
 
@@ -138,9 +140,12 @@ def worker(index: int, processes: int, port: int, cases: Sequence[str], reps: in
         # the axes that span processes; --profile: a profile from `redist calibrate` instead
         cm = load_profile(profile).cost_model("time", process_crossing_axes(case.mesh)) if profile else None
         plan = redistribute(src, dst, case.mesh, cost_model=cm)
+        tuned = autotune(src, dst, case.mesh, cost_model=cm).plan if tune else plan  # every process: process 0's pick
+        changed = tuned.steps != plan.steps
+        plan = tuned
         y = plan(x)
         ok = all(np.array_equal(np.asarray(s.data), total[s.index]) for s in y.addressable_shards)
-        line = f"{case.name:28s} {'OK' if ok else 'WRONG'} {len(plan.steps)} steps"
+        line = f"{case.name:28s} {'OK' if ok else 'WRONG'} {len(plan.steps)} steps{' (autotuned)' if changed else ''}"
         if reps > 0 or hlo:
             xla, ours = compiled(plan, jm, x, dst)
         if reps > 0:
@@ -428,16 +433,19 @@ def main(argv: Sequence[str] | None = None) -> int:
                          "own: process 0's own time (includes waiting for a late peer)")
     ap.add_argument("--xla-flags", default=EIGEN_SINGLE,
                     help=f"XLA flags for every process (default {EIGEN_SINGLE!r}; '' for XLA's defaults)")
+    ap.add_argument("--autotune", action="store_true",
+                    help="run redist.autotune's plan (timed across the processes, process 0's pick) instead of the model's")
     ap.add_argument("--worker", type=int, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.worker is not None:
         return worker(a.worker, a.processes, a.port, a.cases, a.reps, a.profile, a.steps, a.hlo,
-                      TimerArgs(not a.no_align, a.clock, a.warmup, a.seconds, a.floor))
+                      TimerArgs(not a.no_align, a.clock, a.warmup, a.seconds, a.floor), a.autotune)
     rest = ["--reps", str(a.reps), "--profile", a.profile, "--warmup", str(a.warmup), "--clock", a.clock,
             "--seconds", str(a.seconds),
             *(["--no-align"] if a.no_align else []), *(["--steps"] if a.steps else []),
-            *(["--hlo"] if a.hlo else []), *(["--floor"] if a.floor else []), "--cases", *a.cases]
+            *(["--hlo"] if a.hlo else []), *(["--floor"] if a.floor else []), *(["--autotune"] if a.autotune else []),
+            "--cases", *a.cases]
     results = launch(a.processes, rest, a.timeout, a.xla_flags)
     # Gloo logs its connections to stdout, sometimes mid-line: keep only the case lines
     lines = [m.group(0) for m in CASE_LINE.finditer(results[0].stdout)]

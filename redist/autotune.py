@@ -8,8 +8,11 @@ kernels the same way. ``autotune`` takes the ``top`` plans the search kept (``sy
 model's choice first, all within the memory bound), compiles each with the executor, times them
 interleaved as ``redist calibrate`` times its samples, and returns the fastest with every trial,
 where it beat the model's choice by more than ``margin`` (timing noise is not a reason to switch).
-Under ``jax.distributed`` every process times the same calls and all take process 0's choice
-(``redist.coordination.agree``), so every process runs the same program. Results are cached per
+Under ``jax.distributed`` every process times the same calls, the processes exchange their
+medians (``redist.coordination.gather``), and each takes, per plan, the slowest process's (a
+collective lasts until its last process is done): every process makes the same choice from the
+same table, so all run the same program. (Process 0's clock alone, over 4 Gloo processes on 2
+cores, picked two all-to-alls for ``tp2d_dim_swap_flat`` that ran 0.68x the model's one.) Results are cached per
 (types, cost model, ``top``, ``reps``) for the life of the process; ``clear_caches("plans")``
 forgets them.
 """
@@ -17,11 +20,12 @@ forgets them.
 from __future__ import annotations
 
 import itertools
+import json
 from typing import Any, NamedTuple
 
 from redist.api import checked_pair
 from redist.calibrate import samples
-from redist.coordination import agree
+from redist.coordination import gather
 from redist.cost import CostModel
 from redist.plan import Plan
 from redist.profile import default_cost_model
@@ -31,7 +35,8 @@ from spmd_types.memo import Scope, memo
 
 
 class Trial(NamedTuple):
-    """One candidate: its plan, the model's estimate and the median seconds it measured."""
+    """One candidate: its plan, the model's estimate and the median seconds it measured (across
+    processes the slowest process's median)."""
 
     plan: Plan
     predicted_s: float
@@ -60,6 +65,9 @@ class Tuned(NamedTuple):
 
 DEFAULT_TOP = 4
 DEFAULT_REPS = 25
+WARMUP = 3
+"""Untimed calls of each candidate first: over Gloo a collective's first calls also set up its
+group's connections."""
 DEFAULT_MARGIN = 0.1
 """How much faster than the model's choice another plan must measure to replace it. On a shared
 machine one plan timed 368-802 us in runs of 15-41 calls, and without a margin 64 of 200
@@ -86,15 +94,16 @@ def _tuned(src: ShardingType, dst: ShardingType, cm: CostModel, top: int, reps: 
     plans = ranked(src, dst, cm, top)
     if len(plans) == 1 or not any(p.steps for p in plans):
         return Tuned(plans[0], tuple(Trial(p, p.time_s, float("nan")) for p in plans))
-    secs = [s.seconds for s in samples(plans, reps)]
+    own = [s.seconds for s in samples(plans, reps, warmup=WARMUP)]
+    every = [json.loads(v) for v in gather(f"redist-autotune-{next(_CALLS)}", json.dumps(own))]
+    secs = [max(col) for col in zip(*every)]  # a collective lasts until its slowest process is done
     fastest = min(range(len(plans)), key=secs.__getitem__)
-    mine = fastest if secs[fastest] < secs[0] * (1 - margin) else 0
-    pick = int(agree(f"redist-autotune-{next(_CALLS)}", str(mine)))
+    pick = fastest if secs[fastest] < secs[0] * (1 - margin) else 0
     return Tuned(plans[pick], tuple(Trial(p, p.time_s, t) for p, t in zip(plans, secs)))
 
 
 _CALLS = itertools.count()
-"""Distinct keys for ``agree`` (every process calls ``autotune`` in the same order, as it must
+"""Distinct keys for ``gather`` (every process calls ``autotune`` in the same order, as it must
 for the timed collectives anyway)."""
 
 

@@ -232,7 +232,7 @@ def sample(plan: Plan, reps: int) -> Sample:
     return samples([plan], reps)[0]
 
 
-def samples(plans: Sequence[Plan], reps: int) -> list[Sample]:
+def samples(plans: Sequence[Plan], reps: int, warmup: int = 1) -> list[Sample]:
     """The plans' samples, timed together: ``reps`` rounds, each calling every plan once (order
     reversed every other round), each call paired with the empty program right before it; a sample
     is the median of its pairs' differences. Why together: on a shared machine the load changes
@@ -245,9 +245,10 @@ def samples(plans: Sequence[Plan], reps: int) -> list[Sample]:
             empties[plan.src.mesh] = _empty(plan.src)
     progs = [(compile_plan(plan), empties[plan.src.mesh], _input(plan.src)) for plan in plans]
     diffs: list[list[float]] = [[] for _ in plans]
-    for fn, base, x in progs:
-        fn(x).block_until_ready()
-        base(x).block_until_ready()
+    for _ in range(warmup):
+        for fn, base, x in progs:
+            _call_time(fn, x)
+            _call_time(base, x)
     for r in range(reps):
         order = range(len(progs)) if r % 2 == 0 else reversed(range(len(progs)))
         for i in order:

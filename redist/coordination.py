@@ -29,16 +29,15 @@ def barrier(name: str) -> None:
         c.wait_at_barrier(name, TIMEOUT_MS)
 
 
-def agree(key: str, value: str) -> str:
-    """Process 0's ``value`` on every process (the coordination service's key-value store, under
-    ``key``, unique per call and the same on every process); ``value`` itself on a single process.
-    For choices every process must make alike, such as which program to run
-    (``redist.autotune``), where each process measured its own clock."""
+def gather(key: str, value: str) -> list[str]:
+    """Every process's ``value``, in process order (the coordination service's key-value store,
+    under ``key/<process>``; ``key`` unique per call and the same on every process); ``[value]``
+    on a single process. For choices every process must make alike from what each measured on its
+    own clock (``redist.autotune``): each computes the same function of the same list."""
     c = client()
     if c is None:
-        return value
+        return [value]
     import jax
 
-    if jax.process_index() == 0:
-        c.key_value_set(key, value)
-    return str(c.blocking_key_value_get(key, TIMEOUT_MS))
+    c.key_value_set(f"{key}/{jax.process_index()}", value)
+    return [str(c.blocking_key_value_get(f"{key}/{i}", TIMEOUT_MS)) for i in range(jax.process_count())]
