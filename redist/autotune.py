@@ -11,10 +11,10 @@ where it beat the model's choice by more than ``margin`` (timing noise is not a 
 Under ``jax.distributed`` every process times the same calls, the processes exchange their
 medians (``redist.coordination.gather``), and each takes, per plan, the slowest process's (a
 collective lasts until its last process is done): every process makes the same choice from the
-same table, so all run the same program. (Process 0's clock alone, over 4 Gloo processes on 2
-cores, picked two all-to-alls for ``tp2d_dim_swap_flat`` that ran 0.68x the model's one.) Results are cached per
-(types, cost model, ``top``, ``reps``) for the life of the process; ``clear_caches("plans")``
-forgets them.
+same table, so all run the same program. Each candidate is warmed up first (``WARMUP``): with
+one warm-up call, 4 Gloo processes picked two all-to-alls for ``tp2d_dim_swap_flat`` that ran
+0.7x the model's one. Results are cached per (types, cost model, ``top``, ``reps``, ``margin``)
+for the life of the process; ``clear_caches("plans")`` forgets them.
 """
 
 from __future__ import annotations
