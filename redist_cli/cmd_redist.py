@@ -48,6 +48,9 @@ def register(sub: Any, handlers: dict[str, Any]) -> None:
     p.add_argument("--picture", metavar="FILE.png", default=None,
                    help="draw each step's layout and bytes matrix to a PNG (needs matplotlib: the viz extra)")
     p.add_argument("--draw", action="store_true", help="draw each step's layout and bytes matrix in the terminal")
+    p.add_argument("--autotune", type=int, nargs="?", const=4, default=0, metavar="K",
+                   help="time the planner's best K plans (default 4) on this machine's devices and show the "
+                        "fastest (redist.autotune; 8 simulated CPU devices where JAX runs on CPU)")
     handlers["plan"] = run_plan_command
 
     d = sub.add_parser("demo", help="run showcase redistributions on 8 simulated CPU devices, next to XLA")
@@ -95,6 +98,26 @@ def steps_table(plan: Any) -> Any:
     return table
 
 
+def trials_table(tuned: Any) -> Any:
+    """``redist plan --autotune``: each plan timed, the model's choice first, the one kept marked."""
+    from rich.table import Table
+
+    from redist.render import fmt_time
+
+    table = Table(show_edge=False, pad_edge=False, expand=False,
+                  title="autotune: the planner's best plans, timed on this machine", title_justify="left")
+    table.add_column("")
+    table.add_column("plan")
+    table.add_column("priced", justify="right")
+    table.add_column("measured", justify="right")
+    for i, t in enumerate(tuned.trials):
+        mark = "kept" if t.plan is tuned.plan else ""
+        name = " + ".join(s.kind.replace("_", "-") for s in t.plan.steps) or "(nothing to do)"
+        measured = fmt_time(t.measured_s) if t.measured_s == t.measured_s else "-"  # NaN: not timed
+        table.add_row(mark, name + (" (the model's choice)" if i == 0 else ""), fmt_time(t.predicted_s), measured)
+    return table
+
+
 def measures_table(plan: Any, slow_axes: str = "") -> Any:
     """The plan's totals next to the bounds they are held to (docs/design.md section 4)."""
     from rich.table import Table
@@ -120,14 +143,29 @@ def measures_table(plan: Any, slow_axes: str = "") -> Any:
 
 
 def run_plan_command(args: argparse.Namespace) -> int:
-    from redist import redistribute
-    from redist.render import plural
-    from redist_cli.ui import colour, console, print_all
+    if args.autotune < 0:
+        print(f"error: --autotune takes how many plans to time, at least 1; got {args.autotune}", file=sys.stderr)
+        return 2
     from spmd_types import Mesh
 
     mesh = Mesh.parse(args.mesh)
-    plan = redistribute(args.src, args.dst, mesh, cost_model=_cost_model(mesh, args.slow_axes, args.objective))
+    problem = ensure_devices(mesh.size) if args.autotune else None
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
+    from redist import autotune, redistribute
+    from redist.render import plural
+    from redist_cli.ui import colour, console, print_all
+
+    cm = _cost_model(mesh, args.slow_axes, args.objective)
     con = console()
+    if args.autotune:
+        tuned = autotune(args.src, args.dst, mesh, cost_model=cm, top=args.autotune)
+        con.print(trials_table(tuned))
+        con.print()
+        plan = tuned.plan
+    else:
+        plan = redistribute(args.src, args.dst, mesh, cost_model=cm)
     con.print(f"[bold]{plan.src}[/bold] -> [bold]{plan.dst}[/bold] on mesh {mesh}: "
               f"{plural(len(plan.steps), 'step')}, {plural(plan.n_collectives, 'collective')}")
     if plan.steps:

@@ -160,3 +160,17 @@ def test_plan_objective_flag_and_slow_axes_keep_the_objective(capsys: pytest.Cap
     assert by_bytes.endswith("1 step, 4 collectives") and default.endswith("1 step, 1 collective")
     assert main(args + ["--slow-axes", "x"]) == 0
     assert "measured cost profile, slow axes x" in capsys.readouterr().out
+
+
+def test_plan_autotune_times_the_best_plans_and_prints_the_kept_one(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["plan", "s32[4,8@y,512,16@x]", "s32[4,8@x,512@y,16]", "--mesh", "x=2,y=4"]
+    assert main([*argv, "--autotune", "2"]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert lines[0].startswith("autotune: the planner's best plans, timed on this machine")
+    rows = [line for line in lines if " us" in line and "│" in line and "estimated" not in line][:2]
+    assert len(rows) == 2 and "(the model's choice)" in rows[0]
+    assert sum(line.startswith("kept") for line in lines) == 1
+    assert any(line.startswith("s32[4,8@y,512,16@x] -> s32[4,8@x,512@y,16] on mesh") for line in lines)
+    assert main([*argv, "--autotune", "-1"]) == 2
+    assert "--autotune takes how many plans to time" in capsys.readouterr().err
