@@ -13,11 +13,15 @@ def register(sub: Any, handlers: dict[str, Any]) -> None:
     p.add_argument("--gap-pairs", type=int, default=150)
     p.add_argument("--ladder", type=int, default=0, metavar="N",
                    help="instead: the large-mesh ladder (256 to 65,536 devices), N random pairs per rung")
+    p.add_argument("--objective", choices=("bytes", "time", "measured"), default="bytes",
+                   help="with --ladder, the cost model plans are ranked by: bytes (the transfer bound), "
+                        "time (the unmeasured alpha-beta model: the default where no profile ships) or "
+                        "measured (the shipped CPU profile: the default on CPU)")
     handlers["bench-plan"] = _run
 
 
 def _run(args: argparse.Namespace) -> int:
     from benchmarks.planning import main
 
-    print(main(args.pairs, args.seed, args.gap_pairs, args.ladder))
+    print(main(args.pairs, args.seed, args.gap_pairs, args.ladder, args.objective))
     return 0

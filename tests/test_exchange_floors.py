@@ -8,6 +8,7 @@ the planner skip the exact routing of candidates that lose (``redist.synth._exac
 from __future__ import annotations
 
 import random
+from unittest import mock
 
 import pytest
 from hypothesis import given
@@ -15,13 +16,16 @@ from hypothesis import strategies as st
 from strategies import meshes, shapes_for, sharding_types
 
 from benchmarks.planning import LADDER, ladder_pair
-from redist import CostModel
+from redist import CostModel, Plan, synth
 from redist.atoms import unreduced_atoms
 from redist.bounds import lower_bound_bytes
+from redist.caches import clear_caches
 from redist.errors import StepError
 from redist.exchange import _partial_axes, _routing, reduced_cells, rooted_rounds, routing
 from redist.groups import replica_index
-from redist.synth import LB_SLACK, _add, _any_exchange_floor, _Best, _by_floor, _typed_plans
+from redist.profile import packaged_profile
+from redist.steps import Exchange, ExchangeAllToAll
+from redist.synth import LB_SLACK, _add, _any_exchange_floor, _Best, _by_floor, _exchange_floor, _typed_plans
 from spmd_types import Mesh, ShardingType, parse
 
 
@@ -157,3 +161,75 @@ def test_exchange_starts_come_in_order_of_their_floors(pair: tuple[ShardingType,
         assert _add(p, _any_exchange_floor(p.dst, d, cm, False), cm) <= f
     expected = [p for _, _, p in sorted(zip(floors, range(len(prefixes)), prefixes), key=lambda e: e[:2])]
     assert list(_by_floor(prefixes, d, cm, _Best(s, d))) == expected
+
+
+def _priced_models(mesh: Mesh) -> list[CostModel]:
+    """Cost models whose exchange round is not the links' price: the shipped CPU profile (a
+    measured round costs 30 times the default latency), a cross-process profile with the first
+    axis spanning processes, and an unmeasured model with a factor on exchanges (below 1)."""
+    cpu, gloo = packaged_profile("cpu"), packaged_profile("cpu-gloo")
+    assert cpu is not None and gloo is not None
+    return [cpu.cost_model("time"), cpu.cost_model("bytes"), gloo.cost_model("time", (mesh.names[0],)),
+            CostModel.make(objective="time", kind_time_factor={"exchange": 0.5, "permute": 3.0}),
+            CostModel.with_slow_axes([mesh.names[-1]], 4.0, cpu.cost_model("time"))]
+
+
+@given(_plan_pairs(), st.integers(0, 4))
+def test_exchange_floors_bound_the_exchange_under_priced_models(pair: tuple[ShardingType, ShardingType],
+                                                                 which: int) -> None:
+    """``_exchange_floor`` prices each round at ``_fastest``'s figures for the exchange's kind (a
+    measured profile's, where one is loaded): the floor must stay at or below what the exchange
+    measures, run in rounds or (``_any_exchange_floor``) as one all-to-all, under every cost
+    model, or ``_by_floor`` and ``_exact_floor_open`` would prune a better plan."""
+    s, d = pair
+    cm = _priced_models(s.mesh)[which]
+    new_u = d.sorted_unreduced() if d.unreduced != s.unreduced else None
+    measured: dict[type, Plan] = {}
+    for step in (Exchange(d.dims, new_u), ExchangeAllToAll(d.dims, new_u)):
+        try:
+            measured[type(step)] = Plan.build(s, (step,), cm)
+            _ = measured[type(step)].time_s
+        except StepError:
+            measured.pop(type(step), None)
+    if not measured:
+        return
+    if Exchange in measured:
+        recv, time = _exchange_floor(s, d, cm)
+        assert recv <= measured[Exchange].recv_bytes + 1e-9 and time <= measured[Exchange].time_s
+    assert _any_exchange_floor(s, d, cm)[1] <= min(p.time_s for p in measured.values())
+
+
+def _links_only(cm: CostModel, kind: str) -> tuple[float, float]:
+    """The floors' round price before 2026-11-24: the fastest link's, whatever the kind."""
+    return min([cm.latency_s, *(v for _, v in cm.axis_latency_s)]), \
+        1.0 / max([cm.bandwidth_Bps, *(v for _, v in cm.axis_bandwidth_Bps)])
+
+
+def _plan_and_routings(s: ShardingType, d: ShardingType, cm: CostModel) -> tuple[Plan, int]:
+    calls = []
+
+    def counted(a: ShardingType, b: ShardingType) -> object:
+        calls.append((a, b))
+        return routing(a, b)
+
+    clear_caches("plans")
+    with mock.patch.object(synth, "routing", counted):
+        plan = synth.synthesize(s, d, cm)
+    return plan, len(calls)
+
+
+@pytest.mark.parametrize("rung,index", [(6, 9), (4, 0)])
+def test_measured_floors_prune_exchanges(rung: int, index: int) -> None:
+    """Under the shipped CPU profile an exchange round costs 169 us and 0.55 GB/s, not the links'
+    5 us and 50 GB/s: floors at the profile's price route a fraction of the exchanges and find
+    the same plan (a 12-axis pair and a {data=32,fsdp=16,model=8} pair of the ladder)."""
+    mesh, rng = Mesh(LADDER[rung]), random.Random(0)
+    s, d = [ladder_pair(rng, mesh, k % 3 == 0) for k in range(12)][index]
+    prof = packaged_profile("cpu")
+    assert prof is not None
+    cm = prof.cost_model("time")
+    plan, routed = _plan_and_routings(s, d, cm)
+    with mock.patch.object(synth, "_fastest", _links_only):
+        loose, routed_loose = _plan_and_routings(s, d, cm)
+    assert plan.steps == loose.steps
+    assert routed * 3 <= routed_loose, (routed, routed_loose)

@@ -142,6 +142,20 @@ def test_ladder_names_why_a_plan_is_above_the_bound(monkeypatch: pytest.MonkeyPa
     assert _above_cause(s, d) == "refused"
 
 
+def test_ladder_objectives_are_redistributes_cost_models() -> None:
+    """``bench-plan --ladder --objective``: ``measured`` is the shipped CPU profile under the time
+    objective (``redistribute``'s default on CPU), ``time`` the unmeasured model (its default
+    where no profile ships), ``bytes`` the transfer-bound objective."""
+    from benchmarks.planning import LADDER_OBJECTIVES, ladder_cost_model
+    from redist import CostModel
+    from redist.profile import packaged_profile
+
+    models = {o: ladder_cost_model(o) for o in LADDER_OBJECTIVES}
+    prof = packaged_profile("cpu")
+    assert prof is not None and models["measured"] == prof.cost_model("time") and models["measured"].measured
+    assert models["time"] == CostModel(objective="time") and models["bytes"] == CostModel()
+
+
 @pytest.mark.parametrize("axes,src,dst", [
     *PLAIN,
     ({f"a{i}": 2 for i in range(10)}, "f32[1024@a0]{U:a1}", "f32[1024@a1]"),
