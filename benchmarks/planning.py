@@ -126,6 +126,8 @@ LADDER_OBJECTIVES = ("bytes", "time", "measured")
 
 def ladder_cost_model(objective: str) -> CostModel:
     """The cost model ``--objective`` names (``LADDER_OBJECTIVES``)."""
+    if objective not in LADDER_OBJECTIVES:
+        raise ValueError(f"objective {objective!r} is not one of {', '.join(LADDER_OBJECTIVES)}")
     if objective == "measured":
         prof = packaged_profile("cpu")
         assert prof is not None, "the CPU profile ships with the package"

@@ -699,32 +699,13 @@ measure does, so float rounding must not lift one above the figure it bounds. By
 slack: bound and measure are each one correctly rounded division of an exact integer."""
 
 
-def _fastest(cm: CostModel, kind: str) -> tuple[float, float]:
-    """The least latency and inverse bandwidth one round of a ``kind`` step can be priced at, over
-    any axes: the fastest link's, scaled as ``CostModel.kind_time`` scales them (a measured kind's
-    own figures, in or across processes, whichever is lower; else the link's, times the kind's
-    factor). A floor read off the links alone, where a measured profile prices an exchange round
-    at 169 us and 0.55 GB/s against the links' 5 us and 50 GB/s, pruned almost nothing: under
-    the shipped CPU profile 12 axes of 2 routed 119 exchanges for one plan (0.3 s)."""
-    lat = min([cm.latency_s, *(v for _, v in cm.axis_latency_s)])
-    inv_bw = 1.0 / max([cm.bandwidth_Bps, *(v for _, v in cm.axis_bandwidth_Bps)])
-    plain = kind.split(":")[0]
-    found = [m for table in (cm.kind_costs, cm.cross_kind_costs)
-             if (m := dict(table).get(kind, dict(table).get(plain))) is not None]
-    if not found:
-        factor = dict(cm.kind_time_factor).get(plain, 1.0)
-        return lat * factor, inv_bw * factor
-    slow_lat, slow_bw = lat / cm.latency_s, inv_bw * cm.bandwidth_Bps
-    return (min(m.latency_s for m in found) * slow_lat, min(1.0 / m.bandwidth_Bps for m in found) * slow_bw)
-
-
 @memo(Scope.TYPE)
 def _exchange_floor(cur: ShardingType, dst: ShardingType, cm: CostModel, rooted: bool = True) -> tuple[float, float]:
     """Optimistic (recv, time) of an exchange ``cur -> dst`` without building its schedule: it
     receives at least the lower bound, and its busiest device needs one round per missing cell,
     each round costing at least the fastest link's latency (plus, with pending sums, one cell at
     its bandwidth). Without ``rooted``, the cheaper floor ``_by_floor`` keys a prefix by first."""
-    lat, inv_bw = _fastest(cm, moved_kind("exchange", cur))
+    lat, inv_bw = cm.least_round(moved_kind("exchange", cur))
     if not (cur.unreduced or dst.unreduced):
         cf = closed_form(cur, dst)
         return (cf.mean_missing * cur.itemsize, cf.rounds * (lat + cf.cell * cur.itemsize * inv_bw) * TIME_SLACK)
@@ -926,7 +907,7 @@ def _by_floor(prefixes: list[Plan], dst: ShardingType, cm: CostModel, best: _Bes
 def _worth_an_exchange(prefix: Plan, dst: ShardingType, floor_all: float, cm: CostModel, best: _Best) -> bool:
     """Whether an exchange after ``prefix`` may still win: the plan receives at least the
     source's transfer bound (``floor_all``), and an exchange that must receive anything runs at
-    least one round (``_fastest``), unless it may run as one all-to-all (``ExchangeAllToAll``,
+    least one round (``CostModel.least_round``), unless it may run as one all-to-all (``ExchangeAllToAll``,
     whose measured latency may be below a round's). An exchange with nothing to receive has no
     round (a local pass, often cheaper than one): the bound of the rest, memoised, is read only
     where the round decides."""
@@ -937,15 +918,15 @@ def _worth_an_exchange(prefix: Plan, dst: ShardingType, floor_all: float, cm: Co
         return False
     if prefix.src.mesh.size <= A2A_MAX_DEVICES:
         return True
-    lat = _fastest(cm, moved_kind("exchange", prefix.dst))[0] * TIME_SLACK
+    lat = cm.least_round(moved_kind("exchange", prefix.dst))[0] * TIME_SLACK
     return not beaten(prefix.time_s + lat) or lower_bound_bytes(prefix.dst, dst) == 0
 
 
 def _exact_floor_open(prefix: Plan, dst: ShardingType, cm: CostModel, best: _Best) -> bool:
     """With pending sums the floor of an exchange (transfer bound, fewest rounds) is not always
     met, so read its exact bytes and rounds off the routing (``redist.exchange.routing``, no rounds
-    built) and skip it if the best plan so far beats that, each round at its fastest price
-    (``_fastest``) or the whole as one all-to-all, whichever is less. False also when the exchange
+    built) and skip it if the best plan so far beats that, each round at its least price
+    (``CostModel.least_round``) or the whole as one all-to-all, whichever is less. False also when the exchange
     is refused (``check_schedule``)."""
     cur = prefix.dst
     if not (cur.unreduced or dst.unreduced):
@@ -955,7 +936,7 @@ def _exact_floor_open(prefix: Plan, dst: ShardingType, cm: CostModel, best: _Bes
         r = routing(cur, dst)
     except StepError:
         return False
-    lat, inv_bw = _fastest(cm, moved_kind("exchange", cur))
+    lat, inv_bw = cm.least_round(moved_kind("exchange", cur))
     cell_bytes = math.prod(r.cell) * cur.itemsize
     recv = r.cells * cell_bytes / cur.mesh.size
     time = r.rounds * (lat + cell_bytes * inv_bw) * TIME_SLACK

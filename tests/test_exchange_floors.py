@@ -177,7 +177,7 @@ def _priced_models(mesh: Mesh) -> list[CostModel]:
 @given(_plan_pairs(), st.integers(0, 4))
 def test_exchange_floors_bound_the_exchange_under_priced_models(pair: tuple[ShardingType, ShardingType],
                                                                  which: int) -> None:
-    """``_exchange_floor`` prices each round at ``_fastest``'s figures for the exchange's kind (a
+    """``_exchange_floor`` prices each round at ``CostModel.least_round``'s figures for the exchange's kind (a
     measured profile's, where one is loaded): the floor must stay at or below what the exchange
     measures, run in rounds or (``_any_exchange_floor``) as one all-to-all, under every cost
     model, or ``_by_floor`` and ``_exact_floor_open`` would prune a better plan."""
@@ -229,7 +229,7 @@ def test_measured_floors_prune_exchanges(rung: int, index: int) -> None:
     assert prof is not None
     cm = prof.cost_model("time")
     plan, routed = _plan_and_routings(s, d, cm)
-    with mock.patch.object(synth, "_fastest", _links_only):
+    with mock.patch.object(CostModel, "least_round", _links_only):
         loose, routed_loose = _plan_and_routings(s, d, cm)
     assert plan.steps == loose.steps
     assert routed * 3 <= routed_loose, (routed, routed_loose)
