@@ -35,11 +35,19 @@ from typing import NamedTuple
 import numpy as np
 
 from redist.atoms import Atom, dims_atoms, unreduced_atoms
-from redist.bounds import overlap_figures, overlap_total
+from redist.bounds import on_prime_atoms, overlap_figures, overlap_total
 from redist.colouring import colours, degree
 from redist.errors import StepError
 from redist.exchange_classes import Classes, classes, lift_pairs, lift_rows
-from redist.groups import atoms_index, group_key, rank_within, replica_index, run_starts, stable_order
+from redist.groups import (
+    atoms_index,
+    group_key,
+    group_sums,
+    rank_within,
+    replica_index,
+    run_starts,
+    stable_order,
+)
 from spmd_types import ShardingType
 from spmd_types.layout import block_indices, check_index_range, overlap_elements, overlap_widths
 from spmd_types.memo import Scope, cached_property, memo
@@ -1050,24 +1058,21 @@ def group_missing(old: ShardingType, new: ShardingType, merged: bool = False) ->
     product over dimensions of the blocks their fresh atoms in that dimension span, so what a group
     holds of its new block is a product, per dimension, of the members' overlaps summed over the
     fresh atoms of that dimension: per-device NumPy rows, no cells. ``None`` where those sums could
-    leave int64."""
+    leave int64, and where a sub-axis is not a product of the mesh's prime atoms (``x:(3)2`` on
+    ``x=6``, ``on_prime_atoms``): its digit is not one of the fresh atoms', so a dimension's overlap
+    would vary along atoms it does not name, and no product of group sums counts the blocks a
+    group holds (that once claimed 3 missing elements of a block its group held whole)."""
     mesh = old.mesh
     fresh = _partial_axes(old, new, merged).fresh
     n_group = math.prod(a.size for a in fresh)
-    if max(new.local_shape, default=1) * n_group >= 1 << 62:
+    if max(new.local_shape, default=1) * n_group >= 1 << 62 or not (on_prime_atoms(old) and on_prime_atoms(new)):
         return None
     widths = overlap_widths(old, new)  # checks sizes and the mesh first
-    group = group_key(mesh, fresh)
     held = np.ones(mesh.size, dtype=np.int64)
     for width, atoms in zip(widths, dims_atoms(old)):
-        if n_group > 1:  # float sums are exact below 2**53; past it, int64 ones
-            if max(new.local_shape) * n_group < 1 << 53:
-                summed = np.bincount(group, weights=width, minlength=mesh.size).astype(np.int64)
-            else:
-                summed = np.zeros(mesh.size, dtype=np.int64)
-                np.add.at(summed, group, width)
-            width = summed[group] // (n_group // math.prod(a.size for a in fresh if a in atoms))
-        held = held * width
+        # a dimension's overlap varies only along its own atoms: sum over the fresh ones among them
+        mine = tuple(a for a in fresh if a in atoms)
+        held = held * (group_sums(mesh, mine, width) if mine else width)
     out = new.local_size - held
     out.setflags(write=False)  # cached: shared by every caller
     return out
@@ -1187,8 +1192,9 @@ def rooted_rounds(old: ShardingType, new: ShardingType) -> int:
     degree, so the routing has at least ``R (k + bit_length(t - 1))`` rounds. ``routing`` routes
     one class (``redist.exchange_classes``), so the floor is read on the same types. Types that
     share an unreduced atom may route by the merging exchange instead (``merges``), which roots
-    differently: 0 there."""
-    if _partial_axes(old, new).n_reduced == 1 or unreduced_atoms(old) & unreduced_atoms(new):
+    differently: 0 wherever ``may_merge`` lets it try; past ``MERGED_MAX_ROWS`` (every pending
+    pair on 13 axes of 2) they route partial by partial, and the kept atoms only narrow ``S``."""
+    if _partial_axes(old, new).n_reduced == 1 or may_merge(old, new):
         return 0  # no partials summed, or perhaps the merging exchange (a floor of 0 is always sound)
     c = classes(old, new)
     if c is not None:

@@ -751,15 +751,36 @@ def _pending_sum_rounds(cur: ShardingType, dst: ShardingType, cell: int, mean_ce
     rounds = math.ceil(mean_cells * TIME_SLACK)
     if not dst.unreduced:
         rounds = max(rounds, closed_form(cur, dst).rounds)  # its cell is ``cell``
-    rounds = max(rounds, provider_cells(cur, dst), rooted_rounds(cur, dst) if rooted else 0)
-    m = cur.mesh
+    return max(rounds, provider_cells(cur, dst), rooted_rounds(cur, dst) if rooted else 0,
+               _summing_rounds(cur, dst))
+
+
+@memo(Scope.TYPE)
+def _summing_rounds(cur: ShardingType, dst: ShardingType) -> int:
+    """The rounds of summing ``k > 1`` partials and spreading the sum (``_pending_sum_rounds``),
+    from the types' atoms alone: ``k - 1`` into the root, then ``ceil(log2 targets)``."""
     us, ud = unreduced_atoms(cur), unreduced_atoms(dst)
     k = math.prod(a.size for a in us - ud)
-    if k > 1:
-        sharded = {a for d in dims_atoms(dst) for a in d}
-        targets = m.size // math.prod(a.size for a in sharded | ud)
-        rounds = max(rounds, k - 1 + (targets - 1).bit_length())
-    return rounds
+    if k == 1:
+        return 0
+    sharded = {a for d in dims_atoms(dst) for a in d}
+    targets = cur.mesh.size // math.prod(a.size for a in sharded | ud)
+    return k - 1 + (targets - 1).bit_length()
+
+
+def _bytes_floor(cur: ShardingType, dst: ShardingType, recv: float, cm: CostModel) -> tuple[float, float]:
+    """The floor of a pending-sum exchange ``cur -> dst`` that receives at least ``recv`` bytes
+    per device on average, read off no per-device table: its busiest device receives at least
+    that mean, one cell a round, and it sums partials in ``_summing_rounds``; or it runs as one
+    all-to-all of ``recv`` (as ``_any_exchange_floor``, of which this is a lower edition). Under a
+    time objective the bytes alone hardly order prefixes: time leads the key."""
+    lat, inv_bw = cm.least_round(moved_kind("exchange", cur))
+    cell = math.prod(cell_shape(cur, dst)) * cur.itemsize
+    rounds = max(math.ceil(recv / cell * TIME_SLACK), _summing_rounds(cur, dst))
+    time = rounds * (lat + cell * inv_bw) * TIME_SLACK
+    if cur.mesh.size <= A2A_MAX_DEVICES:
+        time = min(time, _one_all_to_all(cur, recv, cm))
+    return recv, time
 
 
 class _Best:
@@ -877,7 +898,9 @@ def _by_floor(prefixes: list[Plan], dst: ShardingType, cm: CostModel, best: _Bes
     cheapest of five keys, each at or below the next: the prefix's own cost, plus (only with
     pending sums, where the floor costs more than the bound) a floor on the transfer bound that
     reads no per-device table (``unreduced_bound_floor``: on 13 axes of 2 it spares 60% of the
-    bounds), plus the transfer bound of its exchange (``lower_bound_bytes``), plus its exchange
+    bounds), plus the transfer bound of its exchange (``lower_bound_bytes``), both with the
+    rounds that many bytes take at least (``_bytes_floor``: under a time objective time leads
+    the key, so a bytes-only key would send every prefix on to the per-device floors), plus its exchange
     floor without, then (only with pending sums) with ``rooted_rounds``, which reads per-device
     tables: only prefixes reaching the top pay it. A prefix at the top is re-keyed by its next key; one at the top under its floor is at or below every other key,
     hence every other floor, so the order and the stopping point are those of sorting every
@@ -894,9 +917,10 @@ def _by_floor(prefixes: list[Plan], dst: ShardingType, cm: CostModel, best: _Bes
             continue
         bound = unreduced_bound_floor(prefix.dst, dst) if tier == 0 and pending else None
         if bound is not None:
-            key, tier = cm.order(prefix.recv_bytes + bound * LB_SLACK, prefix.time_s), 1
+            key, tier = _add(prefix, _bytes_floor(prefix.dst, dst, bound * LB_SLACK, cm), cm), 1
         elif tier < 2 and pending:
-            key, tier = cm.order(prefix.recv_bytes + lower_bound_bytes(prefix.dst, dst) * LB_SLACK, prefix.time_s), 2
+            lb = lower_bound_bytes(prefix.dst, dst) * LB_SLACK
+            key, tier = _add(prefix, _bytes_floor(prefix.dst, dst, lb, cm), cm), 2
         elif tier < 3:  # without pending sums the floor is the bound's own closed form: no cheaper key
             key, tier = _add(prefix, _any_exchange_floor(prefix.dst, dst, cm, False), cm), 3
         else:

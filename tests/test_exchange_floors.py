@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from strategies import meshes, shapes_for, sharding_types
 
 from benchmarks.planning import LADDER, ladder_pair
-from redist import CostModel, Plan, synth
+from redist import CostModel, Plan, exchange, synth
 from redist.atoms import unreduced_atoms
 from redist.bounds import lower_bound_bytes
 from redist.caches import clear_caches
@@ -116,6 +116,37 @@ def test_rooted_rounds_on_ladder_pairs(rung: int) -> None:
     floors = [(rooted_rounds(s, d), routing(s, d).rounds) for s, d in pairs]
     assert all(f <= r for f, r in floors)
     assert any(f > 0 for f, _ in floors)
+
+
+@given(_reducing_pairs())
+def test_rooted_rounds_with_kept_partials_routed_directly(pair: tuple[ShardingType, ShardingType]) -> None:
+    """Types that share an unreduced atom route partial by partial wherever the merging exchange
+    is out of reach (``may_merge``: past ``MERGED_MAX_ROWS``, as on every 13-axis binary mesh);
+    there the floor counts device 0's rooted cells as without shared atoms. Switching the merging
+    exchange off on small meshes checks that case on every drawn pair."""
+    s, d = pair
+    clear_caches("plans")
+    try:
+        with mock.patch.object(exchange, "MERGED_MAX_ROWS", 0):
+            try:
+                rounds = routing(s, d).rounds
+            except StepError:
+                return
+            assert 0 <= rooted_rounds(s, d) <= rounds
+    finally:
+        clear_caches("plans")
+
+
+def test_rooted_rounds_with_kept_partials_on_13_axes() -> None:
+    """A prefix of the slowest 13-axis ladder pair: the types keep ``a5`` unreduced and sum ``a11``;
+    the merging exchange is out of reach, so the direct one routes (96 rounds), and device 0 roots
+    30 cells (2 partials and 1 forward each: 90 rounds), which prunes the candidate without routing it: 12
+    such candidates cost 6-8 ms each to route."""
+    mesh = Mesh(LADDER[8])
+    s = parse("f32[32@(a2,a8,a0,a7),2048@(a1,a4),4096@(a9,a12,a3),1024@a10,1024@a6]{U:(a5,a11)}", mesh)
+    d = parse("f32[32@(a8,a10),2048,4096@(a7,a3),1024@(a12,a1,a2,a9),1024@a0]{U:(a4,a5,a6)}", mesh)
+    assert not exchange.may_merge(s, d)
+    assert (rooted_rounds(s, d), routing(s, d).rounds) == (90, 96)
 
 
 def test_rooted_rounds_on_13_axes() -> None:
