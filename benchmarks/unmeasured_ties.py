@@ -18,7 +18,6 @@ empty program), the median over ``R`` rounds of ``N`` calls each.
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import statistics
 from typing import NamedTuple
@@ -26,6 +25,7 @@ from typing import NamedTuple
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 
 from benchmarks.markdown import md_table  # noqa: E402
+from benchmarks.speed import geomean  # noqa: E402
 from redist import CostModel, Plan  # noqa: E402
 from redist.calibrate import samples  # noqa: E402
 from redist.steps import AllToAll, DynSlice, PadUnreduced, Permute, ReduceScatter, Step  # noqa: E402
@@ -101,7 +101,7 @@ def table(rows: list[Row]) -> list[str]:
             "chosen us", "typed us", "typed / chosen")
     body = [(r.mesh, f"`{r.src} -> {r.dst}`", _steps(r.chosen), _steps(r.typed), f"{r.chosen.time_s * 1e6:.1f}",
              f"{r.chosen_s * 1e6:.0f}", f"{r.typed_s * 1e6:.0f}", f"{r.ratio:.2f}") for r in rows]
-    geo = math.exp(statistics.fmean(math.log(r.ratio) for r in rows))
+    geo = geomean([r.ratio for r in rows])
     return [*md_table(head, body), "", f"Geometric mean of typed / chosen: {geo:.2f} "
             f"({sum(r.ratio < 1 for r in rows)} of {len(rows)} pairs where the typed plan ran faster)."]
 

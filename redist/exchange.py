@@ -1061,7 +1061,8 @@ def group_missing(old: ShardingType, new: ShardingType, merged: bool = False) ->
     leave int64, and where a sub-axis is not a product of the mesh's prime atoms (``x:(3)2`` on
     ``x=6``, ``on_prime_atoms``): its digit is not one of the fresh atoms', so a dimension's overlap
     would vary along atoms it does not name, and no product of group sums counts the blocks a
-    group holds (that once claimed 3 missing elements of a block its group held whole)."""
+    group holds (``f32[6@(x:(3)2)] -> f32[6@y]{U:x}`` on ``{x=6,y=2}`` once claimed 4 missing
+    elements where every group held its new block whole)."""
     mesh = old.mesh
     fresh = _partial_axes(old, new, merged).fresh
     n_group = math.prod(a.size for a in fresh)

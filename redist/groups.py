@@ -45,35 +45,28 @@ def group_key(mesh: Mesh, atoms: tuple[Atom, ...]) -> np.ndarray:
 
 def group_sums(mesh: Mesh, atoms: tuple[Atom, ...], values: np.ndarray) -> np.ndarray:
     """Per device, the sum of int64 ``values`` over its group (the devices that differ only along
-    ``atoms``), exact while the sums fit int64. Devices are numbered row-major over the mesh axes
-    and an atom ``(pre)size`` of an axis of ``n`` is the middle digit of that axis split as
-    ``(pre, size, n // (pre * size))``, so the sum is one ``ndarray.sum`` over those digits of a
-    reshaped view, broadcast back: a few array passes where a ``bincount`` over ``group_key``
-    costs a float cast, a gather and a cast back (several times as long on 8,192 devices)."""
+    ``atoms``, which do not overlap), exact while the sums fit int64. Devices are numbered
+    row-major over the mesh axes, and an axis of ``n`` split at its atoms (major first: ``(pre)size``
+    is the digit after the ``pre`` major coordinates) is a run of digits, so the sum is one
+    ``ndarray.sum`` over the atoms' digits of a reshaped view, broadcast back: a few array passes
+    where a ``bincount`` over ``group_key`` costs a float cast, a gather and a cast back (several
+    times as long on 8,192 devices)."""
     shape: list[int] = []
     summed: list[int] = []
     for name, n in mesh.axes:
-        mine = [a for a in atoms if a.name == name]
-        if len(mine) > 1:  # two atoms of one axis: split by both is not one reshape; key them
-            key = group_key(mesh, atoms)
-            return np.bincount(key, weights=values, minlength=mesh.size).astype(np.int64)[key] \
-                if int(np.abs(values).max(initial=0)) * len(values) < 1 << 53 else _summed_at(key, values)
-        if mine:
-            a = mine[0]
-            shape += [a.pre, a.size, n // (a.pre * a.size)]
-            summed.append(len(shape) - 2)
-        else:
-            shape.append(n)
+        done = 1  # the product of this axis's digits split off so far
+        for a in sorted((a for a in atoms if a.name == name), key=lambda a: a.pre):
+            if a.pre % done:
+                raise ValueError(f"atoms of axis {name!r} overlap: {sorted(atoms)}")
+            shape.append(a.pre // done)
+            summed.append(len(shape))
+            shape.append(a.size)
+            done = a.pre * a.size
+        shape.append(n // done)
     if not summed:
         return values
     view = values.reshape(shape)
     return np.broadcast_to(view.sum(axis=tuple(summed), keepdims=True), view.shape).reshape(-1)
-
-
-def _summed_at(key: np.ndarray, values: np.ndarray) -> np.ndarray:
-    out = np.zeros(len(key), dtype=np.int64)
-    np.add.at(out, key, values)
-    return out[key]
 
 
 def members(mesh: Mesh, atoms: Iterable[Atom]) -> list[list[int]]:

@@ -705,15 +705,29 @@ def _exchange_floor(cur: ShardingType, dst: ShardingType, cm: CostModel, rooted:
     receives at least the lower bound, and its busiest device needs one round per missing cell,
     each round costing at least the fastest link's latency (plus, with pending sums, one cell at
     its bandwidth). Without ``rooted``, the cheaper floor ``_by_floor`` keys a prefix by first."""
-    lat, inv_bw = cm.least_round(moved_kind("exchange", cur))
     if not (cur.unreduced or dst.unreduced):
         cf = closed_form(cur, dst)
-        return (cf.mean_missing * cur.itemsize, cf.rounds * (lat + cf.cell * cur.itemsize * inv_bw) * TIME_SLACK)
+        return (cf.mean_missing * cur.itemsize, _rounds_time(cur, cf.rounds, cf.cell * cur.itemsize, cm))
     cell = math.prod(cell_shape(cur, dst))
     cells = max(group_missing_total(cur, dst) // cell, reduced_cells(cur, dst))
     recv = max(lower_bound_bytes(cur, dst), cells * (cell * cur.itemsize) / cur.mesh.size)
     rounds = _pending_sum_rounds(cur, dst, cell, recv / (cell * cur.itemsize), rooted)
-    return (recv, rounds * (lat + cell * cur.itemsize * inv_bw) * TIME_SLACK)
+    return (recv, _rounds_time(cur, rounds, cell * cur.itemsize, cm))
+
+
+def _rounds_time(cur: ShardingType, rounds: int, cell_bytes: int, cm: CostModel) -> float:
+    """Least time of ``rounds`` exchange rounds moving one ``cell_bytes`` cell each: every round
+    at its least price (``CostModel.least_round``)."""
+    lat, inv_bw = cm.least_round(moved_kind("exchange", cur))
+    return rounds * (lat + cell_bytes * inv_bw) * TIME_SLACK
+
+
+def _or_one_all_to_all(cur: ShardingType, recv: float, time: float, cm: CostModel) -> float:
+    """``time`` (the exchange in rounds) or, where the one-all-to-all form (``ExchangeAllToAll``)
+    is offered, the least time of one all-to-all of ``recv``, whichever is less."""
+    if cur.mesh.size > A2A_MAX_DEVICES:  # the all-to-all form is not offered there
+        return time
+    return min(time, _one_all_to_all(cur, recv, cm))
 
 
 def _any_exchange_floor(cur: ShardingType, dst: ShardingType, cm: CostModel,
@@ -722,9 +736,7 @@ def _any_exchange_floor(cur: ShardingType, dst: ShardingType, cm: CostModel,
     as one all-to-all (``ExchangeAllToAll``), which receives at least as many bytes (its padding
     counts) and costs at least one all-to-all of them (``_one_all_to_all``)."""
     recv, time = _exchange_floor(cur, dst, cm, rooted)
-    if cur.mesh.size > A2A_MAX_DEVICES:  # the all-to-all form is not offered there
-        return recv, time
-    return recv, min(time, _one_all_to_all(cur, recv, cm))
+    return recv, _or_one_all_to_all(cur, recv, time, cm)
 
 
 def _one_all_to_all(cur: ShardingType, recv: float, cm: CostModel) -> float:
@@ -774,13 +786,9 @@ def _bytes_floor(cur: ShardingType, dst: ShardingType, recv: float, cm: CostMode
     that mean, one cell a round, and it sums partials in ``_summing_rounds``; or it runs as one
     all-to-all of ``recv`` (as ``_any_exchange_floor``, of which this is a lower edition). Under a
     time objective the bytes alone hardly order prefixes: time leads the key."""
-    lat, inv_bw = cm.least_round(moved_kind("exchange", cur))
     cell = math.prod(cell_shape(cur, dst)) * cur.itemsize
     rounds = max(math.ceil(recv / cell * TIME_SLACK), _summing_rounds(cur, dst))
-    time = rounds * (lat + cell * inv_bw) * TIME_SLACK
-    if cur.mesh.size <= A2A_MAX_DEVICES:
-        time = min(time, _one_all_to_all(cur, recv, cm))
-    return recv, time
+    return recv, _or_one_all_to_all(cur, recv, _rounds_time(cur, rounds, cell, cm), cm)
 
 
 class _Best:
@@ -960,12 +968,9 @@ def _exact_floor_open(prefix: Plan, dst: ShardingType, cm: CostModel, best: _Bes
         r = routing(cur, dst)
     except StepError:
         return False
-    lat, inv_bw = cm.least_round(moved_kind("exchange", cur))
     cell_bytes = math.prod(r.cell) * cur.itemsize
-    recv = r.cells * cell_bytes / cur.mesh.size
-    time = r.rounds * (lat + cell_bytes * inv_bw) * TIME_SLACK
-    if cur.mesh.size <= A2A_MAX_DEVICES:  # or run as one all-to-all (a variant), no fewer bytes
-        time = min(time, _one_all_to_all(cur, recv, cm))
+    recv = r.cells * cell_bytes / cur.mesh.size  # run as one all-to-all (a variant), no fewer bytes
+    time = _or_one_all_to_all(cur, recv, _rounds_time(cur, r.rounds, cell_bytes, cm), cm)
     return not best.beaten(_add(prefix, (recv, time), cm), cm)
 
 
