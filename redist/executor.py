@@ -242,19 +242,26 @@ def _point_to_point(before: ShardingType, after: ShardingType, x: jax.Array) -> 
     if owner is not None:  # every cell lands once: the block is joined from them, no zero fill
         pieces = [_round_piece(r, x, lin, cell, names) for r in rounds]
         return _assemble(pieces, owner, after.local_shape, cell, lin)
-    out = jnp.zeros(after.local_shape, dtype=x.dtype)
+    # Pending sums of 16-bit floats are added in f32 and converted once (``_sum_dtype``, as in
+    # ``_added_slots``); every cell still travels at the values' width, as bit patterns.
+    acc = _sum_dtype(x.dtype) if sums else x.dtype
+    out = jnp.zeros(after.local_shape, dtype=acc)
     for r in rounds:
         # A forwarding round sends a cell of the new block (a sum completed in earlier rounds).
-        piece = _round_piece(r, out if r.from_output else x, lin, cell, names)
-        out = _add_cell(out, piece, _lookup(r.recv_valid, lin), _offsets(r.recv_offset, lin, rank), sums)
-    return out
+        piece = _round_piece(r, out if r.from_output else x, lin, cell, names, x.dtype)
+        out = _add_cell(out, piece.astype(acc), _lookup(r.recv_valid, lin), _offsets(r.recv_offset, lin, rank), sums)
+    return out.astype(x.dtype)
 
 
-def _round_piece(r: Round, x: jax.Array, lin: jax.Array, cell: Sequence[int], names: tuple[str, ...]) -> jax.Array:
+def _round_piece(r: Round, x: jax.Array, lin: jax.Array, cell: Sequence[int], names: tuple[str, ...],
+                 dtype: Any = None) -> jax.Array:
     """The cell a round (or local copy) delivers to each device: cut from ``x`` (the old block, or
-    the new one for a forwarding round), moved."""
+    the new one for a forwarding round), in ``dtype`` (default ``x``'s), moved as bit patterns."""
     piece = lax.dynamic_slice(x, _offsets(r.send_offset, lin, x.ndim), cell)
-    return lax.ppermute(piece, _axis_name(names), perm=list(r.pairs)) if r.pairs else piece
+    piece = piece if dtype is None else piece.astype(dtype)
+    if not r.pairs:
+        return piece
+    return _on_bits(piece, lambda p: lax.ppermute(p, _axis_name(names), perm=list(r.pairs)))
 
 
 MAX_CHOICES = 2

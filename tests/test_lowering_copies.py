@@ -322,3 +322,19 @@ def test_pending_sum_slots_move_at_their_width(src: str, dst: str, slot_adds: in
     assert adds == slot_adds
     if s.itemsize == 2:
         assert ops.count("convert") == 25
+
+
+def test_pending_sum_rounds_move_at_their_width() -> None:
+    """The same for an ``Exchange`` in rounds: each round's cell moves as bit patterns (the model's
+    bytes; was f32 on the wire, twice them) and is added into an f32 block converted once (was:
+    the block converted at every round, 111 ``convert`` ops here)."""
+    s, d = parse("bf16[256@x,2048]{U:y}", XY24), parse("bf16[256,2048@(x,y)]", XY24)
+    plan = Plan.build(s, (Exchange(d.dims, d.sorted_unreduced()),))
+    assert plan.dst == d and plan.measures[0].rounds == 7
+    agree(plan)
+    x, _ = make_input(s, XY24.to_jax())
+    text = compile_plan(plan).lower(x).compile().as_text()
+    hlo = parse_collectives(text)
+    assert set(hlo.kinds()) == {"collective-permute"} and hlo.recv_bytes == plan.measures[0].recv_bytes
+    ops = [i.opcode for i in map(parse_instruction, text.splitlines()) if i is not None]
+    assert ops.count("convert") == 43
