@@ -615,7 +615,9 @@ def _values_moved(move: Callable[[ShardingType, ShardingType, jax.Array], jax.Ar
     """``move(before, after, x)``, on 16-bit floats' bit patterns where it only copies values (no
     partial sums): XLA:CPU widens 16-bit float collectives, selects and updates to f32 (twice the
     wire bytes, and convert round trips over the whole block at every cell: rand015's bf16 exchange
-    ran 6x its f32 time); unsigned integers of the same width move as they are."""
+    ran 6x its f32 time); unsigned integers of the same width move as they are. Moves that add
+    partial sums get the whole block as it is: they move each piece as bits themselves and add in
+    ``_sum_dtype`` (``_point_to_point``, ``_added_slots``)."""
     if before.unreduced:
         return move(before, after, x)
     return _on_bits(x, lambda y: move(before, after, y))
@@ -623,7 +625,7 @@ def _values_moved(move: Callable[[ShardingType, ShardingType, jax.Array], jax.Ar
 
 def _on_bits(x: jax.Array, move: Callable[[jax.Array], jax.Array]) -> jax.Array:
     """``move(x)`` on a 16-bit float's bit patterns (uint16), for moves that only copy values."""
-    if not jnp.issubdtype(x.dtype, jnp.floating) or x.dtype.itemsize != 2:
+    if not _is_16bit_float(x.dtype):
         return move(x)
     return lax.bitcast_convert_type(move(lax.bitcast_convert_type(x, jnp.uint16)), x.dtype)
 
@@ -812,7 +814,12 @@ def _added_slots(sl: Slots, sums: bool, after: ShardingType, x: jax.Array, lin: 
 def _sum_dtype(dtype: Any) -> Any:
     """The type partial sums are added in: f32 for 16-bit floats (XLA:CPU widens their adds to f32
     anyway, and one conversion at the end replaces one per add), else the values' own."""
-    return jnp.float32 if jnp.issubdtype(dtype, jnp.floating) and jnp.dtype(dtype).itemsize == 2 else dtype
+    return jnp.float32 if _is_16bit_float(dtype) else dtype
+
+
+def _is_16bit_float(dtype: Any) -> bool:
+    """bf16 or f16: the values XLA:CPU widens to f32 in collectives, copies and adds."""
+    return bool(jnp.issubdtype(dtype, jnp.floating)) and jnp.dtype(dtype).itemsize == 2
 
 
 LOWER.register(ExchangeAllToAll)(Lowering(_exchange_all_to_all))

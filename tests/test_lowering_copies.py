@@ -18,7 +18,7 @@ from jax.sharding import NamedSharding
 
 from benchmarks.arrays import check_output, make_input
 from benchmarks.cases import NAMED_CASES, Case
-from benchmarks.hlo import local_writes, parse_collectives, parse_instruction
+from benchmarks.hlo import HloCollectives, local_writes, parse_collectives, parse_instruction
 from redist import AllGather, AllToAll, CostModel, Exchange, ExchangeAllToAll, Permute, Plan, redistribute
 from redist.exchange import schedule
 from redist.executor import _owners, compile_plan
@@ -300,6 +300,19 @@ def test_32bit_swap_keeps_the_zero_fill() -> None:
 
 # -- pending sums run as one all-to-all ----------------------------------------------------------------
 
+def _summing_program(step: type[Exchange], src: str, dst: str) -> tuple[Plan, HloCollectives, list[str]]:
+    """The pending-sum exchange ``src -> dst`` on {x=2,y=4} as one ``step``, checked against the
+    simulator: the plan, its compiled program's collectives, and the opcode of every instruction
+    (fused computations included)."""
+    s, d = parse(src, XY24), parse(dst, XY24)
+    plan = Plan.build(s, (step(d.dims, d.sorted_unreduced()),))
+    assert plan.dst == d
+    agree(plan)
+    x, _ = make_input(s, XY24.to_jax())
+    text = compile_plan(plan).lower(x).compile().as_text()
+    return plan, parse_collectives(text), [i.opcode for i in map(parse_instruction, text.splitlines()) if i]
+
+
 @pytest.mark.parametrize("src, dst, slot_adds", [
     ("bf16[32,16,16,64@y]{U:x}", "bf16[32@x,16,16@y,64]", 8),  # was 0.18x the typed plan's speed
     ("f32[256@x,1024]{U:y}", "f32[256,1024@(y,x)]", 8),
@@ -309,18 +322,11 @@ def test_pending_sum_slots_move_at_their_width(src: str, dst: str, slot_adds: in
     bit patterns: was widened to f32, twice the bytes) and adds each received slot once, in place;
     16-bit partials are added in f32 and converted once (was: the block converted to f32 and back
     at every slot, 126 ``convert`` ops for the bf16 pair, now one per slot plus the final pass)."""
-    s, d = parse(src, XY24), parse(dst, XY24)
-    plan = Plan.build(s, (ExchangeAllToAll(d.dims, d.sorted_unreduced()),))
-    assert plan.dst == d
-    agree(plan)
-    x, _ = make_input(s, XY24.to_jax())
-    text = compile_plan(plan).lower(x).compile().as_text()
-    hlo = parse_collectives(text)
+    plan, hlo, ops = _summing_program(ExchangeAllToAll, src, dst)
     assert hlo.kinds() == ("all-to-all",) and hlo.recv_bytes == plan.measures[0].recv_bytes
-    ops = [i.opcode for i in map(parse_instruction, text.splitlines()) if i is not None]
     adds = sum(op == "dynamic-update-slice" for op in ops) + sum(op == "pad" for op in ops)
     assert adds == slot_adds
-    if s.itemsize == 2:
+    if plan.src.itemsize == 2:
         assert ops.count("convert") == 25
 
 
@@ -328,13 +334,7 @@ def test_pending_sum_rounds_move_at_their_width() -> None:
     """The same for an ``Exchange`` in rounds: each round's cell moves as bit patterns (the model's
     bytes; was f32 on the wire, twice them) and is added into an f32 block converted once (was:
     the block converted at every round, 111 ``convert`` ops here)."""
-    s, d = parse("bf16[256@x,2048]{U:y}", XY24), parse("bf16[256,2048@(x,y)]", XY24)
-    plan = Plan.build(s, (Exchange(d.dims, d.sorted_unreduced()),))
-    assert plan.dst == d and plan.measures[0].rounds == 7
-    agree(plan)
-    x, _ = make_input(s, XY24.to_jax())
-    text = compile_plan(plan).lower(x).compile().as_text()
-    hlo = parse_collectives(text)
+    plan, hlo, ops = _summing_program(Exchange, "bf16[256@x,2048]{U:y}", "bf16[256,2048@(x,y)]")
+    assert plan.measures[0].rounds == 7
     assert set(hlo.kinds()) == {"collective-permute"} and hlo.recv_bytes == plan.measures[0].recv_bytes
-    ops = [i.opcode for i in map(parse_instruction, text.splitlines()) if i is not None]
     assert ops.count("convert") == 43
