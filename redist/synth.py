@@ -32,6 +32,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Callable, Iterator
+from typing import NamedTuple
 
 from redist.atoms import (
     Atom,
@@ -699,20 +700,35 @@ measure does, so float rounding must not lift one above the figure it bounds. By
 slack: bound and measure are each one correctly rounded division of an exact integer."""
 
 
+class _Floor(NamedTuple):
+    """What an exchange ``cur -> dst`` needs at least, read without building its schedule."""
+    recv: float      # bytes a device receives, averaged
+    rounds: int      # rounds (one collective-permute each)
+    cell_bytes: int  # bytes of the cell each round moves
+
+
 @memo(Scope.TYPE)
-def _exchange_floor(cur: ShardingType, dst: ShardingType, cm: CostModel, rooted: bool = True) -> tuple[float, float]:
-    """Optimistic (recv, time) of an exchange ``cur -> dst`` without building its schedule: it
-    receives at least the lower bound, and its busiest device needs one round per missing cell,
-    each round costing at least the fastest link's latency (plus, with pending sums, one cell at
-    its bandwidth). Without ``rooted``, the cheaper floor ``_by_floor`` keys a prefix by first."""
+def _exchange_rounds_floor(cur: ShardingType, dst: ShardingType, rooted: bool = True) -> _Floor:
+    """Optimistic bytes and rounds of an exchange ``cur -> dst`` without building its schedule: it
+    receives at least the lower bound, and its busiest device needs one round per missing cell
+    (``_pending_sum_rounds`` with pending sums). Without ``rooted``, the cheaper floor
+    ``_by_floor`` keys a prefix by first. No cost model: each prices it (``_exchange_floor``)."""
     if not (cur.unreduced or dst.unreduced):
         cf = closed_form(cur, dst)
-        return (cf.mean_missing * cur.itemsize, _rounds_time(cur, cf.rounds, cf.cell * cur.itemsize, cm))
+        return _Floor(cf.mean_missing * cur.itemsize, cf.rounds, cf.cell * cur.itemsize)
     cell = math.prod(cell_shape(cur, dst))
     cells = max(group_missing_total(cur, dst) // cell, reduced_cells(cur, dst))
     recv = max(lower_bound_bytes(cur, dst), cells * (cell * cur.itemsize) / cur.mesh.size)
     rounds = _pending_sum_rounds(cur, dst, cell, recv / (cell * cur.itemsize), rooted)
-    return (recv, _rounds_time(cur, rounds, cell * cur.itemsize, cm))
+    return _Floor(recv, rounds, cell * cur.itemsize)
+
+
+@memo(Scope.TYPE)
+def _exchange_floor(cur: ShardingType, dst: ShardingType, cm: CostModel, rooted: bool = True) -> tuple[float, float]:
+    """Optimistic (recv, time) of an exchange ``cur -> dst`` (``_exchange_rounds_floor``), each
+    round costing at least its least price (``_rounds_time``)."""
+    f = _exchange_rounds_floor(cur, dst, rooted)
+    return (f.recv, _rounds_time(cur, f.rounds, f.cell_bytes, cm))
 
 
 def _rounds_time(cur: ShardingType, rounds: int, cell_bytes: int, cm: CostModel) -> float:
@@ -800,12 +816,27 @@ class _Best:
         self.plan: Plan | None = None
         self.feasible: list[Plan] = []
         """Every plan considered that reaches ``dst`` within the bound (for ``choice``'s ties)."""
+        self.fastest_by_ops: dict[int, float] = {}
+        """Least estimated time of a feasible plan per count of collective ops (``outranked``)."""
 
     def consider(self, p: Plan) -> None:
         if p.dst == self.dst and p.peak_bytes <= self.bound:
             self.feasible.append(p)
             if self.plan is None or p.key() < self.plan.key():
                 self.plan = p
+            t = round(p.time_s, 15)
+            if t < self.fastest_by_ops.get(p.n_collectives, math.inf):
+                self.fastest_by_ops[p.n_collectives] = t
+
+    def outranked(self, time_floor: float, ops_floor: int, cm: CostModel) -> bool:
+        """No plan of at least ``time_floor`` and ``ops_floor`` collective ops can be ``choice``'s,
+        though it may fall in the tie window: a feasible plan with fewer ops and no more time is
+        tied with it in every window that holds it, and ``choice`` prefers fewer ops. Only under
+        a tie tolerance (with none, ``beaten`` says all there is)."""
+        if cm.objective != "time" or not cm.tie_tolerance:
+            return False
+        t = round(time_floor, 15)
+        return any(n < ops_floor and s <= t for n, s in self.fastest_by_ops.items())
 
     def beaten(self, floor: tuple[float, float], cm: CostModel) -> bool:
         """No plan above ``floor`` can win: not even a tie (``CostModel.tie_tolerance``)."""
@@ -921,7 +952,8 @@ def _by_floor(prefixes: list[Plan], dst: ShardingType, cm: CostModel, best: _Bes
             return  # every remaining floor is at or above this key
         pending = bool(prefix.dst.unreduced or dst.unreduced)
         if tier == 4 or (tier == 3 and not pending):
-            yield prefix
+            if not best.outranked(key_time(key, cm), prefix.n_collectives + _exchange_ops_floor(prefix.dst, dst, tier == 4), cm):
+                yield prefix
             continue
         bound = unreduced_bound_floor(prefix.dst, dst) if tier == 0 and pending else None
         if bound is not None:
@@ -934,6 +966,17 @@ def _by_floor(prefixes: list[Plan], dst: ShardingType, cm: CostModel, best: _Bes
         else:
             key, tier = _add(prefix, _any_exchange_floor(prefix.dst, dst, cm), cm), 4
         heapq.heappush(heap, (key, i, tier, prefix))
+
+
+def key_time(key: tuple[float, float], cm: CostModel) -> float:
+    return key[0] if cm.objective != "bytes" else key[1]
+
+
+def _exchange_ops_floor(cur: ShardingType, dst: ShardingType, rooted: bool) -> int:
+    """Collective ops an exchange ``cur -> dst`` runs at least: its rounds, or one where it may
+    run as one all-to-all (``ExchangeAllToAll``), none where it moves nothing."""
+    rounds = _exchange_rounds_floor(cur, dst, rooted).rounds
+    return min(rounds, 1) if cur.mesh.size <= A2A_MAX_DEVICES else rounds
 
 
 def _worth_an_exchange(prefix: Plan, dst: ShardingType, floor_all: float, cm: CostModel, best: _Best) -> bool:
@@ -1050,7 +1093,7 @@ def ranked(src: ShardingType, dst: ShardingType, cm: CostModel, top: int) -> tup
     memory bound, by ``Plan.key`` (distinct steps), ``top`` in all: the near-ties a measurement
     may rank better than the model (``redist.autotune``). Under the bytes objective only plans
     receiving as little as the best, so a choice among them keeps the transfer guarantee. Pruned
-    candidates are not here: they could not win even a tie on the model."""
+    candidates are not here: the model could not choose them (``_Best.beaten``, ``_Best.outranked``)."""
     if src == dst:
         return (Plan(src, dst, (), (), cm),)
     best = _search(src, dst, cm)
