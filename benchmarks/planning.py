@@ -17,7 +17,10 @@ Reproduce: ``redist bench-plan`` (``--pairs N --seed S``). Prints markdown table
    ``--objective`` picks the cost model plans are ranked by (``LADDER_OBJECTIVES``): ``bytes``
    (the transfer guarantee; the default here, as in earlier reports), ``time`` (the unmeasured
    alpha-beta model: ``redistribute``'s default on a backend without a shipped profile, e.g. a
-   GPU cluster not yet calibrated) or ``measured`` (the shipped CPU profile: its default on CPU).
+   GPU cluster not yet calibrated), ``measured`` (the shipped CPU profile: its default on CPU) or
+   ``gloo`` (the shipped cross-process profile, its default across processes, on hosts of
+   ``DEVICES_PER_HOST`` devices laid out row-major: the axes whose groups span hosts cost what a
+   socket costs, as on any multi-host mesh of this size).
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ import statistics
 import time
 from dataclasses import dataclass
 
+import numpy as np
+
 from benchmarks.markdown import md_table
 from redist import CostModel
 from redist.atoms import unreduced_atoms
@@ -36,10 +41,10 @@ from redist.caches import clear_caches
 from redist.enumerate import all_types
 from redist.errors import StepError
 from redist.exchange import check_schedule
-from redist.profile import packaged_profile
+from redist.profile import crossing_axes, packaged_profile
 from redist.search import plan_key, search
 from redist.synth import synthesize
-from spmd_types import Mesh, ShardingType
+from spmd_types import Axis, Mesh, ShardingType
 
 
 @dataclass(frozen=True)
@@ -121,18 +126,28 @@ LADDER: tuple[dict[str, int], ...] = (
 """Rungs of the large-mesh ladder: realistic training meshes and binary meshes of 8-16 axes."""
 
 
-LADDER_OBJECTIVES = ("bytes", "time", "measured")
+LADDER_OBJECTIVES = ("bytes", "time", "measured", "gloo")
+
+DEVICES_PER_HOST = 8
+"""Devices per process of the ``gloo`` objective's layout (8 accelerators a host is common)."""
 
 
-def ladder_cost_model(objective: str) -> CostModel:
-    """The cost model ``--objective`` names (``LADDER_OBJECTIVES``)."""
+def ladder_cost_model(objective: str, mesh: Mesh) -> CostModel:
+    """The cost model ``--objective`` names (``LADDER_OBJECTIVES``) on ``mesh``."""
     if objective not in LADDER_OBJECTIVES:
         raise ValueError(f"objective {objective!r} is not one of {', '.join(LADDER_OBJECTIVES)}")
-    if objective == "measured":
-        prof = packaged_profile("cpu")
-        assert prof is not None, "the CPU profile ships with the package"
-        return prof.cost_model("time")
+    if objective in ("measured", "gloo"):
+        prof = packaged_profile("cpu" if objective == "measured" else "cpu-gloo")
+        assert prof is not None, "the CPU profiles ship with the package"
+        return prof.cost_model("time", host_crossing_axes(mesh) if objective == "gloo" else None)
     return CostModel(objective=objective)
+
+
+def host_crossing_axes(mesh: Mesh) -> tuple[Axis, ...]:
+    """The axes (or factors of axes) whose groups span hosts of ``DEVICES_PER_HOST`` devices, the
+    mesh laid out row-major over the devices as ``Mesh.to_jax`` lays it."""
+    hosts = np.arange(mesh.size).reshape(tuple(mesh.shape.values())) // DEVICES_PER_HOST
+    return crossing_axes(hosts, mesh.names)
 
 
 @dataclass(frozen=True)
@@ -169,12 +184,12 @@ def ladder_pair(rng: random.Random, mesh: Mesh, unreduced: bool) -> tuple[Shardi
                  for dims, unred in placed)
 
 
-def ladder(pairs: int, seed: int, cm: CostModel | None = None) -> list[LadderRow]:
+def ladder(pairs: int, seed: int, objective: str = "bytes") -> list[LadderRow]:
     """Time ``pairs`` random pairs per rung of ``LADDER`` (plan caches cold, mesh tables warm)."""
-    cm = cm or CostModel()
     rows = []
     for shape in LADDER:
         mesh = Mesh(shape)
+        cm = ladder_cost_model(objective, mesh)
         rng = random.Random(seed)
         ps = [ladder_pair(rng, mesh, i % 3 == 0) for i in range(pairs)]
         synthesize(*ps[0], cm)  # per-mesh tables (coordinates, groups) are built once per mesh
@@ -208,7 +223,7 @@ def _above_cause(s: ShardingType, d: ShardingType) -> str:
 def ladder_table(pairs: int, seed: int, objective: str = "bytes") -> list[str]:
     head = ("mesh", "devices", "axes", "pairs", "mean ms", "max ms", "bound met", "above: shared U (not tight)",
             "above: exchange refused", "above: other", "slowest pair")
-    rows = ladder(pairs, seed, ladder_cost_model(objective))
+    rows = ladder(pairs, seed, objective)
     return md_table(head, ((r.mesh, f"{r.mesh.size:,}", len(r.mesh.axes), r.n, f"{r.mean_ms:.2f}", f"{r.max_ms:.2f}",
                             f"{r.bound_met}/{r.n}", r.shared_unreduced, r.refused, r.other, f"`{r.slowest}`")
                            for r in rows))

@@ -177,8 +177,14 @@ def process_crossing_axes(mesh: Any) -> tuple[Axis, ...]:
     import jax
 
     jm = mesh if isinstance(mesh, jax.sharding.Mesh) else mesh.to_jax()
-    procs = np.vectorize(lambda d: d.process_index)(jm.devices)
-    return tuple(a for i, name in enumerate(jm.axis_names) for a in _crossing_factors(procs, i, name))
+    return crossing_axes(np.vectorize(lambda d: d.process_index)(jm.devices), jm.axis_names)
+
+
+def crossing_axes(procs: np.ndarray, names: Sequence[str]) -> tuple[Axis, ...]:
+    """``process_crossing_axes`` of a layout given as its process per device (``procs``, one array
+    dimension per axis of ``names``): planning studies of a multi-host mesh no process runs, such as
+    ``redist bench-plan --ladder --objective gloo``'s hosts of 8 devices."""
+    return tuple(a for i, name in enumerate(names) for a in _crossing_factors(procs, i, name))
 
 
 def _crossing_factors(procs: np.ndarray, i: int, name: str) -> list[Axis]:

@@ -145,15 +145,21 @@ def test_ladder_names_why_a_plan_is_above_the_bound(monkeypatch: pytest.MonkeyPa
 def test_ladder_objectives_are_redistributes_cost_models() -> None:
     """``bench-plan --ladder --objective``: ``measured`` is the shipped CPU profile under the time
     objective (``redistribute``'s default on CPU), ``time`` the unmeasured model (its default
-    where no profile ships), ``bytes`` the transfer-bound objective."""
+    where no profile ships), ``bytes`` the transfer-bound objective, ``gloo`` the cross-process
+    profile with cross costs on the axes spanning hosts of 8 devices (its default across processes)."""
     from benchmarks.planning import LADDER_OBJECTIVES, ladder_cost_model
     from redist import CostModel
     from redist.profile import packaged_profile
+    from redist_cli.cmd_planbench import OBJECTIVES
 
-    models = {o: ladder_cost_model(o) for o in LADDER_OBJECTIVES}
-    prof = packaged_profile("cpu")
+    assert OBJECTIVES == LADDER_OBJECTIVES
+    mesh = Mesh({"data": 32, "fsdp": 16, "model": 8})
+    models = {o: ladder_cost_model(o, mesh) for o in LADDER_OBJECTIVES}
+    prof, gloo = packaged_profile("cpu"), packaged_profile("cpu-gloo")
     assert prof is not None and models["measured"] == prof.cost_model("time") and models["measured"].measured
     assert models["time"] == CostModel(objective="time") and models["bytes"] == CostModel()
+    # hosts of 8 devices, row-major: model (8) stays in a host, data and fsdp span hosts
+    assert gloo is not None and models["gloo"] == gloo.cost_model("time", ("data", "fsdp"))
 
 
 @pytest.mark.parametrize("axes,src,dst", [
