@@ -952,7 +952,7 @@ def _by_floor(prefixes: list[Plan], dst: ShardingType, cm: CostModel, best: _Bes
             return  # every remaining floor is at or above this key
         pending = bool(prefix.dst.unreduced or dst.unreduced)
         if tier == 4 or (tier == 3 and not pending):
-            if not best.outranked(key_time(key, cm), prefix.n_collectives + _exchange_ops_floor(prefix.dst, dst, tier == 4), cm):
+            if not best.outranked(_key_time(key, cm), prefix.n_collectives + _exchange_ops_floor(prefix.dst, dst, tier == 4), cm):
                 yield prefix
             continue
         bound = unreduced_bound_floor(prefix.dst, dst) if tier == 0 and pending else None
@@ -968,7 +968,8 @@ def _by_floor(prefixes: list[Plan], dst: ShardingType, cm: CostModel, best: _Bes
         heapq.heappush(heap, (key, i, tier, prefix))
 
 
-def key_time(key: tuple[float, float], cm: CostModel) -> float:
+def _key_time(key: tuple[float, float], cm: CostModel) -> float:
+    """The time of a ``CostModel.order`` key."""
     return key[0] if cm.objective != "bytes" else key[1]
 
 
