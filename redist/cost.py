@@ -96,6 +96,10 @@ class CostModel:
         r, t = round(recv_bytes, 6), round(time_s, 15)
         return (r, t) if self.objective == "bytes" else (t, r)
 
+    def key_time(self, key: tuple[float, float]) -> float:
+        """The time of a key ``order`` made."""
+        return key[1] if self.objective == "bytes" else key[0]
+
     def tie_window(self, time_s: float) -> float:
         """The longest time still tied with a plan of ``time_s`` (``tie_tolerance``; the time
         objective only)."""

@@ -30,6 +30,12 @@ rounds, at the transfer bound, still is. The all-to-all variant only saves launc
 least where a mesh is large and blocks are big."""
 
 
+def offered(t: ShardingType) -> bool:
+    """Whether the one-all-to-all form (``ExchangeAllToAll``) is offered on ``t``'s mesh
+    (``MAX_DEVICES``): ``slots`` refuses it elsewhere, and the synthesizer's floors count it only here."""
+    return t.mesh.size <= MAX_DEVICES
+
+
 @dataclass(frozen=True, eq=False)
 class Slots:
     """One all-to-all over the whole mesh axes ``names`` (mesh order, ``g`` members): slot
@@ -109,7 +115,7 @@ def slots(old: ShardingType, new: ShardingType) -> Slots:
     """The all-to-all slots of the exchange ``old -> new``; ``StepError`` when it has none (no
     message, a forwarding phase, buffers above the memory bound, or a mesh above
     ``MAX_DEVICES``)."""
-    if old.mesh.size > MAX_DEVICES:
+    if not offered(old):
         raise StepError(f"exchange {old} -> {new}: one all-to-all is packed per device, offered on "
                         f"meshes of at most {MAX_DEVICES} devices (this one has {old.mesh.size}); "
                         f"the exchange runs in rounds")

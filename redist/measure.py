@@ -260,7 +260,7 @@ def _p2p_traffic(step: Step, before: ShardingType, after: ShardingType, cm: Cost
     check_index_range(after)
     check_schedule(before, after)
     if before.unreduced or after.unreduced:
-        return schedule_measure(before, after, cm, profile_kind(step, before))
+        return routed_measure(before, after, cm, profile_kind(step, before))
     cf = closed_form(before, after)
     names = p2p_axes(before, after)
     rounds = cf.rounds
@@ -291,29 +291,26 @@ def p2p_axes(before: ShardingType, after: ShardingType) -> set[Axis]:
     return {a for t in (before, after) for axes in t.dims for a in axes} | (before.unreduced ^ after.unreduced)
 
 
-def schedule_measure(before: ShardingType, after: ShardingType, cm: CostModel, kind: str = "exchange") -> StepMeasure:
-    """Measures of a pending-sum point-to-point step, from its routing (``routed_measure``): the
-    schedule's bytes and rounds exactly, every round priced over ``p2p_axes`` as the closed form
-    prices a plain exchange. Pricing each round over the axes its messages cross
-    (``scheduled_measure``) needs the rounds coloured: 7.5 s for one pair on 4,096 devices under
-    the Gloo profile; and the two rules agree wherever every round crosses the slowest axis."""
-    return routed_measure(before, after, cm, kind)
-
-
 def routed_measure(before: ShardingType, after: ShardingType, cm: CostModel, kind: str = "exchange") -> StepMeasure:
-    """Cells received, and rounds as each phase's max degree (Konig's theorem; the colouring of
-    ``redist.colouring`` attains it), from ``redist.exchange.routing``, each round priced over
-    ``p2p_axes``. Under a ``uniform_links`` model that is ``scheduled_measure`` exactly (the same
-    float: tests check it)."""
+    """Measures of a pending-sum point-to-point step: cells received, and rounds as each phase's
+    max degree (Konig's theorem; the colouring of ``redist.colouring`` attains it), from
+    ``redist.exchange.routing``, every round priced over ``p2p_axes`` as the closed form prices a
+    plain exchange. Under a ``uniform_links`` model that is ``scheduled_measure`` exactly (the same
+    float: tests check it); elsewhere pricing each round over the axes its messages cross needs
+    the rounds coloured: 7.5 s for one pair on 4,096 devices under the Gloo profile."""
     r = routing(before, after)
     cell_bytes = math.prod(r.cell) * before.itemsize
     time = _rounds_time(cm, kind, r.rounds, cell_bytes, p2p_axes(before, after))
     return StepMeasure(r.cells * cell_bytes / before.mesh.size, time, r.rounds, r.rounds)
 
 
+schedule_measure = routed_measure
+"""The measures planning reads for a pending-sum point-to-point step (``routed_measure``)."""
+
+
 def scheduled_measure(before: ShardingType, after: ShardingType, cm: CostModel, kind: str = "exchange") -> StepMeasure:
     """Measures read off the built schedule, each round priced over the mesh axes its messages
-    cross: what the executor runs, for tests and studies (planning uses ``schedule_measure``)."""
+    cross: what the executor runs, for tests and studies (planning uses ``routed_measure``)."""
     sch = schedule(before, after)
     mesh = before.mesh
     cell_bytes = math.prod(sch.cell) * before.itemsize

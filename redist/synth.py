@@ -56,7 +56,7 @@ from redist.exchange import (
     rooted_rounds,
     routing,
 )
-from redist.exchange_a2a import MAX_DEVICES as A2A_MAX_DEVICES
+from redist.exchange_a2a import offered as a2a_offered
 from redist.facets import FacetTable
 from redist.measure import closed_form, moved_kind, p2p_axes
 from redist.plan import Plan, apply_step, measure_step
@@ -741,7 +741,7 @@ def _rounds_time(cur: ShardingType, rounds: int, cell_bytes: int, cm: CostModel)
 def _or_one_all_to_all(cur: ShardingType, recv: float, time: float, cm: CostModel) -> float:
     """``time`` (the exchange in rounds) or, where the one-all-to-all form (``ExchangeAllToAll``)
     is offered, the least time of one all-to-all of ``recv``, whichever is less."""
-    if cur.mesh.size > A2A_MAX_DEVICES:  # the all-to-all form is not offered there
+    if not a2a_offered(cur):
         return time
     return min(time, _one_all_to_all(cur, recv, cm))
 
@@ -920,7 +920,7 @@ def _exchange_plans(src: ShardingType, dst: ShardingType, cm: CostModel, prefixe
             continue
         best.consider(p)
         recv = p.recv_bytes - prefix.recv_bytes  # run as one all-to-all it receives no less
-        if src.mesh.size <= A2A_MAX_DEVICES and not best.beaten(
+        if a2a_offered(src) and not best.beaten(
                 _add(prefix, (recv, _one_all_to_all(prefix.dst, recv, cm)), cm), cm):
             _step_variants(p, best)
 
@@ -952,7 +952,7 @@ def _by_floor(prefixes: list[Plan], dst: ShardingType, cm: CostModel, best: _Bes
             return  # every remaining floor is at or above this key
         pending = bool(prefix.dst.unreduced or dst.unreduced)
         if tier == 4 or (tier == 3 and not pending):
-            if not best.outranked(_key_time(key, cm), prefix.n_collectives + _exchange_ops_floor(prefix.dst, dst, tier == 4), cm):
+            if not best.outranked(cm.key_time(key), prefix.n_collectives + _exchange_ops_floor(prefix.dst, dst, tier == 4), cm):
                 yield prefix
             continue
         bound = unreduced_bound_floor(prefix.dst, dst) if tier == 0 and pending else None
@@ -968,16 +968,11 @@ def _by_floor(prefixes: list[Plan], dst: ShardingType, cm: CostModel, best: _Bes
         heapq.heappush(heap, (key, i, tier, prefix))
 
 
-def _key_time(key: tuple[float, float], cm: CostModel) -> float:
-    """The time of a ``CostModel.order`` key."""
-    return key[0] if cm.objective != "bytes" else key[1]
-
-
 def _exchange_ops_floor(cur: ShardingType, dst: ShardingType, rooted: bool) -> int:
     """Collective ops an exchange ``cur -> dst`` runs at least: its rounds, or one where it may
     run as one all-to-all (``ExchangeAllToAll``), none where it moves nothing."""
     rounds = _exchange_rounds_floor(cur, dst, rooted).rounds
-    return min(rounds, 1) if cur.mesh.size <= A2A_MAX_DEVICES else rounds
+    return min(rounds, 1) if a2a_offered(cur) else rounds
 
 
 def _worth_an_exchange(prefix: Plan, dst: ShardingType, floor_all: float, cm: CostModel, best: _Best) -> bool:
@@ -992,7 +987,7 @@ def _worth_an_exchange(prefix: Plan, dst: ShardingType, floor_all: float, cm: Co
 
     if beaten(prefix.time_s):
         return False
-    if prefix.src.mesh.size <= A2A_MAX_DEVICES:
+    if a2a_offered(prefix.src):
         return True
     lat = cm.least_round(moved_kind("exchange", prefix.dst))[0] * TIME_SLACK
     return not beaten(prefix.time_s + lat) or lower_bound_bytes(prefix.dst, dst) == 0
