@@ -184,6 +184,9 @@ def crossing_axes(procs: np.ndarray, names: Sequence[str]) -> tuple[Axis, ...]:
     """``process_crossing_axes`` of a layout given as its process per device (``procs``, one array
     dimension per axis of ``names``): planning studies of a multi-host mesh no process runs, such as
     ``redist bench-plan --ladder --objective gloo``'s hosts of 8 devices."""
+    if procs.ndim != len(names):
+        raise RedistError(f"a process per device needs one array dimension per mesh axis: got shape "
+                          f"{procs.shape} for axes {tuple(names)}; reshape it to the mesh's axis sizes")
     return tuple(a for i, name in enumerate(names) for a in _crossing_factors(procs, i, name))
 
 

@@ -180,3 +180,16 @@ def test_routing_predicts_the_schedule(axes: dict[str, int], src: str, dst: str)
     s, d = parse(src, mesh), parse(dst, mesh)
     r, sch = routing(s, d), schedule(s, d)
     assert (r.cell, r.cells, r.rounds) == (sch.cell, sch.n_transfers, len(sch.rounds))
+
+
+def test_crossing_axes_refuses_a_layout_of_another_rank() -> None:
+    """``redist.profile.crossing_axes`` names the shape and axes when the process table does not
+    have one dimension per mesh axis, instead of a NumPy error from inside."""
+    import numpy as np
+
+    from redist.errors import RedistError
+    from redist.profile import crossing_axes
+
+    with pytest.raises(RedistError, match=r"shape \(16,\) for axes \('x', 'y'\)"):
+        crossing_axes(np.arange(16) // 8, ("x", "y"))
+    assert crossing_axes(np.arange(16).reshape(2, 8) // 8, ("x", "y")) == ("x",)
