@@ -37,6 +37,7 @@ from redist.cost import CostModel  # noqa: E402
 from redist.profile import PROFILE_DIR, load_profile  # noqa: E402
 from redist.steps import Comm  # noqa: E402
 from spmd_types import ShardingType  # noqa: E402
+from spmd_types.dtypes import is_16bit_float  # noqa: E402
 
 
 class Audited(NamedTuple):
@@ -45,10 +46,6 @@ class Audited(NamedTuple):
     plan: Plan
     seconds: float
     bits_seconds: float | None
-
-
-def is_16bit_float(t: ShardingType) -> bool:
-    return t.itemsize == 2 and t.dtype.startswith(("bf", "f"))
 
 
 def steps_of(spec: PairSpec) -> list[Plan]:
@@ -70,7 +67,7 @@ def _as_u16(plan: Plan) -> Plan:
 
 def audit(plans: Sequence[Plan], reps: int) -> list[Audited]:
     """Every plan timed alone; 16-bit float moves (no pending sums) with their u16 twin."""
-    twins = {i: _as_u16(p) for i, p in enumerate(plans) if is_16bit_float(p.src) and not p.src.unreduced}
+    twins = {i: _as_u16(p) for i, p in enumerate(plans) if is_16bit_float(p.src.dtype) and not p.src.unreduced}
     timed = [*plans, *twins.values()]
     secs: dict[int, float] = {}
     for group in size_classes(timed):
@@ -90,7 +87,7 @@ def table(rows: Sequence[Audited], models: dict[str, CostModel]) -> list[str]:
     """Per (step class, width): priced over measured under each model; 16-bit floats over u16."""
     groups: dict[tuple[str, str], list[Audited]] = {}
     for a in rows:
-        width = "16-bit float" if is_16bit_float(a.plan.src) else "other"
+        width = "16-bit float" if is_16bit_float(a.plan.src.dtype) else "other"
         groups.setdefault((type(a.plan.steps[0]).__name__, width), []).append(a)
     head = ["step", "data", "steps", *(f"priced / measured, {name}" for name in models), "16-bit float / same step on u16"]
     body = []

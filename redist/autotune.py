@@ -27,6 +27,7 @@ from redist.api import checked_pair
 from redist.calibrate import samples
 from redist.coordination import gather
 from redist.cost import CostModel
+from redist.errors import RedistError
 from redist.plan import Plan
 from redist.profile import default_cost_model
 from redist.synth import ranked
@@ -83,10 +84,19 @@ def autotune(src: ShardingType | str, dst: ShardingType | str, mesh: Any = None,
     than ``margin`` faster than the model's choice, else the model's choice. ``top=1`` times
     nothing. Every candidate is correct and within ``max(src, dst)`` local bytes; under the bytes
     objective every candidate also receives the least bytes."""
-    if top < 1 or reps < 1 or not 0 <= margin < 1:
-        raise ValueError(f"need top >= 1, reps >= 1 and 0 <= margin < 1, got top={top}, reps={reps}, margin={margin}")
+    _check_arguments(top, reps, margin)
     s, d = checked_pair(src, dst, mesh)
     return _tuned(s, d, cost_model or default_cost_model(s.mesh), top, reps, margin)
+
+
+def _check_arguments(top: int, reps: int, margin: float) -> None:
+    """A ``RedistError`` (a ``ValueError``) naming the first argument out of range and its range."""
+    for name, value, ok, wanted in (("top", top, top >= 1, "at least 1 (1 times nothing)"),
+                                    ("reps", reps, reps >= 1, "at least 1"),
+                                    ("margin", margin, 0 <= margin < 1, "in [0, 1): the fraction faster a plan "
+                                     "must measure to replace the model's choice")):
+        if not ok:
+            raise RedistError(f"autotune: {name}={value!r} is out of range; {name} must be {wanted}")
 
 
 @memo(Scope.TYPE, maxsize=256)

@@ -82,6 +82,7 @@ from redist.steps import (
     Step,
 )
 from spmd_types import Mesh, ShardingType, ShardingTypeError
+from spmd_types.dtypes import is_16bit_float
 from spmd_types.jax_interop import from_named_sharding, to_partition_spec
 from spmd_types.memo import Scope, memo
 from spmd_types.memo import clear as memo_clear
@@ -275,7 +276,7 @@ MAX_SLABS = 8
 def _as_bits(t: ShardingType) -> bool:
     """The block moves as 16-bit float bit patterns (``_values_moved``): converted back by one
     elementwise pass at the end, which XLA:CPU fuses into whatever writes the new block."""
-    return not t.unreduced and t.dtype in ("bf16", "f16")
+    return not t.unreduced and is_16bit_float(t.dtype)
 
 
 def _slab_grid(shape: Sequence[int], cell: Sequence[int], anywhere: bool = False) -> tuple[int, ...] | None:
@@ -625,7 +626,7 @@ def _values_moved(move: Callable[[ShardingType, ShardingType, jax.Array], jax.Ar
 
 def _on_bits(x: jax.Array, move: Callable[[jax.Array], jax.Array]) -> jax.Array:
     """``move(x)`` on a 16-bit float's bit patterns (uint16), for moves that only copy values."""
-    if not _is_16bit_float(x.dtype):
+    if not is_16bit_float(x.dtype):
         return move(x)
     return lax.bitcast_convert_type(move(lax.bitcast_convert_type(x, jnp.uint16)), x.dtype)
 
@@ -814,12 +815,7 @@ def _added_slots(sl: Slots, sums: bool, after: ShardingType, x: jax.Array, lin: 
 def _sum_dtype(dtype: Any) -> Any:
     """The type partial sums are added in: f32 for 16-bit floats (XLA:CPU widens their adds to f32
     anyway, and one conversion at the end replaces one per add), else the values' own."""
-    return jnp.float32 if _is_16bit_float(dtype) else dtype
-
-
-def _is_16bit_float(dtype: Any) -> bool:
-    """bf16 or f16: the values XLA:CPU widens to f32 in collectives, copies and adds."""
-    return bool(jnp.issubdtype(dtype, jnp.floating)) and jnp.dtype(dtype).itemsize == 2
+    return jnp.float32 if is_16bit_float(dtype) else dtype
 
 
 LOWER.register(ExchangeAllToAll)(Lowering(_exchange_all_to_all))

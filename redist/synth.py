@@ -726,12 +726,12 @@ def _exchange_rounds_floor(cur: ShardingType, dst: ShardingType, rooted: bool = 
 @memo(Scope.TYPE)
 def _exchange_floor(cur: ShardingType, dst: ShardingType, cm: CostModel, rooted: bool = True) -> tuple[float, float]:
     """Optimistic (recv, time) of an exchange ``cur -> dst`` (``_exchange_rounds_floor``), each
-    round costing at least its least price (``_rounds_time``)."""
+    round costing at least its least price (``_rounds_time_floor``)."""
     f = _exchange_rounds_floor(cur, dst, rooted)
-    return (f.recv, _rounds_time(cur, f.rounds, f.cell_bytes, cm))
+    return (f.recv, _rounds_time_floor(cur, f.rounds, f.cell_bytes, cm))
 
 
-def _rounds_time(cur: ShardingType, rounds: int, cell_bytes: int, cm: CostModel) -> float:
+def _rounds_time_floor(cur: ShardingType, rounds: int, cell_bytes: int, cm: CostModel) -> float:
     """Least time of ``rounds`` exchange rounds moving one ``cell_bytes`` cell each: every round
     at its least price (``CostModel.least_round``)."""
     lat, inv_bw = cm.least_round(moved_kind("exchange", cur))
@@ -804,7 +804,7 @@ def _bytes_floor(cur: ShardingType, dst: ShardingType, recv: float, cm: CostMode
     time objective the bytes alone hardly order prefixes: time leads the key."""
     cell = math.prod(cell_shape(cur, dst)) * cur.itemsize
     rounds = max(math.ceil(recv / cell * TIME_SLACK), _summing_rounds(cur, dst))
-    return recv, _or_one_all_to_all(cur, recv, _rounds_time(cur, rounds, cell, cm), cm)
+    return recv, _or_one_all_to_all(cur, recv, _rounds_time_floor(cur, rounds, cell, cm), cm)
 
 
 class _Best:
@@ -1009,7 +1009,7 @@ def _exact_floor_open(prefix: Plan, dst: ShardingType, cm: CostModel, best: _Bes
         return False
     cell_bytes = math.prod(r.cell) * cur.itemsize
     recv = r.cells * cell_bytes / cur.mesh.size  # run as one all-to-all (a variant), no fewer bytes
-    time = _or_one_all_to_all(cur, recv, _rounds_time(cur, r.rounds, cell_bytes, cm), cm)
+    time = _or_one_all_to_all(cur, recv, _rounds_time_floor(cur, r.rounds, cell_bytes, cm), cm)
     return not best.beaten(_add(prefix, (recv, time), cm), cm)
 
 

@@ -48,7 +48,7 @@ def register(sub: Any, handlers: dict[str, Any]) -> None:
     p.add_argument("--picture", metavar="FILE.png", default=None,
                    help="draw each step's layout and bytes matrix to a PNG (needs matplotlib: the viz extra)")
     p.add_argument("--draw", action="store_true", help="draw each step's layout and bytes matrix in the terminal")
-    p.add_argument("--autotune", type=int, nargs="?", const=4, default=0, metavar="K",
+    p.add_argument("--autotune", type=int, nargs="?", const=4, default=None, metavar="K",
                    help="time the planner's best K plans (default 4) on this machine's devices and show the "
                         "fastest (redist.autotune; 8 simulated CPU devices where JAX runs on CPU)")
     handlers["plan"] = run_plan_command
@@ -143,13 +143,14 @@ def measures_table(plan: Any, slow_axes: str = "") -> Any:
 
 
 def run_plan_command(args: argparse.Namespace) -> int:
-    if args.autotune < 0:
-        print(f"error: --autotune takes how many plans to time, at least 1; got {args.autotune}", file=sys.stderr)
+    if args.autotune is not None and args.autotune < 1:
+        print(f"error: --autotune takes how many plans to time, at least 1 (leave it out to time none); "
+              f"got {args.autotune}", file=sys.stderr)
         return 2
     from spmd_types import Mesh
 
     mesh = Mesh.parse(args.mesh)
-    problem = ensure_devices(mesh.size) if args.autotune else None
+    problem = ensure_devices(mesh.size) if args.autotune is not None else None
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         return 2
@@ -159,7 +160,7 @@ def run_plan_command(args: argparse.Namespace) -> int:
 
     cm = _cost_model(mesh, args.slow_axes, args.objective)
     con = console()
-    if args.autotune:
+    if args.autotune is not None:
         tuned = autotune(args.src, args.dst, mesh, cost_model=cm, top=args.autotune)
         con.print(trials_table(tuned))
         con.print()

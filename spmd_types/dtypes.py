@@ -39,6 +39,18 @@ def _dtype_name(obj: object) -> str | None:
         return None
 
 
+WIDENED_FLOATS = ("bf16", "f16")
+"""The 16-bit floats XLA:CPU widens to f32 in collectives, copies and adds (so moves of them run
+as bit patterns and sums accumulate in f32)."""
+
+
+def is_16bit_float(dtype: object) -> bool:
+    """Whether ``dtype`` (a short name, a NumPy name, a NumPy or JAX dtype) is one of
+    ``WIDENED_FLOATS``; unknown dtypes are not (no error: callers ask of arrays they move)."""
+    key = dtype if isinstance(dtype, str) else _dtype_name(dtype)
+    return _ALIASES.get(key, key) in WIDENED_FLOATS if key is not None else False
+
+
 def itemsize(dtype: str) -> int:
     return DTYPES[canonical_dtype(dtype)][1]
 

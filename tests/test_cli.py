@@ -172,5 +172,7 @@ def test_plan_autotune_times_the_best_plans_and_prints_the_kept_one(capsys: pyte
     assert len(rows) == 2 and "(the model's choice)" in rows[0]
     assert sum(line.startswith("kept") for line in lines) == 1
     assert any(line.startswith("s32[4,8@y,512,16@x] -> s32[4,8@x,512@y,16] on mesh") for line in lines)
-    assert main([*argv, "--autotune", "-1"]) == 2
-    assert "--autotune takes how many plans to time" in capsys.readouterr().err
+    for bad in ("-1", "0"):  # 0 is refused, not read as "off": leaving the flag out is off
+        assert main([*argv, "--autotune", bad]) == 2
+        assert f"--autotune takes how many plans to time, at least 1 (leave it out to time none); got {bad}" \
+            in capsys.readouterr().err

@@ -435,3 +435,13 @@ def test_pickle_round_trip(mt):
     _, t = mt
     u = pickle.loads(pickle.dumps(t))
     assert u == t and hash(u) == hash(t) and str(u) == str(t)
+
+
+@pytest.mark.parametrize("dtype, widened", [
+    ("bf16", True), ("f16", True), ("bfloat16", True), ("float16", True), (np.float16, True),
+    ("f32", False), ("u16", False), ("s16", False), (np.float32, False), ("float8_e4m3b11fnuz", False), (None, False),
+])
+def test_is_16bit_float_names_the_floats_xla_cpu_widens(dtype: object, widened: bool) -> None:
+    from spmd_types.dtypes import is_16bit_float
+
+    assert is_16bit_float(dtype) is widened
