@@ -1241,7 +1241,7 @@ def _routing(old: ShardingType, new: ShardingType, merged: bool) -> Routing:
     if c is not None:
         r = _routing(c.quotient_old, c.quotient_new, merged)
         return r._replace(cells=r.cells * c.n_classes)
-    plain = None if merged else _plain_routing(old, new)
+    plain = None if merged else _plain_routing(old, new) or _summing_routing(old, new)
     return _rows_routing(old, new, merged) if plain is None else plain
 
 
@@ -1270,6 +1270,38 @@ def _plain_routing(old: ShardingType, new: ShardingType) -> Routing | None:
     cell = math.prod(grid.cell)
     total, least = overlap_figures(old, new)
     return Routing(grid.cell, (new.local_size * old.mesh.size - total) // cell, (new.local_size - least) // cell)
+
+
+def _summing_routing(old: ShardingType, new: ShardingType) -> Routing | None:
+    """The routing of a pending-sum move in closed form (``overlap_figures``, no (device, cell)
+    rows) where each device is the one holder of its (old block, kept, reduced partial) and the
+    one target of its (new block, kept), and the new type adds no pending sums: the reducing
+    exchange onto a fully sharded layout, whose rows took 0.1-0.2 s of NumPy on 4,096 devices.
+    ``_route_reduced`` roots each (cell, kept) need at its one target ``t``, which receives the
+    ``k`` partials less the one it holds where its old block has the cell: ``k C_new - O(t)``
+    cells (``C`` a block's cells, ``O`` a device's old-and-new overlap in cells); the holder
+    ``h`` of a partial sends its old block's cells to their targets, all but the ``O(h)`` that
+    are its own: ``C_old - O(h)``. As ``C_old = k C_new`` (``k`` times as many old blocks as
+    new), both busiest degrees are ``C_old`` less the least overlap, and with one target per need
+    there is no phase B: that is the rounds (König). ``None`` elsewhere (the rows route it);
+    refused as ``_route`` refuses (``_check_size``); ``None`` past ``EXACT_FLOAT_SUM``, as
+    ``_plain_routing``."""
+    axes = _partial_axes(old, new)
+    if axes.fresh or axes.n_reduced == 1 or not (on_prime_atoms(old) and on_prime_atoms(new)):
+        return None
+    n, n_kept = old.mesh.size, math.prod(a.size for a in axes.kept)
+    blocks_old = math.prod(s // b for s, b in zip(old.shape, old.local_shape))
+    blocks_new = math.prod(s // b for s, b in zip(new.shape, new.local_shape))
+    if blocks_old * n_kept * axes.n_reduced != n or blocks_new * n_kept != n:
+        return None  # replicas to choose among, or targets to forward to: the rows decide
+    if new.local_size * n >= EXACT_FLOAT_SUM or may_merge(old, new):
+        return None
+    grid = _cell_grid(old, new)
+    _check_size(old, new, grid, axes)
+    cell = math.prod(grid.cell)
+    total, least = overlap_figures(old, new)
+    per_device = old.local_size // cell  # = k C_new: the blocks are k times as many as the targets'
+    return Routing(grid.cell, n * per_device - total // cell, per_device - least // cell)
 
 
 @memo(Scope.TYPE)
