@@ -44,16 +44,19 @@ def reference_values(t: ShardingType, seed: int = 0) -> tuple[np.ndarray, np.nda
 
 
 def make_input(t: ShardingType, jax_mesh: jax.sharding.Mesh, seed: int = 0) -> tuple[jax.Array, np.ndarray]:
-    """A ``jax.Array`` laid out as ``t`` on ``jax_mesh`` and the global value it stands for."""
+    """A ``jax.Array`` laid out as ``t`` on ``jax_mesh`` and the global value it stands for. With
+    pending sums each device holds its own partial's block: across ``jax.distributed`` processes
+    each process places only its own devices' blocks (every process computes the same values)."""
     partials, total = reference_values(t, seed)
     sharding = NamedSharding(jax_mesh, to_partition_spec(t))
     if not t.unreduced:
-        return jax.device_put(partials[0], sharding), total
+        return jax.make_array_from_callback(t.shape, sharding, partials[0].__getitem__), total
     group = reduction_group_coords(t)
     devices = list(jax_mesh.devices.reshape(-1))
+    here = jax.process_index()
     shards = [
         jax.device_put(partials[int(group[i])][_block_slices(t, i)], devices[i])
-        for i in range(t.mesh.size)
+        for i in range(t.mesh.size) if devices[i].process_index == here
     ]
     return jax.make_array_from_single_device_arrays(t.shape, sharding, shards), total
 

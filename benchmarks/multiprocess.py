@@ -117,25 +117,20 @@ def worker(index: int, processes: int, port: int, cases: Sequence[str], reps: in
     import jax
     import numpy as np
     from jax.experimental import multihost_utils
-    from jax.sharding import NamedSharding
 
-    from benchmarks.arrays import reference_values
+    from benchmarks.arrays import make_input
     from benchmarks.cases import NAMED_CASES, select_cases
     from redist import autotune, redistribute
     from redist.profile import load_profile, process_crossing_axes
-    from spmd_types.jax_interop import to_partition_spec
 
     timer_args = timer_args or TimerArgs()
     timer = Timer(index, processes, timer_args.align, timer_args.clock)
     for case in select_cases(NAMED_CASES, list(cases)):
         src, dst = case.src_type, case.dst_type
-        if src.unreduced:  # a global value cannot express per-device partials across processes
-            continue
         jm = case.mesh.to_jax()
         if len({d.process_index for d in jm.devices.flat}) < processes:
             continue  # a process without a device in the mesh runs ahead and desynchronises the rest
-        _, total = reference_values(src)
-        x = jax.make_array_from_callback(src.shape, NamedSharding(jm, to_partition_spec(src)), total.__getitem__)
+        x, total = make_input(src, jm)  # pending sums: each process places its devices' partials
         # default: the shipped profile for this runtime (cpu-gloo across processes), cross costs on
         # the axes that span processes; --profile: a profile from `redist calibrate` instead
         cm = load_profile(profile).cost_model("time", process_crossing_axes(case.mesh)) if profile else None
@@ -147,9 +142,9 @@ def worker(index: int, processes: int, port: int, cases: Sequence[str], reps: in
         ok = all(np.array_equal(np.asarray(s.data), total[s.index]) for s in y.addressable_shards)
         line = f"{case.name:28s} {'OK' if ok else 'WRONG'} {len(plan.steps)} steps{' (autotuned)' if changed else ''}"
         if reps > 0 or hlo:
-            xla, ours = compiled(plan, jm, x, dst)
+            xla, ours = compiled(plan, jm, x)
         if reps > 0:
-            again = xla_program(jm, x, dst)  # XLA's program compiled a second time: the A/A control
+            again = xla_program(jm, x, plan)  # XLA's program compiled a second time: the A/A control
             line += "  " + time_case(timer, case.name, plan, x, reps, xla, ours, again, timer_args.warmup,
                                      timer_args.seconds, timer_args.floor)
         if hlo:
@@ -167,21 +162,18 @@ def worker(index: int, processes: int, port: int, cases: Sequence[str], reps: in
     return 0
 
 
-def xla_program(jm: Any, x: Any, dst: Any) -> Any:
-    """XLA's (Shardy) program for the move of ``x`` to ``dst``, compiled."""
-    import jax
-    from jax.sharding import NamedSharding
+def xla_program(jm: Any, x: Any, plan: Plan) -> Any:
+    """XLA's (Shardy) program for ``plan``'s move of ``x``, compiled (``benchmarks.speed.xla_move``)."""
+    from benchmarks.speed import xla_move
 
-    from spmd_types.jax_interop import to_partition_spec
-
-    return jax.jit(lambda v: v, out_shardings=NamedSharding(jm, to_partition_spec(dst))).lower(x).compile()
+    return xla_move(plan.src, plan.dst, jm).lower(x).compile()
 
 
-def compiled(plan: Plan, jm: Any, x: Any, dst: Any) -> tuple[Any, Any]:
+def compiled(plan: Plan, jm: Any, x: Any) -> tuple[Any, Any]:
     """XLA's program and ours, compiled once for both the timing and the HLO comparison."""
     from redist.executor import compile_plan
 
-    return xla_program(jm, x, dst), compile_plan(plan, jm).lower(x).compile()
+    return xla_program(jm, x, plan), compile_plan(plan, jm).lower(x).compile()
 
 
 def compare_hlo(xla: Any, ours: Any, block_bytes: int) -> str:
@@ -341,29 +333,21 @@ def floor_text(med: dict[str, float], uses: dict[str, list[str]], speedup: float
 
 def time_steps(plan: Plan, jm: Any, reps: int) -> list[str]:
     """Each step of ``plan`` timed alone (a single-step plan on an input of its source type), with its
-    predicted time: where a multi-step plan's time goes (steps from unreduced types are skipped)."""
-    import jax
-    from jax.sharding import NamedSharding
-
-    from benchmarks.arrays import reference_values
+    predicted time: where a multi-step plan's time goes."""
+    from benchmarks.arrays import make_input
     from benchmarks.speed import round_robin, thunk
     from redist.errors import ExecutionError
     from redist.executor import compile_plan
     from spmd_types.errors import ShardingTypeError
-    from spmd_types.jax_interop import to_partition_spec
 
     out = []
     for step, before, m in zip(plan.steps, plan.all_types, plan.measures):
         one = Plan.build(before, (step,), plan.cost_model)
         try:
-            spec = to_partition_spec(before)
             compile_plan(one, jm)
         except (ExecutionError, ShardingTypeError):
             continue  # an end type a PartitionSpec cannot express (a sub-axis): only inside a plan
-        if before.unreduced:
-            continue
-        _, total = reference_values(before)
-        x = jax.make_array_from_callback(before.shape, NamedSharding(jm, spec), total.__getitem__)
+        x, _ = make_input(before, jm)
         med = round_robin({"one": thunk(one, x)}, 0.0, min_reps=reps)
         out.append(f"{step.kind:16s} ours {med['one'] * 1e3:8.3f} ms  predicted {m.time_s * 1e3:8.3f} ms")
     return out

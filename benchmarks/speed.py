@@ -54,6 +54,7 @@ from benchmarks.xla_side import capture_fd2  # noqa: E402
 from redist import CostModel, Plan, redistribute  # noqa: E402
 from redist.executor import compile_plan  # noqa: E402
 from redist.profile import spearman  # noqa: E402
+from spmd_types import ShardingType  # noqa: E402
 from spmd_types.jax_interop import mesh_to_jax, to_partition_spec  # noqa: E402
 
 SIDES = ("shardy", "gspmd", "ours", "ours_bytes")
@@ -235,18 +236,22 @@ def _floor_cell(r: Row, refined: bool = False) -> str:
 
 def _xla(case: Case, shardy: bool, x: Any, jmesh: jax.sharding.Mesh) -> Any:
     """XLA's compiled reshard of ``x`` to the destination under one partitioner."""
-    spec = to_partition_spec(case.dst_type)
     old = getattr(jax.config, "jax_use_shardy_partitioner")  # noqa: B009 (not in the type stubs)
     jax.config.update("jax_use_shardy_partitioner", shardy)
     try:
         with capture_fd2():
-            if case.src_type.unreduced:
-                fn = jax.jit(lambda v: jax.sharding.reshard(v, NamedSharding(jmesh, spec)))
-            else:
-                fn = jax.jit(lambda v: v, out_shardings=NamedSharding(jmesh, spec))
-            return fn.lower(x).compile()
+            return xla_move(case.src_type, case.dst_type, jmesh).lower(x).compile()
     finally:
         jax.config.update("jax_use_shardy_partitioner", old)
+
+
+def xla_move(src: ShardingType, dst: ShardingType, jmesh: jax.sharding.Mesh) -> Any:
+    """XLA's program for ``src -> dst`` (jitted, not lowered): the identity with the destination's
+    output sharding, or, from pending sums (which an output sharding would not sum), ``reshard``."""
+    sharding = NamedSharding(jmesh, to_partition_spec(dst))
+    if src.unreduced:
+        return jax.jit(lambda v: jax.sharding.reshard(v, sharding))
+    return jax.jit(lambda v: v, out_shardings=sharding)
 
 
 def round_robin(fns: dict[str, Callable[[], Any]], seconds: float, min_reps: int = 15) -> dict[str, float]:

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from benchmarks.multiprocess import CASE_LINE, launch
 
-CASES = ["tp2d_transpose_2x4", "seq_to_hidden", "fsdp_gather_data", "rank1_order_swap", "fsdp_tp_seq_to_hidden"]
+CASES = ["tp2d_transpose_2x4", "seq_to_hidden", "fsdp_gather_data", "rank1_order_swap", "fsdp_tp_seq_to_hidden",
+         "tp_to_sp_reduce_scatter"]
+"""The last starts from pending sums: each process places its own devices' partials."""
 SAME_AS_XLA = ["rank1_order_swap", "fsdp_tp_seq_to_hidden"]
 """One collective-permute, one all-to-all: across the processes our compiled program runs exactly
 XLA's collectives, so a clock that tells them apart measures the harness, not the plan (the
