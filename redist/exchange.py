@@ -1265,11 +1265,18 @@ def _plain_routing(old: ShardingType, new: ShardingType) -> Routing | None:
     ``_route`` refuses (``_check_size``); ``None`` where the sum is past ``EXACT_FLOAT_SUM``."""
     if old.unreduced or new.unreduced or new.local_size * old.mesh.size >= EXACT_FLOAT_SUM:
         return None
+    return _overlap_routing(old, new, _partial_axes(old, new), new.local_size)
+
+
+def _overlap_routing(old: ShardingType, new: ShardingType, axes: PartialAxes, demand: int) -> Routing:
+    """The closed forms' shared tail: every device receives ``demand`` elements less its
+    old-and-new overlap (``overlap_figures``), in cells, and the busiest receiver's count is the
+    rounds. Refused first as ``_route`` refuses (``_check_size``)."""
     grid = _cell_grid(old, new)
-    _check_size(old, new, grid, _partial_axes(old, new))
+    _check_size(old, new, grid, axes)
     cell = math.prod(grid.cell)
     total, least = overlap_figures(old, new)
-    return Routing(grid.cell, (new.local_size * old.mesh.size - total) // cell, (new.local_size - least) // cell)
+    return Routing(grid.cell, (demand * old.mesh.size - total) // cell, (demand - least) // cell)
 
 
 def _summing_routing(old: ShardingType, new: ShardingType) -> Routing | None:
@@ -1296,12 +1303,7 @@ def _summing_routing(old: ShardingType, new: ShardingType) -> Routing | None:
         return None  # replicas to choose among, or targets to forward to: the rows decide
     if new.local_size * n >= EXACT_FLOAT_SUM or may_merge(old, new):
         return None
-    grid = _cell_grid(old, new)
-    _check_size(old, new, grid, axes)
-    cell = math.prod(grid.cell)
-    total, least = overlap_figures(old, new)
-    per_device = old.local_size // cell  # = k C_new: the blocks are k times as many as the targets'
-    return Routing(grid.cell, n * per_device - total // cell, per_device - least // cell)
+    return _overlap_routing(old, new, axes, old.local_size)  # = k new blocks' worth: k times as many old blocks
 
 
 @memo(Scope.TYPE)
