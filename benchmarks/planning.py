@@ -39,7 +39,7 @@ from redist import CostModel
 from redist.atoms import unreduced_atoms
 from redist.caches import clear_caches
 from redist.enumerate import all_types
-from redist.errors import StepError
+from redist.errors import RedistError, StepError
 from redist.exchange import check_schedule
 from redist.profile import crossing_axes, packaged_profile
 from redist.search import plan_key, search
@@ -135,7 +135,7 @@ DEVICES_PER_HOST = 8
 def ladder_cost_model(objective: str, mesh: Mesh) -> CostModel:
     """The cost model ``--objective`` names (``LADDER_OBJECTIVES``) on ``mesh``."""
     if objective not in LADDER_OBJECTIVES:
-        raise ValueError(f"objective {objective!r} is not one of {', '.join(LADDER_OBJECTIVES)}")
+        raise RedistError(f"objective {objective!r} is not one of {', '.join(LADDER_OBJECTIVES)}")
     if objective in ("measured", "gloo"):
         prof = packaged_profile("cpu" if objective == "measured" else "cpu-gloo")
         assert prof is not None, "the CPU profiles ship with the package"

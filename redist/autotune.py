@@ -89,10 +89,17 @@ def autotune(src: ShardingType | str, dst: ShardingType | str, mesh: Any = None,
     return _tuned(s, d, cost_model or default_cost_model(s.mesh), top, reps, margin)
 
 
+def check_top(top: int, spelled: str = "top") -> None:
+    """A ``RedistError`` unless ``top`` (spelled as the caller's user writes it) is at least 1."""
+    if top < 1:
+        raise RedistError(f"autotune: {spelled}={top!r} is out of range; it is how many plans to time, "
+                          "at least 1 (1 times nothing)")
+
+
 def _check_arguments(top: int, reps: int, margin: float) -> None:
     """A ``RedistError`` (a ``ValueError``) naming the first argument out of range and its range."""
-    for name, value, ok, wanted in (("top", top, top >= 1, "at least 1 (1 times nothing)"),
-                                    ("reps", reps, reps >= 1, "at least 1"),
+    check_top(top)
+    for name, value, ok, wanted in (("reps", reps, reps >= 1, "at least 1"),
                                     ("margin", margin, 0 <= margin < 1, "in [0, 1): the fraction faster a plan "
                                      "must measure to replace the model's choice")):
         if not ok:

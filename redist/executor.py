@@ -243,15 +243,19 @@ def _point_to_point(before: ShardingType, after: ShardingType, x: jax.Array) -> 
     if owner is not None:  # every cell lands once: the block is joined from them, no zero fill
         pieces = [_round_piece(r, x, lin, cell, names) for r in rounds]
         return _assemble(pieces, owner, after.local_shape, cell, lin)
-    # Pending sums of 16-bit floats are added in f32 and converted once (``_sum_dtype``, as in
-    # ``_added_slots``); every cell still travels at the values' width, as bit patterns.
-    acc = _sum_dtype(x.dtype) if sums else x.dtype
-    out = jnp.zeros(after.local_shape, dtype=acc)
-    for r in rounds:
-        # A forwarding round sends a cell of the new block (a sum completed in earlier rounds).
-        piece = _round_piece(r, out if r.from_output else x, lin, cell, names, x.dtype)
-        out = _add_cell(out, piece.astype(acc), _lookup(r.recv_valid, lin), _offsets(r.recv_offset, lin, rank), sums)
-    return out.astype(x.dtype)
+    # A forwarding round sends a cell of the new block (a sum completed in earlier rounds); every
+    # cell travels at the values' width, as bit patterns.
+    return _filled(after, x.dtype, sums, [
+        Delivery(_forwarded(r, lin, cell, names, x.dtype) if r.from_output
+                 else _round_piece(r, x, lin, cell, names, x.dtype),
+                 _lookup(r.recv_valid, lin), _offsets(r.recv_offset, lin, rank))
+        for r in rounds])
+
+
+def _forwarded(r: Round, lin: jax.Array, cell: Sequence[int], names: tuple[str, ...],
+               dtype: Any) -> Callable[[jax.Array], jax.Array]:
+    """A forwarding round's cell, cut from the new block as filled by the rounds before it."""
+    return lambda out: _round_piece(r, out, lin, cell, names, dtype)
 
 
 def _round_piece(r: Round, x: jax.Array, lin: jax.Array, cell: Sequence[int], names: tuple[str, ...],
@@ -804,12 +808,29 @@ def _added_slots(sl: Slots, sums: bool, after: ShardingType, x: jax.Array, lin: 
                               axis_name=_axis_name(sl.names))
 
     y = _on_bits(x, moved)
-    acc = _sum_dtype(x.dtype) if sums else x.dtype
+    return _filled(after, x.dtype, sums, [
+        Delivery(y[s], _lookup(sl.recv_valid[:, s], lin), _offsets(sl.recv_offset[:, s], lin, rank))
+        for s in range(sl.slots)])
+
+
+class Delivery(NamedTuple):
+    """One cell each device receives, where it receives one (``valid``), at ``offsets`` of its new
+    block. ``piece`` is the cell, or a function of the block filled so far (a forwarding round)."""
+
+    piece: jax.Array | Callable[[jax.Array], jax.Array]
+    valid: Any
+    offsets: list[Any]
+
+
+def _filled(after: ShardingType, dtype: Any, sums: bool, deliveries: Sequence[Delivery]) -> jax.Array:
+    """The new block written (``sums``: added) cell by cell into zeros. Pending sums of 16-bit
+    floats are added in f32 and converted once at the end (``_sum_dtype``); see ``_added_slots``."""
+    acc = _sum_dtype(dtype) if sums else dtype
     out = jnp.zeros(after.local_shape, dtype=acc)
-    for s in range(sl.slots):
-        out = _add_cell(out, y[s].astype(acc), _lookup(sl.recv_valid[:, s], lin),
-                        _offsets(sl.recv_offset[:, s], lin, rank), sums)
-    return out.astype(x.dtype)
+    for d in deliveries:
+        piece = d.piece(out) if callable(d.piece) else d.piece
+        out = _add_cell(out, piece.astype(acc), d.valid, d.offsets, sums)
+    return out.astype(dtype)
 
 
 def _sum_dtype(dtype: Any) -> Any:

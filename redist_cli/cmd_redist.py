@@ -143,10 +143,14 @@ def measures_table(plan: Any, slow_axes: str = "") -> Any:
 
 
 def run_plan_command(args: argparse.Namespace) -> int:
-    if args.autotune is not None and args.autotune < 1:
-        print(f"error: --autotune takes how many plans to time, at least 1 (leave it out to time none); "
-              f"got {args.autotune}", file=sys.stderr)
-        return 2
+    if args.autotune is not None:
+        from redist.autotune import check_top
+        from redist.errors import RedistError
+        try:
+            check_top(args.autotune, "--autotune")
+        except RedistError as e:
+            print(f"error: {e} (leave the flag out to time none)", file=sys.stderr)
+            return 2
     from spmd_types import Mesh
 
     mesh = Mesh.parse(args.mesh)

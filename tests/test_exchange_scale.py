@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from redist.bounds import lower_bound_bytes
+from redist.errors import RedistError
 from redist.exchange import Schedule, schedule
 from spmd_types import Mesh, ShardingType, parse
 from spmd_types.layout import block_indices
@@ -160,6 +161,8 @@ def test_ladder_objectives_are_redistributes_cost_models() -> None:
     assert models["time"] == CostModel(objective="time") and models["bytes"] == CostModel()
     # hosts of 8 devices, row-major: model (8) stays in a host, data and fsdp span hosts
     assert gloo is not None and models["gloo"] == gloo.cost_model("time", ("data", "fsdp"))
+    with pytest.raises(RedistError, match="objective 'fastest' is not one of bytes, time, measured, gloo"):
+        ladder_cost_model("fastest", mesh)
 
 
 @pytest.mark.parametrize("axes,src,dst", [
@@ -187,7 +190,6 @@ def test_crossing_axes_refuses_a_layout_of_another_rank() -> None:
     have one dimension per mesh axis, instead of a NumPy error from inside."""
     import numpy as np
 
-    from redist.errors import RedistError
     from redist.profile import crossing_axes
 
     with pytest.raises(RedistError, match=r"shape \(16,\) for axes \('x', 'y'\)"):
