@@ -1,0 +1,136 @@
+"""Two plans of one move timed against each other across processes over Gloo, each given by its steps.
+
+Why: a planner change that alters some plans is judged on the clock, not on the model that made
+it. The plans before and after are written down by their steps (a JSON file: the old planner is
+not needed to rerun the timing), built here with ``Plan.build``, compiled once each, and timed
+paired by ``benchmarks.multiprocess``'s ``Timer`` (barrier, spans, ``balanced_order``). Results
+are checked on every process where the destination holds no pending sums (one process's blocks
+cannot check a pending sum; the suite checks such plans on the simulator).
+
+The file is a list of objects ``{"mesh": {"x": 2, ...}, "src": TYPE, "dst": TYPE, "a": STEPS,
+"b": STEPS}``, ``STEPS`` a step tuple as ``repr`` prints it (``parse_steps``). Ratios are
+``a / b``: above 1, ``b`` is faster.
+
+Command: ``python -m benchmarks.plan_ab benchmarks/results/2026-11-25-gloo-rounds-rule-plans.json``
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import re
+import statistics
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from redist.errors import RedistError
+from redist.steps import ALL_STEPS, Step
+from spmd_types import SubAxis
+
+_NAMES: dict[str, Any] = {cls.__name__: cls for cls in ALL_STEPS} | {"SubAxis": SubAxis}
+
+
+def parse_steps(text: str) -> tuple[Step, ...]:
+    """The steps ``repr(plan.steps)`` printed: calls of step classes (and ``SubAxis``) on literals,
+    keyword or positional, nothing else (no ``eval`` of arbitrary code). A ``RedistError`` names
+    what else it met."""
+    try:
+        tree = ast.parse(text, mode="eval").body
+    except SyntaxError as e:
+        raise RedistError(f"steps {text!r} do not parse: {e.msg}") from None
+    value = _value(tree, text)
+    steps = value if isinstance(value, tuple) else (value,)
+    if not all(isinstance(s, ALL_STEPS) for s in steps):
+        raise RedistError(f"steps {text!r}: expected a tuple of steps, got {value!r}")
+    return steps
+
+
+def _value(node: ast.expr, text: str) -> Any:
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _NAMES:
+        args = [_value(a, text) for a in node.args]
+        kwargs = {k.arg: _value(k.value, text) for k in node.keywords if k.arg is not None}
+        return _NAMES[node.func.id](*args, **kwargs)
+    if isinstance(node, (ast.Tuple, ast.List)):
+        return tuple(_value(e, text) for e in node.elts)
+    if isinstance(node, ast.Constant) and (node.value is None or isinstance(node.value, (int, str))):
+        return node.value
+    raise RedistError(f"steps {text!r}: {ast.unparse(node)!r} is not a step, a sub-axis or a literal; "
+                      f"steps are written as repr(plan.steps) prints them")
+
+
+def _worker(index: int, processes: int, port: int, path: str, reps: int, seconds: float) -> int:
+    from benchmarks.multiprocess import Timer, init_distributed
+
+    init_distributed(index, processes, f"127.0.0.1:{port}")
+    import jax
+    import numpy as np
+
+    from benchmarks.arrays import make_input
+    from benchmarks.paired import paired_ratio
+    from benchmarks.speed import thunk
+    from redist.executor import compile_plan
+    from redist.plan import Plan
+    from redist.profile import packaged_profile
+    from spmd_types import Mesh, parse
+
+    timer = Timer(index, processes)
+    gloo = packaged_profile("cpu-gloo")
+    assert gloo is not None, "the Gloo profile ships with the package"
+    for n, entry in enumerate(json.load(open(path))):
+        mesh = Mesh(entry["mesh"])
+        src, dst = parse(entry["src"], mesh), parse(entry["dst"], mesh)
+        cm = gloo.cost_model("time", (mesh.names[0],))  # the first axis spans processes
+        jm = mesh.to_jax()
+        x, total = make_input(src, jm)
+        plans = {k: Plan.build(src, parse_steps(entry[k]), cm) for k in ("a", "b")}
+        progs = {k: compile_plan(p, jm).lower(x).compile() for k, p in plans.items()}
+        checked = "pending sums, checked on the simulator" if dst.unreduced else (
+            "OK" if all(np.array_equal(np.asarray(s.data), total[s.index])
+                        for p in progs.values() for s in p(x).addressable_shards) else "WRONG")
+        t = timer.run(f"plan-ab-{n}", {k: thunk(v, x) for k, v in progs.items()}, reps, 5, seconds)
+        if index == 0:
+            r = paired_ratio(t["a"], t["b"])
+            med = {k: statistics.median(v) * 1e3 for k, v in t.items()}
+            print(f"{src} -> {dst} on {mesh}: {checked}\n"
+                  + "".join(f"  {k} {entry[k]} priced {plans[k].time_s * 1e3:.3f} ms, measured {med[k]:.3f} ms\n"
+                            for k in ("a", "b"))
+                  + f"  a/b {r.median:.2f}x ({r.lo:.2f}-{r.hi:.2f}), reps {len(t['a'])}", flush=True)
+    jax.distributed.shutdown()
+    return 0
+
+
+_GLOO_LOG = r"\[Gloo\][^\n]*?peer ranks is : \d+\n?"
+"""Gloo logs each connection to stdout, sometimes in the middle of one of our lines."""
+_OUR_LINE = re.compile(r"^(\S.* -> .* on \{.*|  (a|b|a/b) .*)$", re.M)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.plan_ab", description=__doc__.split("\n")[0])
+    ap.add_argument("plans", help="JSON file of moves and their two plans (see the module docstring)")
+    ap.add_argument("--processes", type=int, default=2, help="processes of 8 / PROCESSES devices each")
+    ap.add_argument("--reps", type=int, default=64)
+    ap.add_argument("--seconds", type=float, default=6.0, help="after --reps, more repetitions until this long")
+    ap.add_argument("--timeout", type=float, default=900.0)
+    ap.add_argument("--worker", nargs=2, type=int, metavar=("INDEX", "PORT"), help=argparse.SUPPRESS)
+    a = ap.parse_args(argv)
+    if a.worker:
+        return _worker(a.worker[0], a.processes, a.worker[1], a.plans, a.reps, a.seconds)
+    from benchmarks.multiprocess import DEVICES, spawn_local
+
+    print(f"Command: python -m benchmarks.plan_ab {a.plans} --processes {a.processes} --reps {a.reps} "
+          f"--seconds {a.seconds}", flush=True)
+    runs = spawn_local(a.processes, DEVICES // a.processes,
+                       lambda i, port: ["-m", "benchmarks.plan_ab", a.plans, "--processes", str(a.processes),
+                                        "--reps", str(a.reps), "--seconds", str(a.seconds),
+                                        "--worker", str(i), str(port)], a.timeout)
+    print("\n".join(m.group(0) for m in _OUR_LINE.finditer(re.sub(_GLOO_LOG, "", runs[0].stdout))))
+    failed = [(i, r) for i, r in enumerate(runs) if r.returncode]
+    for i, r in failed:
+        print(f"process {i} exited {r.returncode}:\n{r.stderr[-3000:]}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
