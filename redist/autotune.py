@@ -93,7 +93,7 @@ def check_top(top: int, spelled: str = "top") -> None:
     """A ``RedistError`` unless ``top`` (spelled as the caller's user writes it) is at least 1."""
     if top < 1:
         raise RedistError(f"autotune: {spelled}={top!r} is out of range; it is how many plans to time, "
-                          "at least 1 (1 times nothing)")
+                          "at least 1")
 
 
 def _check_arguments(top: int, reps: int, margin: float) -> None:

@@ -149,7 +149,7 @@ def run_plan_command(args: argparse.Namespace) -> int:
         try:
             check_top(args.autotune, "--autotune")
         except RedistError as e:
-            print(f"error: {e} (leave the flag out to time none)", file=sys.stderr)
+            print(f"error: {e}; leave the flag out to time none", file=sys.stderr)
             return 2
     from spmd_types import Mesh
 
