@@ -304,10 +304,6 @@ def routed_measure(before: ShardingType, after: ShardingType, cm: CostModel, kin
     return StepMeasure(r.cells * cell_bytes / before.mesh.size, time, r.rounds, r.rounds)
 
 
-schedule_measure = routed_measure
-"""The measures planning reads for a pending-sum point-to-point step (``routed_measure``)."""
-
-
 def scheduled_measure(before: ShardingType, after: ShardingType, cm: CostModel, kind: str = "exchange") -> StepMeasure:
     """Measures read off the built schedule, each round priced over the mesh axes its messages
     cross: what the executor runs, for tests and studies (planning uses ``routed_measure``)."""
@@ -341,4 +337,4 @@ def _rounds_time(cm: CostModel, kind: str, rounds: int, cell_bytes: int, names: 
 
 
 __all__ = ["MEASURE", "PROFILE_KIND", "ClosedForm", "StepMeasure", "closed_form", "group_size", "measure", "moved_kind",
-           "profile_kind", "routed_measure", "runs_in", "written", "schedule_measure", "scheduled_measure", "uniform_links"]
+           "profile_kind", "routed_measure", "runs_in", "written", "scheduled_measure", "uniform_links"]

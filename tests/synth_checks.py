@@ -7,7 +7,7 @@ import numpy as np
 
 from redist import CostModel, Exchange, Permute, Plan
 from redist.atoms import unreduced_atoms
-from redist.measure import measure, schedule_measure
+from redist.measure import measure, routed_measure
 from redist.simulate import check, scatter, simulate
 from spmd_types import ShardingType
 
@@ -38,4 +38,4 @@ def assert_plan_ok(p: Plan, seed: int = 0) -> None:
     for s, a, b in zip(p.steps, p.all_types, p.types):
         if isinstance(s, (Exchange, Permute)) and not a.unreduced and not b.unreduced:
             m = measure(s, a, b, p.cost_model)
-            assert abs(m.recv_bytes - schedule_measure(a, b, p.cost_model).recv_bytes) < 1e-6
+            assert abs(m.recv_bytes - routed_measure(a, b, p.cost_model).recv_bytes) < 1e-6

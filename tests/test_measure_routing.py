@@ -37,7 +37,7 @@ from redist.exchange import (
 )
 from redist.exchange_classes import classes
 from redist.groups import atoms_index, group_key, group_sums, replica_index
-from redist.measure import routed_measure, schedule_measure, scheduled_measure, uniform_links
+from redist.measure import routed_measure, scheduled_measure, uniform_links
 from redist.plan import Plan
 from redist.steps import Exchange
 from redist.synth import _exchange_floor
@@ -64,7 +64,6 @@ def _agree(s: ShardingType, d: ShardingType) -> None:
     for cm in UNIFORM:
         assert uniform_links(cm)
         assert routed_measure(s, d, cm) == scheduled_measure(s, d, cm)
-        assert schedule_measure(s, d, cm) == scheduled_measure(s, d, cm)
 
 
 @pytest.mark.parametrize("axes,src,dst", FORWARDING)
@@ -103,7 +102,7 @@ def test_non_uniform_models_price_rounds_over_the_moved_axes() -> None:
     s, d = parse("f32[8@y]{U:x}", mesh), parse("f32[8@x]", mesh)
     slow = CostModel.with_slow_axes(["x"])
     assert not uniform_links(slow)
-    m, r = schedule_measure(s, d, slow), routing(s, d)
+    m, r = routed_measure(s, d, slow), routing(s, d)
     per_round = slow.kind_time("exchange", {"x"}, 1, math.prod(r.cell) * 4)
     assert (m.rounds, m.recv_bytes) == (r.rounds, scheduled_measure(s, d, slow).recv_bytes)
     assert m.time_s == pytest.approx(r.rounds * per_round)
