@@ -54,7 +54,10 @@ def _value(node: ast.expr, text: str) -> Any:
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _NAMES:
         args = [_value(a, text) for a in node.args]
         kwargs = {k.arg: _value(k.value, text) for k in node.keywords if k.arg is not None}
-        return _NAMES[node.func.id](*args, **kwargs)
+        try:
+            return _NAMES[node.func.id](*args, **kwargs)
+        except (TypeError, ValueError) as e:  # a wrong or missing argument: say which call
+            raise RedistError(f"steps {text!r}: {ast.unparse(node)!r}: {e}") from None
     if isinstance(node, (ast.Tuple, ast.List)):
         return tuple(_value(e, text) for e in node.elts)
     if isinstance(node, ast.Constant) and (node.value is None or isinstance(node.value, (int, str))):
