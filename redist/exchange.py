@@ -1092,6 +1092,56 @@ def provider_cells(old: ShardingType, new: ShardingType) -> int:
     return min(0 if m is None else int(m.max()) // cell for m in floors)
 
 
+SAMPLED_MAX_MEMBERS = 1 << 10
+"""Members of one device's group past which ``sampled_provider_cells`` counts nothing for it
+(a floor of 0 is always sound): it sums their overlaps one by one, in Python."""
+
+
+@memo(Scope.TYPE, maxsize=4096)
+def sampled_provider_cells(old: ShardingType, new: ShardingType) -> int:
+    """``provider_cells`` read on two devices only, the first and the last (every coordinate 0,
+    every coordinate at its top), so at most it: the most cells one of them must receive is a
+    floor on the most any device must. No per-device table: per dimension, each sampled device's
+    old blocks summed over its group (``group_missing``'s fresh atoms, which its new block does
+    not depend on), a few integer operations. On 13 axes of 2 it is the round floor that prunes
+    exchange starts (it did, where ``provider_cells`` did, for 62 of 66 of one ladder rung's
+    prefixes), at a fraction of ``group_missing``'s per-device tables, so
+    ``redist.synth._bytes_floor`` reads it before those."""
+    if not (on_prime_atoms(old) and on_prime_atoms(new)):
+        return 0  # as ``group_missing``: no product of group sums counts the blocks
+    cell = math.prod(cell_shape(old, new))
+    return min(_sampled_missing(old, new, merged) // cell for merged in _modes(old, new))
+
+
+def _sampled_missing(old: ShardingType, new: ShardingType, merged: bool) -> int:
+    """The greater ``group_missing`` of the first device and the last; 0 where it would be
+    ``None`` or a group is past ``SAMPLED_MAX_MEMBERS``. A dimension's block index is mixed radix
+    over its atoms, major first: 0 on the first device, the block count less one on the last;
+    a member of the group differs by its digits on the fresh atoms, each times its stride."""
+    fresh = _partial_axes(old, new, merged).fresh
+    if max(new.local_shape, default=1) * math.prod(a.size for a in fresh) >= 1 << 62:
+        return 0
+    held = [1, 1]
+    for atoms_old, atoms_new, lo, ln in zip(dims_atoms(old), dims_atoms(new), old.local_shape, new.local_shape):
+        offsets = [0]  # each member's block index less the sampled device's, on the first device
+        stride = 1
+        for a in reversed(atoms_old):
+            if a in fresh:
+                offsets = [o + k * stride for o in offsets for k in range(a.size)]
+                if len(offsets) > SAMPLED_MAX_MEMBERS:
+                    return 0
+            stride *= a.size
+        top_new = math.prod(a.size for a in atoms_new) - 1
+        top_old = stride - 1 - (offsets[-1] if offsets else 0)  # the last device's fresh digits at their top too
+        for i, (s_new, base) in enumerate(((0, 0), (top_new * ln, top_old))):
+            width = 0
+            for o in offsets:
+                s = (base + o) * lo
+                width += max(0, min(s + lo, s_new + ln) - max(s, s_new))
+            held[i] *= width
+    return new.local_size - min(held)
+
+
 def _modes(old: ShardingType, new: ShardingType) -> tuple[bool, ...]:
     """The exchanges ``schedule(old, new)`` may be (``merges``), for floors that must hold for
     either without routing to learn which: the merging one only where the types share an
@@ -1205,9 +1255,59 @@ def rooted_rounds(old: ShardingType, new: ShardingType) -> int:
     if axes.n_reduced == 1 or math.prod(grid.per_block) > ROOTED_MAX_CELLS:
         return 0
     try:
-        old_block, new_block = _block_indices(old), _block_indices(new)
+        check_index_range(old)
+        check_index_range(new)
     except StepError:
         return 0
+    closed = _rooted_closed(old, new, axes, grid)
+    return closed if closed is not None else _rooted_tables(old, new, axes, grid)
+
+
+ROOTED_CLOSED_MAX_BLOCKS = 1 << 16
+"""Old blocks along one dimension past which ``_rooted_closed`` leaves the count to the tables."""
+
+
+def _rooted_closed(old: ShardingType, new: ShardingType, axes: PartialAxes, grid: CellGrid) -> int | None:
+    """``rooted_rounds``' count without per-device tables. A device shares device 0's new block
+    and kept partial exactly when its digit is 0 on every atom of the new type's dimensions and
+    on every kept atom (``C``); the others range freely. So the old blocks those devices hold
+    are, per dimension, the indices whose digits on ``C``'s atoms are 0, and a cell of device
+    0's new block is held when its old block is such an index in every dimension: the held cells
+    are a product over dimensions of counts along each, read off the old blocks the new block
+    spans there (cells of ``gcd`` size, so each lies in one). ``None`` (the tables decide) where
+    a type is not on the mesh's prime atoms (the digit sets would not be a product) or a
+    dimension spans more than ``ROOTED_CLOSED_MAX_BLOCKS`` old blocks."""
+    if not (on_prime_atoms(old) and on_prime_atoms(new)):
+        return None
+    fixed = {a for d in dims_atoms(new) for a in d} | set(axes.kept)
+    held = 1
+    for atoms, lo, ln, c in zip(dims_atoms(old), old.local_shape, new.local_shape, grid.cell):
+        spanned = -(-ln // lo)  # old blocks meeting [0, ln)
+        if spanned > ROOTED_CLOSED_MAX_BLOCKS:
+            return None
+        count = 0
+        for o in range(spanned):
+            if _digits_free(o, atoms, fixed):
+                count += (min((o + 1) * lo, ln) - o * lo) // c
+        held *= count
+    n_rooted = math.prod(grid.per_block) - held
+    targets = old.mesh.size // math.prod(a.size for a in fixed) // math.prod(a.size for a in axes.fresh)
+    return n_rooted * (axes.n_reduced + (targets - 1).bit_length())
+
+
+def _digits_free(index: int, atoms: tuple[Atom, ...], fixed: set[Atom]) -> bool:
+    """Whether block ``index`` (mixed radix over ``atoms``, major first) has digit 0 on every
+    atom of ``fixed``."""
+    for a in reversed(atoms):
+        if a in fixed and index % a.size:
+            return False
+        index //= a.size
+    return True
+
+
+def _rooted_tables(old: ShardingType, new: ShardingType, axes: PartialAxes, grid: CellGrid) -> int:
+    """``rooted_rounds``' count off the per-device block tables (``_rooted_closed``'s fallback)."""
+    old_block, new_block = _block_indices(old), _block_indices(new)
     kept = atoms_index(old.mesh, axes.kept)
     mates = np.flatnonzero((new_block == new_block[0]).all(axis=1) & (kept == kept[0]))
     blocks = tuple(n // b for n, b in zip(old.shape, old.local_shape))

@@ -55,6 +55,7 @@ from redist.exchange import (
     reduced_cells,
     rooted_rounds,
     routing,
+    sampled_provider_cells,
 )
 from redist.exchange_a2a import offered as a2a_offered
 from redist.facets import FacetTable
@@ -796,14 +797,16 @@ def _summing_rounds(cur: ShardingType, dst: ShardingType) -> int:
     return k - 1 + (targets - 1).bit_length()
 
 
-def _bytes_floor(cur: ShardingType, dst: ShardingType, recv: float, cm: CostModel) -> tuple[float, float]:
+def _bytes_floor(cur: ShardingType, dst: ShardingType, recv: float, cm: CostModel,
+                 sampled: bool = False) -> tuple[float, float]:
     """The floor of a pending-sum exchange ``cur -> dst`` that receives at least ``recv`` bytes
     per device on average, read off no per-device table: its busiest device receives at least
     that mean, one cell a round, and it sums partials in ``_summing_rounds``; or it runs as one
     all-to-all of ``recv`` (as ``_any_exchange_floor``, of which this is a lower edition). Under a
     time objective the bytes alone hardly order prefixes: time leads the key."""
     cell = math.prod(cell_shape(cur, dst)) * cur.itemsize
-    rounds = max(math.ceil(recv / cell * TIME_SLACK), _summing_rounds(cur, dst))
+    rounds = max(math.ceil(recv / cell * TIME_SLACK), _summing_rounds(cur, dst),
+                 sampled_provider_cells(cur, dst) if sampled else 0)
     return recv, _or_one_all_to_all(cur, recv, _rounds_time_floor(cur, rounds, cell, cm), cm)
 
 
@@ -951,8 +954,8 @@ def _by_floor(prefixes: list[Plan], dst: ShardingType, cm: CostModel, best: _Bes
         if best.beaten(key, cm):
             return  # every remaining floor is at or above this key
         pending = bool(prefix.dst.unreduced or dst.unreduced)
-        if tier == 4 or (tier == 3 and not pending):
-            if not best.outranked(cm.key_time(key), prefix.n_collectives + _exchange_ops_floor(prefix.dst, dst, tier == 4), cm):
+        if tier == 5 or (tier == 4 and not pending):
+            if not best.outranked(cm.key_time(key), prefix.n_collectives + _exchange_ops_floor(prefix.dst, dst, tier == 5), cm):
                 yield prefix
             continue
         bound = unreduced_bound_floor(prefix.dst, dst) if tier == 0 and pending else None
@@ -961,10 +964,13 @@ def _by_floor(prefixes: list[Plan], dst: ShardingType, cm: CostModel, best: _Bes
         elif tier < 2 and pending:
             lb = lower_bound_bytes(prefix.dst, dst) * LB_SLACK
             key, tier = _add(prefix, _bytes_floor(prefix.dst, dst, lb, cm), cm), 2
-        elif tier < 3:  # without pending sums the floor is the bound's own closed form: no cheaper key
-            key, tier = _add(prefix, _any_exchange_floor(prefix.dst, dst, cm, False), cm), 3
+        elif tier < 3 and pending:
+            lb = lower_bound_bytes(prefix.dst, dst) * LB_SLACK
+            key, tier = _add(prefix, _bytes_floor(prefix.dst, dst, lb, cm, sampled=True), cm), 3
+        elif tier < 4:  # without pending sums the floor is the bound's own closed form: no cheaper key
+            key, tier = _add(prefix, _any_exchange_floor(prefix.dst, dst, cm, False), cm), 4
         else:
-            key, tier = _add(prefix, _any_exchange_floor(prefix.dst, dst, cm), cm), 4
+            key, tier = _add(prefix, _any_exchange_floor(prefix.dst, dst, cm), cm), 5
         heapq.heappush(heap, (key, i, tier, prefix))
 
 

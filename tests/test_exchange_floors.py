@@ -2,7 +2,9 @@
 must stay at or below what the exchange's routing really receives, or a better plan could be
 pruned; ``reduced_cells`` is moreover exact where the source has one replica, which is what lets
 the planner skip the exact routing of candidates that lose (``redist.synth._exact_floor_open``).
-``rooted_rounds`` floors the routing's rounds from device 0's new block. The floors are computed lazily, in an order that must equal sorting them all (``_by_floor``).
+``rooted_rounds`` floors the routing's rounds from device 0's new block, counted in closed form
+(checked against the per-device tables); ``sampled_provider_cells`` reads the busiest-receiver
+floor on two devices only. The floors are computed lazily, in an order that must equal sorting them all (``_by_floor``).
 """
 
 from __future__ import annotations
@@ -18,15 +20,24 @@ from strategies import meshes, shapes_for, sharding_types
 from benchmarks.planning import LADDER, ladder_pair
 from redist import CostModel, Plan, exchange, synth
 from redist.atoms import unreduced_atoms
-from redist.bounds import lower_bound_bytes
+from redist.bounds import lower_bound_bytes, on_prime_atoms
 from redist.caches import clear_caches
 from redist.errors import StepError
-from redist.exchange import _partial_axes, _routing, reduced_cells, rooted_rounds, routing
+from redist.exchange import (
+    _partial_axes,
+    _routing,
+    provider_cells,
+    reduced_cells,
+    rooted_rounds,
+    routing,
+    sampled_provider_cells,
+)
 from redist.groups import replica_index
 from redist.profile import packaged_profile
 from redist.steps import Exchange, ExchangeAllToAll
 from redist.synth import LB_SLACK, _add, _any_exchange_floor, _Best, _by_floor, _exchange_floor, _typed_plans
 from spmd_types import Mesh, ShardingType, parse
+from spmd_types.layout import check_index_range
 
 
 @st.composite
@@ -167,6 +178,67 @@ def test_rooted_rounds_counts_device_0s_unheld_cells() -> None:
     mesh = Mesh({"x": 2, "y": 2})
     s, d = parse("f32[8@x,4]{U:y}", mesh), parse("f32[8,4@x]", mesh)
     assert (rooted_rounds(s, d), routing(s, d).rounds) == (3, 5)
+
+
+def _rooted_both(s: ShardingType, d: ShardingType) -> tuple[int, int] | None:
+    """``rooted_rounds``' count in closed form and off the device tables, where both apply."""
+    axes, grid = _partial_axes(s, d), exchange._cell_grid(s, d)
+    if axes.n_reduced == 1 or not (on_prime_atoms(s) and on_prime_atoms(d)):
+        return None
+    try:
+        check_index_range(s)
+        check_index_range(d)
+    except StepError:
+        return None
+    closed = exchange._rooted_closed(s, d, axes, grid)
+    assert closed is not None
+    return closed, exchange._rooted_tables(s, d, axes, grid)
+
+
+@given(_reducing_pairs())
+def test_rooted_rounds_closed_form_is_the_tables_count(pair: tuple[ShardingType, ShardingType]) -> None:
+    """The closed form (digit sets per dimension, no per-device table) counts what the tables do."""
+    both = _rooted_both(*pair)
+    if both is not None:
+        assert both[0] == both[1]
+
+
+@pytest.mark.parametrize("rung", [1, 6, 8])
+def test_rooted_rounds_closed_form_on_ladder_pairs(rung: int) -> None:
+    """Binary meshes of 8, 12 and 13 axes: equal on every pending pair, positive on some."""
+    mesh, rng = Mesh(LADDER[rung]), random.Random(3)
+    counts = [_rooted_both(s, d) for s, d in (ladder_pair(rng, mesh, True) for _ in range(24))]
+    assert all(c[0] == c[1] for c in counts if c is not None)
+    assert any(c is not None and c[0] > 0 for c in counts)
+
+
+def _sampled_check(s: ShardingType, d: ShardingType) -> int:
+    """``sampled_provider_cells`` is at most ``provider_cells``, and each of its device counts
+    is ``group_missing`` of the first or the last device; the sampled floor."""
+    try:
+        full = provider_cells(s, d)
+    except StepError:
+        return 0
+    sampled = sampled_provider_cells(s, d)
+    assert 0 <= sampled <= full
+    if on_prime_atoms(s) and on_prime_atoms(d):
+        for merged in exchange._modes(s, d):
+            missing = exchange.group_missing(s, d, merged)
+            if missing is not None:
+                assert exchange._sampled_missing(s, d, merged) == max(int(missing[0]), int(missing[-1]))
+    return sampled
+
+
+@given(_reducing_pairs())
+def test_sampled_provider_cells_is_a_floor(pair: tuple[ShardingType, ShardingType]) -> None:
+    _sampled_check(*pair)
+
+
+@pytest.mark.parametrize("rung", [1, 8])
+def test_sampled_provider_cells_on_ladder_pairs(rung: int) -> None:
+    """On 8 and 13 axes of 2: a floor, exact on its two devices, and positive on some pair."""
+    mesh, rng = Mesh(LADDER[rung]), random.Random(4)
+    assert any([_sampled_check(s, d) > 0 for s, d in (ladder_pair(rng, mesh, True) for _ in range(24))])
 
 
 @st.composite
