@@ -45,6 +45,15 @@ DEVICES = 8
 EIGEN_SINGLE = "--xla_cpu_multi_thread_eigen=false"
 """XLA's CPU flag for single-threaded Eigen kernels: 4-8 simulated devices and Gloo's threads already
 oversubscribe 2 cores; set in every process, so it applies to XLA's programs and ours alike."""
+GLOO_LOG = re.compile(r"\[Gloo\][^\n]*?peer ranks is : \d+\n?")
+"""Gloo logs each connection to stdout, sometimes in the middle of one of our lines."""
+
+
+def without_gloo_logs(text: str) -> str:
+    """``text`` with Gloo's connection logs cut out, our lines made whole again."""
+    return GLOO_LOG.sub("", text)
+
+
 CASE_LINE = re.compile(r"\b[a-z0-9_]+ +(?:OK|WRONG) \d+ steps[^\n\[]*")
 FLOOR = re.compile(r"floor ours +[\d.]+ / xla +[\d.]+ ms \(ceiling ([\d.]+)x\)")
 STEP_LINE = re.compile(r" +[a-z0-9_]+#\d+ +[a-z_]+ +ours +[\d.]+ ms +predicted +[\d.]+ ms")
@@ -431,10 +440,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             *(["--hlo"] if a.hlo else []), *(["--floor"] if a.floor else []), *(["--autotune"] if a.autotune else []),
             "--cases", *a.cases]
     results = launch(a.processes, rest, a.timeout, a.xla_flags)
-    # Gloo logs its connections to stdout, sometimes mid-line: keep only the case lines
-    lines = [m.group(0) for m in CASE_LINE.finditer(results[0].stdout)]
+    out = without_gloo_logs(results[0].stdout)
+    lines = [m.group(0) for m in CASE_LINE.finditer(out)]
     either = re.compile(f"{CASE_LINE.pattern}|{STEP_LINE.pattern}")
-    print("\n".join(m.group(0).rstrip() for m in either.finditer(results[0].stdout)))
+    print("\n".join(m.group(0).rstrip() for m in either.finditer(out)))
     print(summary(lines))
     for i, r in enumerate(results):
         if r.returncode:

@@ -6,13 +6,16 @@ not needed to rerun the timing), built here with ``Plan.build``, compiled once e
 paired by ``benchmarks.multiprocess``'s ``Timer`` (barrier, spans, ``balanced_order``). Results
 are checked on every process where the destination holds no pending sums (one process's blocks
 cannot check a pending sum; the suite checks such plans on the simulator). Plans are priced under
-the shipped Gloo profile, cross costs on the axes that span processes; XLA runs with its default
-flags (as the ad-hoc runs this replaced did; ``benchmarks.multiprocess`` passes single-threaded
-Eigen by default).
+the shipped Gloo profile, cross costs on the axes that span processes. XLA runs with
+``benchmarks.multiprocess``'s flags by default (single-threaded Eigen kernels), so the two tools
+time alike; ``--xla-flags ''`` gives XLA's defaults, under which the committed runs of
+``2026-11-25-multiprocess-gloo-pending.md`` were made.
 
 The file is a list of objects ``{"mesh": {"x": 2, ...}, "src": TYPE, "dst": TYPE, "a": STEPS,
-"b": STEPS}``, ``STEPS`` a step tuple as ``repr`` prints it (``parse_steps``). Ratios are
-``a / b``: above 1, ``b`` is faster.
+"b": STEPS}``, ``STEPS`` a step tuple as ``repr`` prints it (``parse_steps``). The whole file is
+read and checked before any process starts (``load_moves``: a ``RedistError`` names the entry and
+what is wrong with it; both plans must reach the destination). Ratios are ``a / b``: above 1,
+``b`` is faster.
 
 Command: ``python -m benchmarks.plan_ab benchmarks/results/2026-11-25-gloo-rounds-rule-plans.json``
 """
@@ -25,12 +28,17 @@ import json
 import re
 import statistics
 import sys
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
 
-from redist.errors import RedistError
+from benchmarks.multiprocess import EIGEN_SINGLE
+from redist.cost import CostModel
+from redist.errors import RedistError, StepError
+from redist.plan import Plan
+from redist.profile import packaged_profile, process_crossing_axes
 from redist.steps import ALL_STEPS, Step
-from spmd_types import SubAxis
+from spmd_types import Mesh, ShardingType, SubAxis, parse
+from spmd_types.errors import ShardingTypeError
 
 _NAMES: dict[str, Any] = {cls.__name__: cls for cls in ALL_STEPS} | {"SubAxis": SubAxis}
 
@@ -66,6 +74,70 @@ def _value(node: ast.expr, text: str) -> Any:
                       f"steps are written as repr(plan.steps) prints them")
 
 
+class Move(NamedTuple):
+    """One entry of the file: a move and its two plans, built under ``cm``."""
+
+    mesh: Mesh
+    src: ShardingType
+    dst: ShardingType
+    plans: dict[str, Plan]
+    text: dict[str, str]
+
+
+_KEYS = ("mesh", "src", "dst", "a", "b")
+
+
+def load_moves(path: str, cost_model: Callable[[Mesh], CostModel]) -> list[Move]:
+    """The file's moves, each plan built and checked to reach the destination: a ``RedistError``
+    (or the type parser's own typed error) names the entry and what is wrong, never a bare
+    ``KeyError`` or ``JSONDecodeError`` from inside."""
+    try:
+        with open(path) as f:
+            entries = json.load(f)
+    except OSError as e:
+        raise RedistError(f"plans file {path!r}: {e.strerror}") from None
+    except json.JSONDecodeError as e:
+        raise RedistError(f"plans file {path!r} is not JSON: {e.msg} at line {e.lineno}") from None
+    if not isinstance(entries, list) or not entries:
+        raise RedistError(f"plans file {path!r}: expected a non-empty list of moves, got {type(entries).__name__}")
+    return [_move(n, e, path, cost_model) for n, e in enumerate(entries)]
+
+
+def _move(n: int, entry: Any, path: str, cost_model: Callable[[Mesh], CostModel]) -> Move:
+    where = f"plans file {path!r}, move {n}"
+    if not isinstance(entry, dict) or set(entry) < set(_KEYS):
+        got = sorted(entry) if isinstance(entry, dict) else type(entry).__name__
+        raise RedistError(f"{where}: expected an object with keys {', '.join(_KEYS)}; got {got}")
+    if not isinstance(entry["mesh"], dict) or not all(
+            isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) for k, v in entry["mesh"].items()):
+        raise RedistError(f"{where}: 'mesh' must map axis names to sizes, like {{\"x\": 2, \"y\": 4}}; "
+                          f"got {entry['mesh']!r}")
+    for k in _KEYS[1:]:
+        if not isinstance(entry[k], str):
+            raise RedistError(f"{where}: {k!r} must be a string, got {entry[k]!r}")
+    mesh = Mesh(entry["mesh"])
+    src, dst = parse(entry["src"], mesh), parse(entry["dst"], mesh)
+    cm = cost_model(mesh)
+    plans = {}
+    for k in ("a", "b"):
+        try:
+            plans[k] = Plan.build(src, parse_steps(entry[k]), cm)
+        except StepError as e:
+            raise RedistError(f"{where}: plan {k!r} does not type-check from {src}: {e}") from None
+        if plans[k].dst != dst:
+            raise RedistError(f"{where}: plan {k!r} ends at {plans[k].dst}, not the destination {dst}")
+    return Move(mesh, src, dst, plans, {k: entry[k] for k in ("a", "b")})
+
+
+def gloo_cost_model(mesh: Mesh, crossing: bool = True) -> CostModel:
+    """The shipped Gloo profile, cross costs on the axes that span processes (as
+    ``benchmarks.multiprocess`` prices; that reads the running processes' devices), or, without
+    ``crossing``, on every axis (for checking a file before the processes start)."""
+    gloo = packaged_profile("cpu-gloo")
+    assert gloo is not None, "the Gloo profile ships with the package"
+    return gloo.cost_model("time", process_crossing_axes(mesh) if crossing else None)
+
+
 def _worker(index: int, processes: int, port: int, path: str, reps: int, seconds: float) -> int:
     from benchmarks.multiprocess import Timer, init_distributed
 
@@ -76,37 +148,26 @@ def _worker(index: int, processes: int, port: int, path: str, reps: int, seconds
     from benchmarks.paired import paired_ratio
     from benchmarks.speed import thunk
     from redist.executor import compile_plan
-    from redist.plan import Plan
-    from redist.profile import packaged_profile, process_crossing_axes
-    from spmd_types import Mesh, parse
 
     timer = Timer(index, processes)
-    gloo = packaged_profile("cpu-gloo")
-    assert gloo is not None, "the Gloo profile ships with the package"
-    for n, entry in enumerate(json.load(open(path))):
-        mesh = Mesh(entry["mesh"])
-        src, dst = parse(entry["src"], mesh), parse(entry["dst"], mesh)
-        cm = gloo.cost_model("time", process_crossing_axes(mesh))  # as benchmarks.multiprocess prices
-        jm = mesh.to_jax()
-        x, total = make_input(src, jm)
-        plans = {k: Plan.build(src, parse_steps(entry[k]), cm) for k in ("a", "b")}
-        progs = {k: compile_plan(p, jm).lower(x).compile() for k, p in plans.items()}
-        checked = "pending sums, checked on the simulator" if dst.unreduced else (
-            "OK" if all(check_output(p(x), total, dst) is None for p in progs.values()) else "WRONG")
+    for n, move in enumerate(load_moves(path, gloo_cost_model)):
+        jm = move.mesh.to_jax()
+        x, total = make_input(move.src, jm)
+        progs = {k: compile_plan(p, jm).lower(x).compile() for k, p in move.plans.items()}
+        checked = "pending sums, checked on the simulator" if move.dst.unreduced else (
+            "OK" if all(check_output(p(x), total, move.dst) is None for p in progs.values()) else "WRONG")
         t = timer.run(f"plan-ab-{n}", {k: thunk(v, x) for k, v in progs.items()}, reps, 5, seconds)
         if index == 0:
             r = paired_ratio(t["a"], t["b"])
             med = {k: statistics.median(v) * 1e3 for k, v in t.items()}
-            print(f"{src} -> {dst} on {mesh}: {checked}\n"
-                  + "".join(f"  {k} {entry[k]} priced {plans[k].time_s * 1e3:.3f} ms, measured {med[k]:.3f} ms\n"
+            print(f"{move.src} -> {move.dst} on {move.mesh}: {checked}\n"
+                  + "".join(f"  {k} {move.text[k]} priced {move.plans[k].time_s * 1e3:.3f} ms, measured {med[k]:.3f} ms\n"
                             for k in ("a", "b"))
                   + f"  a/b {r.median:.2f}x ({r.lo:.2f}-{r.hi:.2f}), reps {len(t['a'])}", flush=True)
     jax.distributed.shutdown()
     return 0
 
 
-_GLOO_LOG = r"\[Gloo\][^\n]*?peer ranks is : \d+\n?"
-"""Gloo logs each connection to stdout, sometimes in the middle of one of our lines."""
 _OUR_LINE = re.compile(r"^(\S.* -> .* on \{.*|  (a|b|a/b) .*)$", re.M)
 
 
@@ -117,19 +178,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--reps", type=int, default=64)
     ap.add_argument("--seconds", type=float, default=6.0, help="after --reps, more repetitions until this long")
     ap.add_argument("--timeout", type=float, default=900.0)
+    ap.add_argument("--xla-flags", default=EIGEN_SINGLE,
+                    help=f"XLA flags for every process (default {EIGEN_SINGLE!r}, as benchmarks.multiprocess; "
+                         "'' for XLA's defaults)")
     ap.add_argument("--worker", nargs=2, type=int, metavar=("INDEX", "PORT"), help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.worker:
         return _worker(a.worker[0], a.processes, a.worker[1], a.plans, a.reps, a.seconds)
-    from benchmarks.multiprocess import DEVICES, spawn_local
+    from benchmarks.multiprocess import DEVICES, spawn_local, without_gloo_logs
 
+    try:
+        load_moves(a.plans, lambda mesh: gloo_cost_model(mesh, crossing=False))  # checked before any process starts
+    except ShardingTypeError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     print(f"Command: python -m benchmarks.plan_ab {a.plans} --processes {a.processes} --reps {a.reps} "
-          f"--seconds {a.seconds}", flush=True)
+          f"--seconds {a.seconds} --xla-flags={a.xla_flags!r}", flush=True)
     runs = spawn_local(a.processes, DEVICES // a.processes,
                        lambda i, port: ["-m", "benchmarks.plan_ab", a.plans, "--processes", str(a.processes),
                                         "--reps", str(a.reps), "--seconds", str(a.seconds),
-                                        "--worker", str(i), str(port)], a.timeout)
-    print("\n".join(m.group(0) for m in _OUR_LINE.finditer(re.sub(_GLOO_LOG, "", runs[0].stdout))))
+                                        "--worker", str(i), str(port)], a.timeout, a.xla_flags)
+    print("\n".join(m.group(0) for m in _OUR_LINE.finditer(without_gloo_logs(runs[0].stdout))))
     failed = [(i, r) for i, r in enumerate(runs) if r.returncode]
     for i, r in failed:
         print(f"process {i} exited {r.returncode}:\n{r.stderr[-3000:]}", file=sys.stderr)
