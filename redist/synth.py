@@ -776,7 +776,7 @@ def _pending_sum_rounds(cur: ShardingType, dst: ShardingType, cell: int, mean_ce
     rounds of the device the routing makes root of every cell its new block's devices all lack
     (``redist.exchange.rooted_rounds``: 112 rounds where the rest give 16 on 13 axes of 2, so the
     direct exchange is pruned once a reduce-scatter + exchange is routed, not routed itself;
-    only with ``rooted``: it reads per-device tables, so ``_by_floor`` asks for it last)."""
+    only with ``rooted``: it builds a class quotient, so ``_by_floor`` asks for it last)."""
     rounds = math.ceil(mean_cells * TIME_SLACK)
     if not dst.unreduced:
         rounds = max(rounds, closed_form(cur, dst).rounds)  # its cell is ``cell``
@@ -937,14 +937,17 @@ round a few ulps below the bound."""
 def _by_floor(prefixes: list[Plan], dst: ShardingType, cm: CostModel, best: _Best) -> Iterator[Plan]:
     """``prefixes`` in order of their exchange floors (``_any_exchange_floor``; ties in list
     order) until the best plan so far beats the next floor. A heap holds each prefix under the
-    cheapest of five keys, each at or below the next: the prefix's own cost, plus (only with
+    cheapest of six keys, each at or below the next: the prefix's own cost, plus (only with
     pending sums, where the floor costs more than the bound) a floor on the transfer bound that
     reads no per-device table (``unreduced_bound_floor``: on 13 axes of 2 it spares 60% of the
     bounds), plus the transfer bound of its exchange (``lower_bound_bytes``), both with the
     rounds that many bytes take at least (``_bytes_floor``: under a time objective time leads
-    the key, so a bytes-only key would send every prefix on to the per-device floors), plus its exchange
-    floor without, then (only with pending sums) with ``rooted_rounds``, which reads per-device
-    tables: only prefixes reaching the top pay it. A prefix at the top is re-keyed by its next key; one at the top under its floor is at or below every other key,
+    the key, so a bytes-only key would send every prefix on to the per-device floors), then
+    (pending sums only) also the rounds the first or last device must receive
+    (``sampled_provider_cells``, no per-device table), plus its exchange floor without, then
+    (only with pending sums) with ``rooted_rounds``, which routes a class quotient
+    (``redist.exchange_classes``): only prefixes reaching the top pay it. A prefix at the top is
+    re-keyed by its next key; one at the top under its floor is at or below every other key,
     hence every other floor, so the order and the stopping point are those of sorting every
     floor, and most floors (and bounds) are never computed: the first exchanges built beat them."""
     heap = [(cm.order(p.recv_bytes, p.time_s), i, 0, p) for i, p in enumerate(prefixes)]
