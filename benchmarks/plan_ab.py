@@ -31,7 +31,14 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
-from benchmarks.multiprocess import EIGEN_SINGLE
+from benchmarks.multiprocess import (
+    DEVICES,
+    EIGEN_SINGLE,
+    Timer,
+    init_distributed,
+    spawn_local,
+    without_gloo_logs,
+)
 from redist.cost import CostModel
 from redist.errors import RedistError, StepError
 from redist.plan import Plan
@@ -75,7 +82,8 @@ def _value(node: ast.expr, text: str) -> Any:
 
 
 class Move(NamedTuple):
-    """One entry of the file: a move and its two plans, built under ``cm``."""
+    """One entry of the file: a move, its two plans (built under the loader's cost model) and
+    their steps as written."""
 
     mesh: Mesh
     src: ShardingType
@@ -139,8 +147,6 @@ def gloo_cost_model(mesh: Mesh, crossing: bool = True) -> CostModel:
 
 
 def _worker(index: int, processes: int, port: int, path: str, reps: int, seconds: float) -> int:
-    from benchmarks.multiprocess import Timer, init_distributed
-
     init_distributed(index, processes, f"127.0.0.1:{port}")
     import jax
 
@@ -185,8 +191,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     a = ap.parse_args(argv)
     if a.worker:
         return _worker(a.worker[0], a.processes, a.worker[1], a.plans, a.reps, a.seconds)
-    from benchmarks.multiprocess import DEVICES, spawn_local, without_gloo_logs
-
     try:
         load_moves(a.plans, lambda mesh: gloo_cost_model(mesh, crossing=False))  # checked before any process starts
     except ShardingTypeError as e:

@@ -1065,8 +1065,7 @@ def group_missing(old: ShardingType, new: ShardingType, merged: bool = False) ->
     elements where every group held its new block whole)."""
     mesh = old.mesh
     fresh = _partial_axes(old, new, merged).fresh
-    n_group = math.prod(a.size for a in fresh)
-    if max(new.local_shape, default=1) * n_group >= 1 << 62 or not (on_prime_atoms(old) and on_prime_atoms(new)):
+    if not _group_sums_countable(old, new, fresh):
         return None
     widths = overlap_widths(old, new)  # checks sizes and the mesh first
     held = np.ones(mesh.size, dtype=np.int64)
@@ -1077,6 +1076,13 @@ def group_missing(old: ShardingType, new: ShardingType, merged: bool = False) ->
     out = new.local_size - held
     out.setflags(write=False)  # cached: shared by every caller
     return out
+
+
+def _group_sums_countable(old: ShardingType, new: ShardingType, fresh: tuple[Atom, ...]) -> bool:
+    """Where ``group_missing`` counts (it is ``None`` elsewhere, and ``sampled_provider_cells`` 0):
+    the group sums fit int64, and both types are on the mesh's prime atoms."""
+    return (max(new.local_shape, default=1) * math.prod(a.size for a in fresh) < 1 << 62
+            and on_prime_atoms(old) and on_prime_atoms(new))
 
 
 def provider_cells(old: ShardingType, new: ShardingType) -> int:
@@ -1107,8 +1113,6 @@ def sampled_provider_cells(old: ShardingType, new: ShardingType) -> int:
     exchange starts (it did, where ``provider_cells`` did, for 62 of 66 of one ladder rung's
     prefixes), at a fraction of ``group_missing``'s per-device tables, so
     ``redist.synth._bytes_floor`` reads it before those."""
-    if not (on_prime_atoms(old) and on_prime_atoms(new)):
-        return 0  # as ``group_missing``: no product of group sums counts the blocks
     cell = math.prod(cell_shape(old, new))
     return min(_sampled_missing(old, new, merged) // cell for merged in _modes(old, new))
 
@@ -1119,7 +1123,7 @@ def _sampled_missing(old: ShardingType, new: ShardingType, merged: bool) -> int:
     over its atoms, major first: 0 on the first device, the block count less one on the last;
     a member of the group differs by its digits on the fresh atoms, each times its stride."""
     fresh = _partial_axes(old, new, merged).fresh
-    if max(new.local_shape, default=1) * math.prod(a.size for a in fresh) >= 1 << 62:
+    if not _group_sums_countable(old, new, fresh):
         return 0
     held = [1, 1]
     for atoms_old, atoms_new, lo, ln in zip(dims_atoms(old), dims_atoms(new), old.local_shape, new.local_shape):
@@ -1306,8 +1310,9 @@ def _digits_free(index: int, atoms: tuple[Atom, ...], fixed: set[Atom]) -> bool:
 
 
 def _rooted_tables(old: ShardingType, new: ShardingType, axes: PartialAxes, grid: CellGrid) -> int:
-    """``rooted_rounds``' count off the per-device block tables (``_rooted_closed``'s fallback)."""
-    old_block, new_block = _block_indices(old), _block_indices(new)
+    """``rooted_rounds``' count off the per-device block tables (``_rooted_closed``'s fallback;
+    ``rooted_rounds`` has checked the index range)."""
+    old_block, new_block = block_indices(old), block_indices(new)
     kept = atoms_index(old.mesh, axes.kept)
     mates = np.flatnonzero((new_block == new_block[0]).all(axis=1) & (kept == kept[0]))
     blocks = tuple(n // b for n, b in zip(old.shape, old.local_shape))

@@ -964,12 +964,10 @@ def _by_floor(prefixes: list[Plan], dst: ShardingType, cm: CostModel, best: _Bes
         bound = unreduced_bound_floor(prefix.dst, dst) if tier == 0 and pending else None
         if bound is not None:
             key, tier = _add(prefix, _bytes_floor(prefix.dst, dst, bound * LB_SLACK, cm), cm), 1
-        elif tier < 2 and pending:
+        elif tier < 3 and pending:  # the transfer bound, then with the sampled providers' rounds
+            tier = 3 if tier == 2 else 2
             lb = lower_bound_bytes(prefix.dst, dst) * LB_SLACK
-            key, tier = _add(prefix, _bytes_floor(prefix.dst, dst, lb, cm), cm), 2
-        elif tier < 3 and pending:
-            lb = lower_bound_bytes(prefix.dst, dst) * LB_SLACK
-            key, tier = _add(prefix, _bytes_floor(prefix.dst, dst, lb, cm, sampled=True), cm), 3
+            key = _add(prefix, _bytes_floor(prefix.dst, dst, lb, cm, sampled=tier == 3), cm)
         elif tier < 4:  # without pending sums the floor is the bound's own closed form: no cheaper key
             key, tier = _add(prefix, _any_exchange_floor(prefix.dst, dst, cm, False), cm), 4
         else:
