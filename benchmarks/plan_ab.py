@@ -14,7 +14,8 @@ time alike; ``--xla-flags ''`` gives XLA's defaults, under which the committed r
 The file is a list of objects ``{"mesh": {"x": 2, ...}, "src": TYPE, "dst": TYPE, "a": STEPS,
 "b": STEPS}``, ``STEPS`` a step tuple as ``repr`` prints it (``parse_steps``). The whole file is
 read and checked before any process starts (``load_moves``: a ``RedistError`` names the entry and
-what is wrong with it; both plans must reach the destination). Ratios are ``a / b``: above 1,
+what is wrong with it; meshes have the 8 devices the processes hold, and both plans must reach the
+destination). Ratios are ``a / b``: above 1,
 ``b`` is faster.
 
 Command: ``python -m benchmarks.plan_ab benchmarks/results/2026-11-25-gloo-rounds-rule-plans.json``
@@ -123,8 +124,14 @@ def _move(n: int, entry: Any, path: str, cost_model: Callable[[Mesh], CostModel]
     for k in _KEYS[1:]:
         if not isinstance(entry[k], str):
             raise RedistError(f"{where}: {k!r} must be a string, got {entry[k]!r}")
-    mesh = Mesh(entry["mesh"])
-    src, dst = parse(entry["src"], mesh), parse(entry["dst"], mesh)
+    try:
+        mesh = Mesh(entry["mesh"])
+        src, dst = parse(entry["src"], mesh), parse(entry["dst"], mesh)
+    except ShardingTypeError as e:
+        raise RedistError(f"{where}: {e}") from None
+    if mesh.size != DEVICES:
+        raise RedistError(f"{where}: mesh {mesh} has {mesh.size} devices; the processes hold {DEVICES} in all, "
+                          f"and every process must hold part of the mesh: give a mesh of {DEVICES} devices")
     cm = cost_model(mesh)
     plans = {}
     for k in ("a", "b"):
@@ -191,9 +198,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     a = ap.parse_args(argv)
     if a.worker:
         return _worker(a.worker[0], a.processes, a.worker[1], a.plans, a.reps, a.seconds)
+    if not 1 <= a.processes <= DEVICES or DEVICES % a.processes:
+        print(f"error: --processes {a.processes} does not split {DEVICES} devices evenly; use 1, 2, 4 or 8",
+              file=sys.stderr)
+        return 2
     try:
         load_moves(a.plans, lambda mesh: gloo_cost_model(mesh, crossing=False))  # checked before any process starts
-    except ShardingTypeError as e:
+    except RedistError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     print(f"Command: python -m benchmarks.plan_ab {a.plans} --processes {a.processes} --reps {a.reps} "

@@ -52,6 +52,9 @@ _GOOD = {"mesh": {"x": 2, "y": 4}, "src": "f32[64@x,64]", "dst": "f32[64,64@x]",
     (json.dumps([_GOOD | {"a": ["AllGather"]}]), "'a' must be a string"),
     (json.dumps([_GOOD | {"b": "(DynSlice(dim=1, axes=('y',)),)"}]), "plan 'b' ends at f32[64@x,64@y]"),
     (json.dumps([_GOOD | {"a": "(AllGather(dim=1, axes=('x',)),)"}]), "plan 'a' does not type-check"),
+    (json.dumps([_GOOD | {"mesh": {"x": 2, "y": 2}}]), "move 0: mesh {x=2,y=2} has 4 devices; the processes hold 8"),
+    (json.dumps([_GOOD | {"src": "f32[64@z,64]"}]), "move 0: "),
+    (json.dumps([_GOOD | {"mesh": {"x": 0, "y": 4}}]), "move 0: "),
 ])
 def test_a_bad_plans_file_is_refused_naming_what_is_wrong(tmp_path: Path, content: str | None, named: str) -> None:
     path = tmp_path / "plans.json"
@@ -66,6 +69,13 @@ def test_the_command_refuses_a_bad_file_before_starting_processes(tmp_path: Path
     path.write_text(json.dumps([_GOOD | {"a": "()"}]))
     assert main([str(path)]) == 2
     assert "plan 'a' ends at f32[64@x,64], not the destination f32[64,64@x]" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("processes", ["3", "0", "16"])
+def test_the_command_refuses_processes_that_do_not_split_the_devices(processes: str,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([str(PLANS), "--processes", processes]) == 2
+    assert f"--processes {processes} does not split 8 devices evenly" in capsys.readouterr().err
 
 
 def test_gloo_logs_are_cut_out_of_our_lines() -> None:
