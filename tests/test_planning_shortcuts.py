@@ -1,22 +1,27 @@
 """The planner's shortcuts give the figures the long way gives: shared prefix measures, the atom
-memos, the closed form's kept figures, ``check_size``'s early return, and cached hashes that do
-not travel in pickles."""
+memos, the closed form's kept figures, ``check_size``'s early return, cached hashes that do
+not travel in pickles, and typed candidates cut short where the best plan so far beats them."""
 
 from __future__ import annotations
 
+import gc
 import pickle
+import random
 
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from benchmarks.golden import cpu_profile_model
+from benchmarks.planning import LADDER, ladder_cost_model, ladder_pair
 from redist.atoms import dims_atoms, from_atoms, unreduced_atoms
+from redist.cost import CostModel
 from redist.exchange import MAX_DEVICE_CELLS, _cell_grid, _partial_axes, check_size
 from redist.exchange_classes import classes
 from redist.measure import closed_form
 from redist.plan import Plan, measure_step
 from redist.steps import AllReduceSlice, ReduceScatter
-from redist.synth import _typed_candidates
+from redist.synth import _search, _typed_candidates, _unbeaten, _variant_heads, gc_paused, synthesize
 from spmd_types import Mesh, ShardingType
 from spmd_types.layout import overlap_elements
 from tests.strategies import type_pairs
@@ -94,3 +99,73 @@ def test_cached_hashes_are_not_pickled() -> None:
         y = pickle.loads(pickle.dumps(x))
         assert "_hash" not in y.__dict__
         assert y == x and hash(y) == hash(x)
+
+
+def _cut_candidates(src: ShardingType, dst: ShardingType, cm: CostModel) -> int:
+    """Against the search's final best plan: every candidate ``_unbeaten`` cuts short is beaten
+    through its cut, every longer prefix and every variant of one included (so nothing it skips
+    could have won, nor started a winning exchange). The number of candidates cut."""
+    best = _search(src, dst, cm, every=True)
+    cut = 0
+    for steps in dict.fromkeys(_typed_candidates(src, dst, cm)):
+        full = Plan.build(src, steps, cm)
+        head = _unbeaten(full, best)
+        if head is full:
+            continue
+        cut += 1
+        assert head == full.prefix(len(head.steps)) and head.measures == _fresh(head)
+        for k in range(len(head.steps), len(steps) + 1):
+            for p in _variant_heads(full.prefix(k)):
+                assert best.beaten(cm.order(p.recv_bytes, p.time_s), cm), (p, best.plan)
+    return cut
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.data())
+def test_cut_candidates_change_no_plan(data: st.DataObject) -> None:
+    """``_unbeaten``'s cut is exact: ``synthesize`` picks the plan the uncut search picks, and what
+    it skips is beaten, under the bytes objective and the shipped CPU profile."""
+    src, dst = data.draw(type_pairs(MESH, min_rank=1, max_rank=3, dtypes=["f32", "bf16"], unreduced=True))
+    for cm in (CostModel(objective="bytes"), cpu_profile_model()):
+        uncut = _search(src, dst, cm, every=True)
+        assert synthesize(src, dst, cm).steps == uncut.choice(uncut.plan).steps
+        _cut_candidates(src, dst, cm)
+
+
+def test_cut_candidates_on_a_ladder_rung() -> None:
+    """On 8 axes of 2 (256 devices) the pending-sum pairs of the planning ladder have candidates
+    cut short (the cut is in use), all of them beaten through the cut, and the plans unchanged."""
+    mesh = Mesh(LADDER[1])
+    rng = random.Random(0)
+    pairs = [ladder_pair(rng, mesh, i % 3 == 0) for i in range(12)]
+    cut = 0
+    for src, dst in pairs:
+        if not (src.unreduced or dst.unreduced):
+            continue
+        cm = ladder_cost_model("gloo", mesh)
+        cut += _cut_candidates(src, dst, cm)
+        uncut = _search(src, dst, cm, every=True)
+        assert synthesize(src, dst, cm).steps == uncut.choice(uncut.plan).steps
+    assert cut > 0
+
+
+def test_gc_paused_restores_the_collector_state() -> None:
+    """``synthesize`` runs with the cyclic collector off and leaves it as it found it, on or off."""
+    was = gc.isenabled()
+    try:
+        for start in (True, False):
+            (gc.enable if start else gc.disable)()
+            with gc_paused():
+                assert not gc.isenabled()
+                with gc_paused():
+                    assert not gc.isenabled()
+                assert not gc.isenabled()
+            assert gc.isenabled() is start
+            synthesize(*_example())
+            assert gc.isenabled() is start
+    finally:
+        (gc.enable if was else gc.disable)()
+
+
+def _example() -> tuple[ShardingType, ShardingType]:
+    return (ShardingType.parse("f32[8@a,4]{U:b}", MESH), ShardingType.parse("f32[8,4@(a,b)]", MESH))
