@@ -5,8 +5,10 @@ it. The plans before and after are written down by their steps (a JSON file: the
 not needed to rerun the timing), built here with ``Plan.build``, compiled once each, and timed
 paired by ``benchmarks.multiprocess``'s ``Timer`` (barrier, spans, ``balanced_order``). Results
 are checked on every process where the destination holds no pending sums (one process's blocks
-cannot check a pending sum; the suite checks such plans on the simulator). Plans are priced under
-the shipped Gloo profile, cross costs on the axes that span processes. XLA runs with
+cannot check a pending sum; the suite checks such plans on the simulator). Plans are priced as
+``benchmarks.multiprocess`` prices them: under the running processes' own profile
+(``redist.profile.default_cost_model``: ``cpu-gloo-4`` on 4 processes), cross costs on the axes
+that span processes. XLA runs with
 ``benchmarks.multiprocess``'s flags by default (single-threaded Eigen kernels), so the two tools
 time alike; ``--xla-flags ''`` gives XLA's defaults, under which the committed runs of
 ``2026-11-25-multiprocess-gloo-pending.md`` were made.
@@ -145,9 +147,9 @@ def _move(n: int, entry: Any, path: str, cost_model: Callable[[Mesh], CostModel]
 
 
 def gloo_cost_model(mesh: Mesh, crossing: bool = True) -> CostModel:
-    """The shipped Gloo profile, cross costs on the axes that span processes (as
-    ``benchmarks.multiprocess`` prices; that reads the running processes' devices), or, without
-    ``crossing``, on every axis (for checking a file before the processes start)."""
+    """The shipped 2-process Gloo profile, cross costs on the axes that span processes (that reads
+    the running devices), or, without ``crossing``, on every axis: for checking a file before the
+    processes start. The workers price under their own runtime's profile instead."""
     gloo = packaged_profile("cpu-gloo")
     assert gloo is not None, "the Gloo profile ships with the package"
     return gloo.cost_model("time", process_crossing_axes(mesh) if crossing else None)
@@ -161,9 +163,10 @@ def _worker(index: int, processes: int, port: int, path: str, reps: int, seconds
     from benchmarks.paired import paired_ratio
     from benchmarks.speed import thunk
     from redist.executor import compile_plan
+    from redist.profile import default_cost_model
 
     timer = Timer(index, processes)
-    for n, move in enumerate(load_moves(path, gloo_cost_model)):
+    for n, move in enumerate(load_moves(path, default_cost_model)):  # as benchmarks.multiprocess prices
         jm = move.mesh.to_jax()
         x, total = make_input(move.src, jm)
         progs = {k: compile_plan(p, jm).lower(x).compile() for k, p in move.plans.items()}

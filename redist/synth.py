@@ -1138,9 +1138,9 @@ def _search(src: ShardingType, dst: ShardingType, cm: CostModel, every: bool = F
     best = _Best(src, dst)
     with gc_paused():
         _exchange_plans(src, dst, cm, _typed_plans(src, dst, cm, best, every), best)
-    if best.plan is None:  # pragma: no cover - an exchange always exists within the bound
-        raise RedistError(f"no plan within the memory bound for {src} -> {dst}")
-    _with_variants(best.plan, best)
+        if best.plan is None:  # pragma: no cover - an exchange always exists within the bound
+            raise RedistError(f"no plan within the memory bound for {src} -> {dst}")
+        _with_variants(best.plan, best)
     return best
 
 
