@@ -17,6 +17,8 @@ import statistics
 from collections.abc import Sequence
 from typing import NamedTuple, TypeVar
 
+from redist.coordination import spans
+
 T = TypeVar("T")
 
 Z95 = 1.959963984540054
@@ -93,19 +95,6 @@ def paired_ratio(a: Sequence[float], b: Sequence[float]) -> MedianCI:
     if len(a) != len(b):
         raise ValueError(f"paired_ratio needs as many times on both sides, got {len(a)} and {len(b)}")
     return median_ci([x / y for x, y in zip(a, b) if y > 0])
-
-
-def spans(starts: Sequence[Sequence[float]], ends: Sequence[Sequence[float]]) -> list[float]:
-    """Per call, the time a program held every process: from the last process's start to the last
-    process's end (``starts[p][i]``, ``ends[p][i]``: process ``p``'s ``i``-th call on one clock,
-    CLOCK_MONOTONIC, shared by the processes of one host). One process's own time also counts
-    the wait for a later peer to reach the collective, which is the harness's skew, not the program."""
-    if len(starts) != len(ends) or not starts:
-        raise ValueError("spans needs one row of starts and of ends per process")
-    calls = len(starts[0])
-    if any(len(r) != calls for r in (*starts, *ends)):
-        raise ValueError("spans needs as many calls on every process")
-    return [max(e[i] for e in ends) - max(s[i] for s in starts) for i in range(calls)]
 
 
 def spread(ratios: Sequence[float]) -> tuple[float, float]:

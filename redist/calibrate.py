@@ -11,8 +11,12 @@ Under ``jax.distributed`` (several processes, e.g. CPU collectives over Gloo) ev
 the same samples in the same order (each collective needs all of them), and each group is timed
 twice: as the major mesh axis (spanning processes) and as the minor one (inside a process where
 it fits). Samples are marked by whether their axes span processes, and the profile gets a fit per
-kind for each class (``Profile.kinds`` in-process, ``Profile.cross_kinds`` across); process 0's
-clock is the one fitted (``redist_cli.cmd_calibrate`` writes the file there).
+kind for each class (``Profile.kinds`` in-process, ``Profile.cross_kinds`` across). A call's time
+is by default its span, from the last process's start to the last one's end, as
+``benchmarks.multiprocess`` times the plans it compares (``CLOCKS``); process 0 writes the file
+(``redist_cli.cmd_calibrate``). Why the span: on 4 processes sharing 2 cores, process 0's own
+clock (the old way) priced 4 named moves' slower plans below their faster ones (``plan_ab``:
+the plans chosen under the span profile ran 1.18-1.59x faster; design 11).
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import NamedSharding
 
-from redist.coordination import barrier
+from redist.coordination import barrier, gather_spans
 from redist.cost import CostModel, KindCost, crosses
 from redist.errors import StepError
 from redist.executor import compile_plan
@@ -232,36 +236,62 @@ def sample(plan: Plan, reps: int) -> Sample:
     return samples([plan], reps)[0]
 
 
-def samples(plans: Sequence[Plan], reps: int, warmup: int = 1) -> list[Sample]:
+CLOCKS = ("span", "own")
+"""How a call is timed across processes: ``span``, from the last process's start to the last one's
+end (``redist.coordination.spans``, as ``benchmarks.multiprocess`` times the plans it compares);
+``own``, process 0's own time. On one process both are its own time."""
+
+
+def samples(plans: Sequence[Plan], reps: int, warmup: int = 1, clock: str = "span") -> list[Sample]:
     """The plans' samples, timed together: ``reps`` rounds, each calling every plan once (order
     reversed every other round), each call paired with the empty program right before it; a sample
     is the median of its pairs' differences. Why together: on a shared machine the load changes
     over seconds, and kinds timed one after another were timed under different loads (the shipped
     profile priced a 4-device all-to-all 22% above a 3-round exchange of the same bytes, where
-    interleaved they run 5-20% *below* it). Every process runs the same calls in the same order."""
+    interleaved they run 5-20% *below* it). Every process runs the same calls in the same order;
+    ``clock`` (``CLOCKS``) says whose time a call takes."""
+    if clock not in CLOCKS:
+        raise ValueError(f"clock {clock!r}: expected one of {CLOCKS}")
     empties: dict[Mesh, Callable[[Any], Any]] = {}  # one baseline per mesh
     for plan in plans:
         if plan.src.mesh not in empties:
             empties[plan.src.mesh] = _empty(plan.src)
     progs = [(compile_plan(plan), empties[plan.src.mesh], _input(plan.src)) for plan in plans]
-    diffs: list[list[float]] = [[] for _ in plans]
     for _ in range(warmup):
         for fn, base, x in progs:
-            _call_time(fn, x)
-            _call_time(base, x)
+            _call(fn, x)
+            _call(base, x)
+    calls: list[tuple[list[tuple[float, float]], list[tuple[float, float]]]] = [([], []) for _ in plans]
     for r in range(reps):
         order = range(len(progs)) if r % 2 == 0 else reversed(range(len(progs)))
         for i in order:
             fn, base, x = progs[i]
-            diffs[i].append(_call_time(fn, x) - _call_time(base, x))
-    return [_sample(plan, max(statistics.median(d), 0.0)) for plan, d in zip(plans, diffs)]
+            calls[i][0].append(_call(fn, x))
+            calls[i][1].append(_call(base, x))
+    out = []
+    for plan, (ours, empty) in zip(plans, calls):
+        d = [a - b for a, b in zip(_seconds(ours, clock), _seconds(empty, clock))]
+        out.append(_sample(plan, max(statistics.median(d), 0.0)))
+    return out
 
 
-def _call_time(fn: Callable[[Any], Any], x: Any) -> float:
+def _call(fn: Callable[[Any], Any], x: Any) -> tuple[float, float]:
+    """(start, end) of one call on CLOCK_MONOTONIC (shared by the processes of one host)."""
     _align()
-    t = time.perf_counter()
+    t = time.clock_gettime(time.CLOCK_MONOTONIC)
     fn(x).block_until_ready()
-    return time.perf_counter() - t
+    return t, time.clock_gettime(time.CLOCK_MONOTONIC)
+
+
+_GATHERS = itertools.count()
+
+
+def _seconds(calls: Sequence[tuple[float, float]], clock: str) -> list[float]:
+    """Each call's seconds under ``clock``: the spans gather every process's times, so every
+    process must ask for them in the same order."""
+    if clock == "span" and jax.process_count() > 1:
+        return gather_spans(f"calibrate-spans-{next(_GATHERS)}", [s for s, _ in calls], [e for _, e in calls])
+    return [e - s for s, e in calls]
 
 
 _BARRIERS = itertools.count()
@@ -310,9 +340,10 @@ def copy_bandwidth(n: int, reps: int, sizes_kib: Sequence[int] = SIZES_KIB) -> f
 
 def calibrate(reps: int = 30, kinds: Sequence[str] | None = None,
               progress: Callable[[str], None] | None = None,
-              sizes_kib: Sequence[int] = SIZES_KIB) -> Profile:
+              sizes_kib: Sequence[int] = SIZES_KIB, clock: str = "span") -> Profile:
     """Time every kind (or those in ``kinds``, profile keys such as ``"all_to_all:2"``) on the
-    running backend's devices, all processes' under ``jax.distributed``, and fit a profile."""
+    running backend's devices, all processes' under ``jax.distributed`` (``clock``: ``CLOCKS``),
+    and fit a profile."""
     n = jax.device_count()
     local = jax.local_device_count()
     if n < 2:
@@ -321,7 +352,7 @@ def calibrate(reps: int = 30, kinds: Sequence[str] | None = None,
               if _own_key(plan) and (not kinds or profile_kind(plan.steps[0], plan.src) in kinds)]
     timed: list[Sample] = []
     for group in size_classes(chosen):
-        for plan, s in zip(group, samples(group, reps)):
+        for plan, s in zip(group, samples(group, reps, clock=clock)):
             timed.append(s)
             if progress:
                 where = " across processes" if s.cross else ""
@@ -391,4 +422,4 @@ def log_fit(samples: Sequence[Sample], iterations: int = 60) -> KindCost:
     return kind_cost(c)
 
 
-__all__ = ["SIZES_KIB", "calibrate", "copy_bandwidth", "refit", "robust_fit", "sample", "samples", "size_classes"]
+__all__ = ["CLOCKS", "SIZES_KIB", "calibrate", "copy_bandwidth", "refit", "robust_fit", "sample", "samples", "size_classes"]

@@ -8,6 +8,8 @@ without a collective on the transport being measured (Gloo's sockets).
 
 from __future__ import annotations
 
+import json
+from collections.abc import Sequence
 from typing import Any
 
 TIMEOUT_MS = 120_000
@@ -41,3 +43,24 @@ def gather(key: str, value: str) -> list[str]:
 
     c.key_value_set(f"{key}/{jax.process_index()}", value)
     return [str(c.blocking_key_value_get(f"{key}/{i}", TIMEOUT_MS)) for i in range(jax.process_count())]
+
+
+def spans(starts: Sequence[Sequence[float]], ends: Sequence[Sequence[float]]) -> list[float]:
+    """Per call, the time a program held every process: from the last process's start to the last
+    process's end (``starts[p][i]``, ``ends[p][i]``: process ``p``'s ``i``-th call on one clock,
+    CLOCK_MONOTONIC, shared by the processes of one host). One process's own time also counts
+    the wait for a later peer to reach the collective, which is the harness's skew, not the program."""
+    if len(starts) != len(ends) or not starts:
+        raise ValueError("spans needs one row of starts and of ends per process")
+    calls = len(starts[0])
+    if any(len(r) != calls for r in (*starts, *ends)):
+        raise ValueError("spans needs as many calls on every process")
+    return [max(e[i] for e in ends) - max(s[i] for s in starts) for i in range(calls)]
+
+
+def gather_spans(key: str, starts: Sequence[float], ends: Sequence[float]) -> list[float]:
+    """Every process's calls, as ``spans``: this process's ``starts[i]``, ``ends[i]`` (CLOCK_MONOTONIC)
+    gathered from all of them (``gather``, ``key`` as there); on a single process its own times.
+    Every process gets the same list."""
+    rows = [json.loads(r) for r in gather(key, json.dumps([list(starts), list(ends)]))]
+    return spans([r[0] for r in rows], [r[1] for r in rows])

@@ -28,6 +28,12 @@ def register(sub: Any, handlers: dict[str, Any]) -> None:
     p.add_argument("--refit", nargs="+", default=[], metavar="PROFILE",
                    help="time nothing: fit one profile from the samples of these (runs on one backend)")
     p.add_argument("--timeout", type=float, default=3600.0, help="seconds for --local-processes to finish")
+    p.add_argument("--clock", choices=("span", "own"), default="span",
+                   help="across processes, a call's time: span (last start to last end, as the multiprocess "
+                        "benchmark times plans) or own (process 0's)")
+    p.add_argument("--xla-flags", default=None,
+                   help="more XLA flags for every --local-processes process (default: the multiprocess "
+                        "benchmark's, single-threaded CPU kernels; '' for XLA's defaults)")
     handlers["calibrate"] = _run
 
 
@@ -37,16 +43,18 @@ def _csv(text: str) -> list[str]:
 
 def _spawn(args: argparse.Namespace) -> int:
     """``--local-processes N``: this command N times, joined by a coordinator on 127.0.0.1."""
-    from benchmarks.multiprocess import spawn_local
+    from benchmarks.multiprocess import EIGEN_SINGLE, spawn_local
 
     n = args.local_processes
     if n < 2 or args.devices % n:
         print(f"--local-processes {n}: need at least 2 processes dividing --devices {args.devices}", file=sys.stderr)
         return 2
-    passed = ["--out", args.out, "--reps", str(args.reps), "--kinds", args.kinds, "--sizes-kib", args.sizes_kib]
+    passed = ["--out", args.out, "--reps", str(args.reps), "--kinds", args.kinds, "--sizes-kib", args.sizes_kib,
+              "--clock", args.clock]
     results = spawn_local(n, args.devices // n, lambda i, port: [
         "-m", "redist_cli", "calibrate", *passed, "--coordinator", f"127.0.0.1:{port}",
-        "--num-processes", str(n), "--process-id", str(i)], args.timeout)
+        "--num-processes", str(n), "--process-id", str(i)], args.timeout,
+        EIGEN_SINGLE if args.xla_flags is None else args.xla_flags)
     print("\n".join(ln for ln in results[0].stdout.splitlines() if not ln.startswith("[Gloo]")))
     for i, r in enumerate(results):
         if r.returncode:
@@ -73,7 +81,8 @@ def _run(args: argparse.Namespace) -> int:
 
     first = args.process_id == 0
     sizes = [int(k) for k in _csv(args.sizes_kib)] or list(SIZES_KIB)
-    prof = calibrate(args.reps, _csv(args.kinds) or None, progress=print if first else None, sizes_kib=sizes)
+    prof = calibrate(args.reps, _csv(args.kinds) or None, progress=print if first else None, sizes_kib=sizes,
+                     clock=args.clock)
     if args.coordinator:
         import jax
 

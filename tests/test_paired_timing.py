@@ -114,3 +114,17 @@ def test_floor_text_takes_the_lesser_floor_and_never_goes_below_the_speedup() ->
     assert floor_text(med, uses, 1.5) == "  floor ours 1.000 / xla 2.900 ms (ceiling 4.00x)"
     assert floor_text(med, uses, 5.0).endswith("(ceiling 5.00x)")
     assert floor_text(med, {"ours": ["bare:a"]}, 1.5) == ""  # XLA has a collective with no bare form
+
+
+def test_gather_spans_on_one_process_are_its_own_times() -> None:
+    from redist.coordination import gather_spans
+
+    assert gather_spans("t", [0.0, 5.0], [1.5, 7.0]) == [1.5, 2.0]
+
+
+def test_calibration_clock_is_checked() -> None:
+    from redist.calibrate import CLOCKS, samples
+
+    assert CLOCKS == ("span", "own")
+    with pytest.raises(ValueError, match="clock 'wall'"):
+        samples([], 1, clock="wall")
