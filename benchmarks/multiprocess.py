@@ -37,7 +37,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
-from benchmarks.paired import balanced_order, paired_ratio, spans
+from benchmarks.paired import balanced_order, paired_ratio
 from redist import coordination
 from redist.plan import Plan
 
@@ -279,14 +279,12 @@ class Timer:
         return self.client.blocking_key_value_get(f"mp-go/{key}", coordination.TIMEOUT_MS) == "1"
 
     def gather(self, tag: str, t: dict[str, tuple[list[float], list[float]]]) -> dict[str, list[float]]:
-        self.client.key_value_set(f"mp-times/{tag}/{self.index}", json.dumps(t))
+        rows = [json.loads(r) for r in coordination.gather(f"mp-times/{tag}", json.dumps(t))]
         if self.index != 0:
             return {}
-        rows = [json.loads(self.client.blocking_key_value_get(f"mp-times/{tag}/{p}", coordination.TIMEOUT_MS))
-                for p in range(self.processes)]
         if self.clock == "own":
             return {n: [e - s for s, e in zip(*t[n])] for n in t}
-        return {n: spans([r[n][0] for r in rows], [r[n][1] for r in rows]) for n in t}
+        return {n: coordination.spans([r[n][0] for r in rows], [r[n][1] for r in rows]) for n in t}
 
 
 def time_case(timer: Timer, tag: str, plan: Plan, x: Any, reps: int, xla: Any, ours: Any, again: Any,
@@ -421,7 +419,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="also time each program's collectives alone (benchmarks.floor) and print the ceiling")
     ap.add_argument("--no-align", action="store_true",
                     help="no barrier before each timed call (the processes drift against each other)")
-    ap.add_argument("--clock", choices=("span", "own"), default="span",
+    ap.add_argument("--clock", choices=coordination.CLOCKS, default="span",
                     help="span: a call lasts from the last process's start to the last one's end; "
                          "own: process 0's own time (includes waiting for a late peer)")
     ap.add_argument("--xla-flags", default=EIGEN_SINGLE,

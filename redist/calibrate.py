@@ -33,7 +33,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import NamedSharding
 
-from redist.coordination import barrier, gather_spans
+from redist.coordination import CLOCKS, barrier, gather_spans
 from redist.cost import CostModel, KindCost, crosses
 from redist.errors import StepError
 from redist.executor import compile_plan
@@ -236,12 +236,6 @@ def sample(plan: Plan, reps: int) -> Sample:
     return samples([plan], reps)[0]
 
 
-CLOCKS = ("span", "own")
-"""How a call is timed across processes: ``span``, from the last process's start to the last one's
-end (``redist.coordination.spans``, as ``benchmarks.multiprocess`` times the plans it compares);
-``own``, process 0's own time. On one process both are its own time."""
-
-
 def samples(plans: Sequence[Plan], reps: int, warmup: int = 1, clock: str = "span") -> list[Sample]:
     """The plans' samples, timed together: ``reps`` rounds, each calling every plan once (order
     reversed every other round), each call paired with the empty program right before it; a sample
@@ -249,7 +243,8 @@ def samples(plans: Sequence[Plan], reps: int, warmup: int = 1, clock: str = "spa
     over seconds, and kinds timed one after another were timed under different loads (the shipped
     profile priced a 4-device all-to-all 22% above a 3-round exchange of the same bytes, where
     interleaved they run 5-20% *below* it). Every process runs the same calls in the same order;
-    ``clock`` (``CLOCKS``) says whose time a call takes."""
+    ``clock`` (``redist.coordination.CLOCKS``) says whose time a call takes: the span, as
+    ``benchmarks.multiprocess`` times the plans it compares, or process 0's own."""
     if clock not in CLOCKS:
         raise ValueError(f"clock {clock!r}: expected one of {CLOCKS}")
     empties: dict[Mesh, Callable[[Any], Any]] = {}  # one baseline per mesh

@@ -15,6 +15,11 @@ from typing import Any
 TIMEOUT_MS = 120_000
 """How long a barrier or key-value read waits for the other processes."""
 
+CLOCKS = ("span", "own")
+"""How a call is timed across processes: ``span``, from the last process's start to the last one's
+end (``spans``); ``own``, one process's own time, which also counts its wait for a late peer.
+``redist.calibrate`` and ``benchmarks.multiprocess`` both take one; on one process they agree."""
+
 
 def client() -> Any | None:
     """The coordination-service client of this process; ``None`` without ``jax.distributed``."""

@@ -28,6 +28,7 @@ def register(sub: Any, handlers: dict[str, Any]) -> None:
     p.add_argument("--refit", nargs="+", default=[], metavar="PROFILE",
                    help="time nothing: fit one profile from the samples of these (runs on one backend)")
     p.add_argument("--timeout", type=float, default=3600.0, help="seconds for --local-processes to finish")
+    # redist.coordination.CLOCKS, spelled out: importing redist here would load jax for every command
     p.add_argument("--clock", choices=("span", "own"), default="span",
                    help="across processes, a call's time: span (last start to last end, as the multiprocess "
                         "benchmark times plans) or own (process 0's)")
