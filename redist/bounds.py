@@ -107,9 +107,11 @@ def overlap_figures(a: ShardingType, b: ShardingType) -> tuple[int, int]:
     """The sum over devices and the least of ``overlap_elements(a, b)``, exact, multiplying only
     the dimensions whose overlap varies: where one type's atoms along a dimension extend the
     other's, each block of the finer cut lies in one of the coarser, so the overlap there is the
-    smaller block on every device. The rest is summed per class of devices
-    (``spmd_types.layout.overlap_summary``). Memoised: a move's bound, the closed form of its
-    exchange (``redist.exchange.closed_form``) and the reducing floor
+    smaller block on every device. Where they only agree in size position by position (nested
+    cuts), it is the smaller block on the devices whose coordinates agree digit by digit and 0
+    elsewhere, counted without a table (``_nested_figures``). The rest is summed per class of
+    devices (``spmd_types.layout.overlap_summary``). Memoised: a move's bound, the closed form
+    of its exchange (``redist.exchange.closed_form``) and the reducing floor
     (``redist.exchange.reduced_cells``) all read it; the planner's floors compare prefixes that
     slice or gather a few axes with their destination (on 13 axes of 2, per-device tables of
     every dimension were a fifth of planning)."""
@@ -119,8 +121,50 @@ def overlap_figures(a: ShardingType, b: ShardingType) -> tuple[int, int]:
             const *= min(la, lb)
         else:
             varying.append(d)
+    nested = _nested_figures(a, b, varying)
+    if nested is not None:
+        return nested[0] * const, nested[1] * const
     total, least = overlap_summary(a, b, tuple(varying))  # checks the sizes and the mesh
     return total * const, least * const
+
+
+def _nested_figures(a: ShardingType, b: ShardingType, dims: list[int]) -> tuple[int, int] | None:
+    """``overlap_summary(a, b, dims)`` in closed form where every one of ``dims`` is cut into
+    atoms of the same sizes, position by position, on their common length (mixed-radix block
+    numbers with equal radices): the finer block then lies in one block of the coarser, the one
+    whose digits are its first digits, so the overlap is the smaller block where the devices'
+    coordinates along the paired atoms agree and 0 elsewhere. Those equalities join atoms (of one
+    size ``s``) into classes, and the devices meeting them all number ``mesh.size`` divided by
+    ``s ** (len(class) - 1)`` per class: the mesh's prime atoms are independent digits of the
+    device coordinates (so both types must be spelled on them, ``on_prime_atoms``). ``None``
+    where that does not hold: the per-class tables decide."""
+    if not dims:
+        return a.mesh.size, 1
+    if not (on_prime_atoms(a) and on_prime_atoms(b)):
+        return None
+    xs, ys = dims_atoms(a), dims_atoms(b)
+    parent: dict[Atom, Atom] = {}
+
+    def root(u: Atom) -> Atom:
+        while parent.get(u, u) != u:
+            u = parent[u]
+        return u
+
+    block = 1
+    for d in dims:
+        x, y = xs[d], ys[d]
+        if any(p.size != q.size for p, q in zip(x, y)):
+            return None
+        block *= min(a.local_shape[d], b.local_shape[d])
+        for p, q in zip(x, y):
+            rp, rq = root(p), root(q)
+            if rp != rq and p.size > 1:
+                parent[rp] = rq
+    classes: dict[Atom, int] = {}
+    for u in parent:
+        classes[root(u)] = classes.get(root(u), 0) + 1
+    lost = math.prod(r.size ** n for r, n in classes.items())  # n = class size - 1: one free digit each
+    return block * (a.mesh.size // lost), (block if not classes else 0)
 
 
 @memo(Scope.MESH, maxsize=256)

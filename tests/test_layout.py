@@ -9,7 +9,7 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 from strategies import mesh_and_type, meshes, pending_pairs, sharding_types, type_pairs
 
-from redist.bounds import lower_bound_bytes, overlap_figures, unreduced_bound_floor
+from redist.bounds import _nested_figures, lower_bound_bytes, overlap_figures, unreduced_bound_floor
 from spmd_types import Mesh, ShardingType, SubAxis, parse
 from spmd_types.layout import (
     axis_coords,
@@ -136,6 +136,31 @@ def test_overlap_summary_equals_the_per_device_table(data):
     assert overlap_summary(a, b, dims) == (int(table.sum()), int(table.min()))
     full = overlap_elements(a, b)
     assert overlap_figures(a, b) == (int(full.sum()), int(full.min()))
+
+
+@given(st.data())
+def test_nested_cuts_are_counted_without_a_table(data):
+    """On a mesh of 2s every dimension is cut into equal radices on both sides, so
+    ``overlap_figures`` counts the devices whose paired digits agree (``_nested_figures``) and
+    gives the per-device table's exact sum and least."""
+    shape = data.draw(st.sampled_from([{f"a{i}": 2 for i in range(5)}, {"x": 4, "y": 2, "z": 2}, {"x": 8, "y": 4}]))
+    mesh = Mesh(shape)
+    a, b = data.draw(type_pairs(mesh, subaxes=True))
+    assert _nested_figures(a, b, list(range(a.rank))) is not None
+    full = overlap_elements(a, b)
+    assert overlap_figures(a, b) == (int(full.sum()), int(full.min()))
+
+
+def test_nested_cuts_need_equal_radices_and_prime_atoms():
+    """Radices that differ position by position (3 then 2, against 2 then 3), or a sub-axis off the
+    mesh's prime atoms (``x:(1)3`` on ``x=6``), leave the count to the per-class tables."""
+    mesh = Mesh({"x": 2, "y": 3})
+    a, b = parse("f32[36@(y,x)]", mesh), parse("f32[36@(x,y)]", mesh)
+    assert _nested_figures(a, b, [0]) is None
+    assert overlap_figures(a, b) == (int(overlap_elements(a, b).sum()), int(overlap_elements(a, b).min()))
+    six = Mesh({"x": 6})
+    c, d = parse("f32[36@(x:(1)3)]", six), parse("f32[36@(x:(3)2)]", six)
+    assert _nested_figures(c, d, [0]) is None
 
 
 @given(pending_pairs(max_devices=48))

@@ -15,9 +15,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+import proofs
 from redist import CostModel, redistribute
 from redist.bounds import lower_bound_bytes
-from redist.exchange import group_missing_total, reduced_cells
+from redist.exchange import group_missing_total, reduced_cells, schedule
 from redist.plan import Plan
 from redist.steps import Exchange
 from redist.synth import _exchange_floor, synthesize
@@ -107,8 +108,14 @@ def test_meshes_too_large_to_enumerate_are_a_typed_error() -> None:
     mesh = Mesh({f"a{i}": 2 for i in range(40)})
     with pytest.raises(MeshTooLargeError, match="1,099,511,627,776 devices"):
         mesh.coord_table()
+    # planning a move whose cuts nest reads no per-device table (``bounds._nested_figures``):
+    # exact figures at any size; what needs every device (its schedule, its proof) is refused, typed
+    plan = redistribute("f32[1024@a0]", "f32[1024@a1]", mesh)
+    assert plan.recv_bytes == plan.lower_bound_bytes == 1024.0
     with pytest.raises(MeshTooLargeError):
-        redistribute("f32[1024@a0]", "f32[1024@a1]", mesh)
+        schedule(plan.src, plan.dst)
+    with pytest.raises(MeshTooLargeError):
+        proofs.verify_plan(plan)
     small = Mesh({"x": 3, "y": 1, "z": 2})
     assert small.coord_table().tolist() == [list(c) for c in np.ndindex(3, 1, 2)]
 
