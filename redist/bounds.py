@@ -150,7 +150,7 @@ def _nested_figures(a: ShardingType, b: ShardingType, dims: list[int]) -> tuple[
             u = parent[u]
         return u
 
-    block = 1
+    block = lost = 1  # lost: the digit values the equalities fix, one atom's size per join
     for d in dims:
         x, y = xs[d], ys[d]
         if any(p.size != q.size for p, q in zip(x, y)):
@@ -158,13 +158,10 @@ def _nested_figures(a: ShardingType, b: ShardingType, dims: list[int]) -> tuple[
         block *= min(a.local_shape[d], b.local_shape[d])
         for p, q in zip(x, y):
             rp, rq = root(p), root(q)
-            if rp != rq and p.size > 1:
+            if rp != rq:
                 parent[rp] = rq
-    classes: dict[Atom, int] = {}
-    for u in parent:
-        classes[root(u)] = classes.get(root(u), 0) + 1
-    lost = math.prod(r.size ** n for r, n in classes.items())  # n = class size - 1: one free digit each
-    return block * (a.mesh.size // lost), (block if not classes else 0)
+                lost *= p.size
+    return block * (a.mesh.size // lost), (block if lost == 1 else 0)
 
 
 @memo(Scope.MESH, maxsize=256)

@@ -62,6 +62,7 @@ class Classes:
         """``[classes, quotient devices]``: the device of each (class, quotient device). Only
         schedules read it: planning needs the quotient types alone."""
         mesh = self.mesh
+        mesh.check_enumerable("a schedule's per-device table")  # typed, before NumPy asks for terabytes
         out = np.empty((self.n_classes, mesh.size // self.n_classes), dtype=np.int64)
         out[atoms_index(mesh, self.factored), atoms_index(mesh, self.rest)] = np.arange(mesh.size)
         out.setflags(write=False)
