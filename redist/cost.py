@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
 from spmd_types import Axis, axis_name
+from spmd_types.memo import cached_property
 
 
 class Written(NamedTuple):
@@ -26,6 +27,18 @@ class Written(NamedTuple):
 
 
 NOTHING_WRITTEN = Written(0.0, 0.0)
+
+
+class _Lookup(NamedTuple):
+    """``CostModel``'s tables as dicts (``CostModel._lookup``)."""
+
+    latency: dict[str, float]
+    inv_bandwidth: dict[str, float]
+    kind_factor: dict[str, float]
+    kinds: dict[str, KindCost]
+    cross_kinds: dict[str, KindCost]
+    least_round: dict[str, tuple[float, float]]
+    """``CostModel.least_round`` per kind, filled as asked."""
 
 
 class KindCost(NamedTuple):
@@ -138,14 +151,22 @@ class CostModel:
         )
         return replace(b, axis_latency_s=slow.axis_latency_s, axis_bandwidth_Bps=slow.axis_bandwidth_Bps)
 
+    @cached_property
+    def _lookup(self) -> _Lookup:
+        """The per-axis and per-kind tuples as dicts, built once per model: planning prices a step
+        thousands of times a pair, and rebuilding these dicts per call was 5-8% of planning time
+        on the issue-12 ladder's binary rungs. Not part of equality, hashing or pickling's meaning
+        (derived from the fields; a copy rebuilds its own)."""
+        return _Lookup(dict(self.axis_latency_s), {k: 1.0 / v for k, v in self.axis_bandwidth_Bps},
+                       dict(self.kind_time_factor), dict(self.kind_costs), dict(self.cross_kind_costs), {})
+
     def latency(self, names: Iterable[Axis]) -> float:
-        lat = dict(self.axis_latency_s)
+        lat = self._lookup.latency
         return max((lat.get(axis_name(n), self.latency_s) for n in names), default=self.latency_s)
 
     def inv_bandwidth(self, names: Iterable[Axis]) -> float:
-        bw = dict(self.axis_bandwidth_Bps)
-        return max((1.0 / bw.get(axis_name(n), self.bandwidth_Bps) for n in names),
-                   default=1.0 / self.bandwidth_Bps)
+        inv, default = self._lookup.inv_bandwidth, 1.0 / self.bandwidth_Bps
+        return max((inv.get(axis_name(n), default) for n in names), default=default)
 
     def collective_time(self, axes: Iterable[Axis], group: int, recv_bytes: float, phases: int = 1,
                         kind: str = "", written: Written = NOTHING_WRITTEN) -> float:
@@ -168,7 +189,7 @@ class CostModel:
         measured = self.measured_kind(kind, names)
         if measured is None:
             t = latency_terms * lat + recv_bytes * inv_bw
-            return t * dict(self.kind_time_factor).get(kind.split(":")[0], 1.0)
+            return t * self._lookup.kind_factor.get(kind.split(":")[0], 1.0)
         slow_lat, slow_bw = lat / self.latency_s, inv_bw * self.bandwidth_Bps
         t = (measured.overhead_s + latency_terms * measured.latency_s) * slow_lat + \
             recv_bytes / measured.bandwidth_Bps * slow_bw
@@ -180,7 +201,7 @@ class CostModel:
         """The measured cost of ``kind`` (or its plain kind) over axes ``names``: the cross-process
         measurement where a name is in ``cross_axes``, else the in-process one; either where the
         other was not measured (a kind timed only across processes is no cheaper inside one)."""
-        tables = [self.kind_costs, self.cross_kind_costs]
+        tables = [self._lookup.kinds, self._lookup.cross_kinds]
         if crosses(self.cross_axes, names):
             tables.reverse()
         return next((m for m in (_entry(t, kind) for t in tables) if m is not None), None)
@@ -190,12 +211,19 @@ class CostModel:
         ``kind_time``, over any axes: a measured kind's figures (in or across processes, the
         lower), else the fastest link's times the kind's factor. Planning floors price rounds so;
         floors at the links' 5 us and 50 GB/s under a profile pricing an exchange round at
-        169 us and 0.55 GB/s pruned almost nothing (12 axes of 2 routed 119 exchanges for one plan)."""
+        169 us and 0.55 GB/s pruned almost nothing (12 axes of 2 routed 119 exchanges for one plan).
+        Memoised per model and kind (``_lookup``)."""
+        least = self._lookup.least_round
+        if kind not in least:
+            least[kind] = self._least_round(kind)
+        return least[kind]
+
+    def _least_round(self, kind: str) -> tuple[float, float]:
         lat = min([self.latency_s, *(v for _, v in self.axis_latency_s)])
         inv_bw = 1.0 / max([self.bandwidth_Bps, *(v for _, v in self.axis_bandwidth_Bps)])
-        found = [m for m in (_entry(t, kind) for t in (self.kind_costs, self.cross_kind_costs)) if m is not None]
+        found = [m for m in (_entry(t, kind) for t in (self._lookup.kinds, self._lookup.cross_kinds)) if m is not None]
         if not found:
-            factor = dict(self.kind_time_factor).get(kind.split(":")[0], 1.0)
+            factor = self._lookup.kind_factor.get(kind.split(":")[0], 1.0)
             return lat * factor, inv_bw * factor
         slow_lat, slow_bw = lat / self.latency_s, inv_bw * self.bandwidth_Bps
         return (min(m.latency_s for m in found) * slow_lat, min(1.0 / m.bandwidth_Bps for m in found) * slow_bw)
@@ -216,9 +244,8 @@ class CostModel:
 DEFAULT_COST_MODEL = CostModel()
 
 
-def _entry(table: tuple[tuple[str, KindCost], ...], kind: str) -> KindCost | None:
+def _entry(costs: dict[str, KindCost], kind: str) -> KindCost | None:
     """``kind``'s entry of a per-kind table, or its plain kind's (``"all_to_all:2"`` -> ``"all_to_all"``)."""
-    costs = dict(table)
     return costs.get(kind, costs.get(kind.split(":")[0]))
 
 
