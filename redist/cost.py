@@ -29,18 +29,6 @@ class Written(NamedTuple):
 NOTHING_WRITTEN = Written(0.0, 0.0)
 
 
-class _Lookup(NamedTuple):
-    """``CostModel``'s tables as dicts (``CostModel._lookup``)."""
-
-    latency: dict[str, float]
-    inv_bandwidth: dict[str, float]
-    kind_factor: dict[str, float]
-    kinds: dict[str, KindCost]
-    cross_kinds: dict[str, KindCost]
-    least_round: dict[str, tuple[float, float]]
-    """``CostModel.least_round`` per kind, filled as asked."""
-
-
 class KindCost(NamedTuple):
     """A collective kind's measured cost: ``overhead + phases*ceil(log2 p)*latency + recv/bandwidth
     + strided_bytes*strided_s_per_byte + runs*run_s``."""
@@ -54,6 +42,18 @@ class KindCost(NamedTuple):
     adds a transposing pass (0: not measured, profiles of format 1)."""
     run_s: float = 0.0
     """Seconds per row of those pieces (read or written): at the same bytes, shorter rows cost more."""
+
+
+class _Lookup(NamedTuple):
+    """``CostModel``'s tables as dicts (``CostModel._lookup``)."""
+
+    latency: dict[str, float]
+    inv_bandwidth: dict[str, float]
+    kind_factor: dict[str, float]
+    kinds: dict[str, KindCost]
+    cross_kinds: dict[str, KindCost]
+    least_round: dict[str, tuple[float, float]]
+    """``CostModel.least_round`` per kind, filled as asked."""
 
 
 @dataclass(frozen=True)
@@ -189,7 +189,7 @@ class CostModel:
         measured = self.measured_kind(kind, names)
         if measured is None:
             t = latency_terms * lat + recv_bytes * inv_bw
-            return t * self._lookup.kind_factor.get(kind.split(":")[0], 1.0)
+            return t * self._kind_factor(kind)
         slow_lat, slow_bw = lat / self.latency_s, inv_bw * self.bandwidth_Bps
         t = (measured.overhead_s + latency_terms * measured.latency_s) * slow_lat + \
             recv_bytes / measured.bandwidth_Bps * slow_bw
@@ -223,10 +223,14 @@ class CostModel:
         inv_bw = 1.0 / max([self.bandwidth_Bps, *(v for _, v in self.axis_bandwidth_Bps)])
         found = [m for m in (_entry(t, kind) for t in (self._lookup.kinds, self._lookup.cross_kinds)) if m is not None]
         if not found:
-            factor = self._lookup.kind_factor.get(kind.split(":")[0], 1.0)
+            factor = self._kind_factor(kind)
             return lat * factor, inv_bw * factor
         slow_lat, slow_bw = lat / self.latency_s, inv_bw * self.bandwidth_Bps
         return (min(m.latency_s for m in found) * slow_lat, min(1.0 / m.bandwidth_Bps for m in found) * slow_bw)
+
+    def _kind_factor(self, kind: str) -> float:
+        """``kind_time_factor`` of ``kind``'s plain kind (``"exchange:2"`` -> ``"exchange"``), else 1."""
+        return self._lookup.kind_factor.get(kind.split(":")[0], 1.0)
 
     def copy_time(self, nbytes: float) -> float:
         """A local pass writing ``nbytes`` (0 without a measured copy bandwidth)."""
