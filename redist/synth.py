@@ -799,53 +799,72 @@ def _summing_rounds(cur: ShardingType, dst: ShardingType) -> int:
     return k - 1 + (targets - 1).bit_length()
 
 
-def _bytes_floor(cur: ShardingType, dst: ShardingType, recv: float, cm: CostModel,
-                 sampled: bool = False) -> tuple[float, float]:
+def _bytes_floor(cur: ShardingType, dst: ShardingType, recv: float, rounds: int, cm: CostModel) -> tuple[float, float]:
     """The floor of a pending-sum exchange ``cur -> dst`` that receives at least ``recv`` bytes
     per device on average, read off no per-device table: its busiest device receives at least
-    that mean, one cell a round, and it sums partials in ``_summing_rounds``; or it runs as one
-    all-to-all of ``recv`` (as ``_any_exchange_floor``, of which this is a lower edition). Under a
-    time objective the bytes alone hardly order prefixes: time leads the key."""
+    that mean, one cell a round, and it sums partials in ``_summing_rounds`` (``rounds``, from
+    ``_bytes_rounds``); or it runs as one all-to-all of ``recv`` (as ``_any_exchange_floor``, of
+    which this is a lower edition). Under a time objective the bytes alone hardly order
+    prefixes: time leads the key."""
     cell = math.prod(cell_shape(cur, dst)) * cur.itemsize
-    rounds = max(math.ceil(recv / cell * TIME_SLACK), _summing_rounds(cur, dst),
-                 sampled_provider_cells(cur, dst) if sampled else 0)
     return recv, _or_one_all_to_all(cur, recv, _rounds_time_floor(cur, rounds, cell, cm), cm)
+
+
+def _bytes_rounds(cur: ShardingType, dst: ShardingType, recv: float, sampled: bool = False) -> int:
+    """The rounds ``_bytes_floor`` prices: those ``recv`` bytes take one cell a round, summing
+    partials takes ``_summing_rounds``, and (``sampled``) the busier sampled device's cells
+    (``sampled_provider_cells``). At most ``_exchange_rounds_floor``'s rounds, each term being
+    one of theirs or below it, so an ops floor at every tier of ``_by_floor``."""
+    cell = math.prod(cell_shape(cur, dst)) * cur.itemsize
+    return max(math.ceil(recv / cell * TIME_SLACK), _summing_rounds(cur, dst),
+               sampled_provider_cells(cur, dst) if sampled else 0)
 
 
 class _Best:
     """The best plan so far that reaches ``dst`` within the memory bound."""
 
-    def __init__(self, src: ShardingType, dst: ShardingType) -> None:
+    def __init__(self, src: ShardingType, dst: ShardingType, keep_slower: bool = False) -> None:
         self.dst = dst
+        self.keep_slower = keep_slower
+        """Keep plans of as many ops as a faster feasible plan (``outranked``): ``ranked`` offers
+        them to a measurement, which may rank them first (``redist.autotune``)."""
         self.bound = max(src.local_bytes, dst.local_bytes)
         self.plan: Plan | None = None
         self.feasible: list[Plan] = []
         """Every plan considered that reaches ``dst`` within the bound (for ``choice``'s ties)."""
         self.fastest_by_ops: dict[int, float] = {}
         """Least estimated time of a feasible plan per count of collective ops (``outranked``)."""
+        self.threshold: tuple[float, float] = (math.inf, math.inf)
+        """The key above which nothing can win (``beaten``): the best plan's, its time widened to
+        the tie window; kept here because planning asks thousands of times a pair."""
 
     def consider(self, p: Plan) -> None:
         if p.dst == self.dst and p.peak_bytes <= self.bound:
             self.feasible.append(p)
             if self.plan is None or p.key() < self.plan.key():
                 self.plan = p
+                cm = p.cost_model
+                self.threshold = cm.order(p.recv_bytes, cm.tie_window(p.time_s))
             t = round(p.time_s, 15)
             if t < self.fastest_by_ops.get(p.n_collectives, math.inf):
                 self.fastest_by_ops[p.n_collectives] = t
 
     def outranked(self, time_floor: float, ops_floor: int, cm: CostModel) -> bool:
         """No plan of at least ``time_floor`` and ``ops_floor`` collective ops can be ``choice``'s,
-        though it may fall in the tie window: a feasible plan with fewer ops and no more time is
-        tied with it in every window that holds it, and ``choice`` prefers fewer ops. Only under
-        a tie tolerance (with none, ``beaten`` says all there is)."""
+        though it may fall in the tie window: a feasible plan with fewer ops and no more time, or
+        as many ops and less time (unless ``keep_slower``), is tied with it in every window that
+        holds it, and ``choice`` prefers fewer ops, then less time. So once a plan is fastest,
+        nothing slower with as many ops is kept. Only under a tie tolerance (with none,
+        ``beaten`` says all there is)."""
         if cm.objective != "time" or not cm.tie_tolerance:
             return False
         t = round(time_floor, 15)
-        return any(n < ops_floor and s <= t for n, s in self.fastest_by_ops.items())
+        return any((n < ops_floor and s <= t) or (n == ops_floor and s < t and not self.keep_slower)
+                   for n, s in self.fastest_by_ops.items())
 
-    def beaten(self, floor: tuple[float, float], cm: CostModel) -> bool:
+    def beaten(self, floor: tuple[float, float]) -> bool:
         """No plan above ``floor`` can win: not even a tie (``CostModel.tie_tolerance``)."""
-        return self.plan is not None and floor > cm.order(self.plan.recv_bytes, cm.tie_window(self.plan.time_s))
+        return floor > self.threshold
 
     def choice(self, best: Plan) -> Plan:
         """``best`` (the best plan); under a tie tolerance, the tied plan (estimated time within
@@ -900,19 +919,22 @@ def _typed_plans(src: ShardingType, dst: ShardingType, cm: CostModel, best: _Bes
 
 def _unbeaten(full: Plan, best: _Best) -> Plan:
     """``full``, measured step by step, or its first proper prefix that the best plan so far
-    beats with each step at the least of its own and its variants' bytes and times
-    (``_variant_heads`` runs a prefix with one step run another way): every longer prefix, and
-    every plan through one, costs at least as much, so their steps are not measured and they
-    start no exchange. On the 13-axis ladder rung, timed alone in separate processes, it took the
-    mean from about 22.8 to 20.4 ms."""
+    beats (or outranks, ``_Best.outranked``) with each step at the least of its own and its
+    variants' bytes, times and ops (``_variant_heads`` runs a prefix with one step run another
+    way): every longer prefix, and every plan through one, costs at least as much, so their steps
+    are not measured and they start no exchange. On the 13-axis ladder rung, timed alone in
+    separate processes, it took the mean from about 22.8 to 20.4 ms."""
     cm = full.cost_model
     ts = full.all_types
     recv = time = 0.0
+    ops = 0
     for i, s in enumerate(full.steps[:-1]):
         least = [measure_step(s, ts[i], ts[i + 1], cm), *_variant_measures(s, ts[i], ts[i + 1], cm)]
         recv += min(x.recv_bytes for x in least)
         time += min(x.time_s for x in least)
-        if best.beaten(cm.order(recv, time), cm):
+        ops += min(x.collectives for x in least)
+        key = cm.order(recv, time)
+        if best.beaten(key) or best.outranked(cm.key_time(key), ops, cm):
             return full.prefix(i + 1)  # its measures are memoised (``measure_step``)
     _ = full.measures  # measured once here; every prefix shares them
     return full
@@ -958,8 +980,7 @@ def _exchange_plans(src: ShardingType, dst: ShardingType, cm: CostModel, prefixe
             continue
         best.consider(p)
         recv = p.recv_bytes - prefix.recv_bytes  # run as one all-to-all it receives no less
-        if a2a_offered(src) and not best.beaten(
-                _add(prefix, (recv, _one_all_to_all(prefix.dst, recv, cm)), cm), cm):
+        if a2a_offered(src) and not best.beaten(_add(prefix, (recv, _one_all_to_all(prefix.dst, recv, cm)), cm)):
             _step_variants(p, best)
 
 
@@ -984,36 +1005,46 @@ def _by_floor(prefixes: list[Plan], dst: ShardingType, cm: CostModel, best: _Bes
     (``redist.exchange_classes``): only prefixes reaching the top pay it. A prefix at the top is
     re-keyed by its next key; one at the top under its floor is at or below every other key,
     hence every other floor, so the order and the stopping point are those of sorting every
-    floor, and most floors (and bounds) are never computed: the first exchanges built beat them."""
-    heap = [(cm.order(p.recv_bytes, p.time_s), i, 0, p) for i, p in enumerate(prefixes)]
+    floor, and most floors (and bounds) are never computed: the first exchanges built beat them.
+    Each key carries the ops its rounds take at least (``_exchange_ops``), so a prefix is also
+    dropped at the first key ``_Best.outranked`` refuses: no later key has less time or fewer ops
+    (on the 13-axis rung's slowest pair, 38 prefixes reached the last key before, 11 now)."""
+    heap = [(cm.order(p.recv_bytes, p.time_s), i, 0, 0, p) for i, p in enumerate(prefixes)]
     heapq.heapify(heap)
     while heap:
-        key, i, tier, prefix = heapq.heappop(heap)
-        if best.beaten(key, cm):
+        key, i, tier, ops, prefix = heapq.heappop(heap)
+        if best.beaten(key):
             return  # every remaining floor is at or above this key
+        if best.outranked(cm.key_time(key), prefix.n_collectives + ops, cm):
+            continue  # so is every later tier: no less time, no fewer ops
         pending = bool(prefix.dst.unreduced or dst.unreduced)
         if tier == 5 or (tier == 4 and not pending):
-            if not best.outranked(cm.key_time(key), prefix.n_collectives + _exchange_ops_floor(prefix.dst, dst, tier == 5), cm):
-                yield prefix
+            yield prefix
             continue
         bound = unreduced_bound_floor(prefix.dst, dst) if tier == 0 and pending else None
-        if bound is not None:
-            key, tier = _add(prefix, _bytes_floor(prefix.dst, dst, bound * LB_SLACK, cm), cm), 1
-        elif tier < 3 and pending:  # the transfer bound, then with the sampled providers' rounds
-            tier = 3 if tier == 2 else 2
-            lb = lower_bound_bytes(prefix.dst, dst) * LB_SLACK
-            key = _add(prefix, _bytes_floor(prefix.dst, dst, lb, cm, sampled=tier == 3), cm)
-        elif tier < 4:  # without pending sums the floor is the bound's own closed form: no cheaper key
-            key, tier = _add(prefix, _any_exchange_floor(prefix.dst, dst, cm, False), cm), 4
-        else:
-            key, tier = _add(prefix, _any_exchange_floor(prefix.dst, dst, cm), cm), 5
-        heapq.heappush(heap, (key, i, tier, prefix))
+        if bound is not None or (tier < 3 and pending):
+            if bound is not None:
+                recv, tier = bound * LB_SLACK, 1
+            else:  # the transfer bound, then with the sampled providers' rounds
+                recv, tier = lower_bound_bytes(prefix.dst, dst) * LB_SLACK, 3 if tier == 2 else 2
+            rounds = _bytes_rounds(prefix.dst, dst, recv, sampled=tier == 3)
+            floor, ops = _bytes_floor(prefix.dst, dst, recv, rounds, cm), _exchange_ops(prefix.dst, rounds)
+        else:  # tier 4 (without pending sums the bound's own closed form: no cheaper key), then 5
+            tier = 5 if tier == 4 else 4
+            floor = _any_exchange_floor(prefix.dst, dst, cm, tier == 5)
+            ops = _exchange_ops_floor(prefix.dst, dst, tier == 5)
+        heapq.heappush(heap, (_add(prefix, floor, cm), i, tier, ops, prefix))
 
 
 def _exchange_ops_floor(cur: ShardingType, dst: ShardingType, rooted: bool) -> int:
     """Collective ops an exchange ``cur -> dst`` runs at least: its rounds, or one where it may
     run as one all-to-all (``ExchangeAllToAll``), none where it moves nothing."""
-    rounds = _exchange_rounds_floor(cur, dst, rooted).rounds
+    return _exchange_ops(cur, _exchange_rounds_floor(cur, dst, rooted).rounds)
+
+
+def _exchange_ops(cur: ShardingType, rounds: int) -> int:
+    """Collective ops of an exchange from ``cur`` of at least ``rounds`` rounds: one where it may
+    run as one all-to-all (``ExchangeAllToAll``)."""
     return min(rounds, 1) if a2a_offered(cur) else rounds
 
 
@@ -1025,7 +1056,7 @@ def _worth_an_exchange(prefix: Plan, dst: ShardingType, floor_all: float, cm: Co
     round (a local pass, often cheaper than one): the bound of the rest, memoised, is read only
     where the round decides."""
     def beaten(time_s: float) -> bool:
-        return best.beaten(cm.order(max(prefix.recv_bytes, floor_all), time_s), cm)
+        return best.beaten(cm.order(max(prefix.recv_bytes, floor_all), time_s))
 
     if beaten(prefix.time_s):
         return False
@@ -1052,7 +1083,7 @@ def _exact_floor_open(prefix: Plan, dst: ShardingType, cm: CostModel, best: _Bes
     cell_bytes = math.prod(r.cell) * cur.itemsize
     recv = r.cells * cell_bytes / cur.mesh.size  # run as one all-to-all (a variant), no fewer bytes
     time = _or_one_all_to_all(cur, recv, _rounds_time_floor(cur, r.rounds, cell_bytes, cm), cm)
-    return not best.beaten(_add(prefix, (recv, time), cm), cm)
+    return not best.beaten(_add(prefix, (recv, time), cm))
 
 
 Variants = Callable[[Step], tuple[Step, ...]]
@@ -1135,7 +1166,7 @@ def synthesize(src: ShardingType, dst: ShardingType, cm: CostModel = DEFAULT_COS
 
 
 def _search(src: ShardingType, dst: ShardingType, cm: CostModel, every: bool = False) -> _Best:
-    best = _Best(src, dst)
+    best = _Best(src, dst, keep_slower=every)
     with gc_paused():
         _exchange_plans(src, dst, cm, _typed_plans(src, dst, cm, best, every), best)
         if best.plan is None:  # pragma: no cover - an exchange always exists within the bound
@@ -1149,7 +1180,8 @@ def ranked(src: ShardingType, dst: ShardingType, cm: CostModel, top: int) -> tup
     memory bound, by ``Plan.key`` (distinct steps), ``top`` in all: the near-ties a measurement
     may rank better than the model (``redist.autotune``). Under the bytes objective only plans
     receiving as little as the best, so a choice among them keeps the transfer guarantee. Pruned
-    candidates are not here: the model could not choose them (``_Best.beaten``, ``_Best.outranked``)."""
+    candidates are not here: the model could not choose them (``_Best.beaten``, ``_Best.outranked``;
+    a plan of as many ops as a faster one is kept, ``keep_slower``)."""
     if src == dst:
         return (Plan(src, dst, (), (), cm),)
     best = _search(src, dst, cm, every=True)

@@ -88,3 +88,15 @@ def test_a_derived_model_never_reads_the_tables_of_its_origin() -> None:
     assert copy == cm and hash(copy) == hash(cm)
     assert copy.least_round("all_gather") == before[0]
     assert math.isclose(copy.kind_time("all_gather", ("x",), 1, 1e6), before[1])
+
+
+def test_crosses_any_is_crosses() -> None:
+    """``CostModel.crosses_any`` looks a name's crossing axes up by its mesh axis; it answers as
+    ``crosses`` does over every set of up to three crossing axes and two names, whole or sub-axes."""
+    pieces = ("x", "y", "z", SubAxis("y", 1, 2), SubAxis("y", 2, 2), SubAxis("z", 1, 2))
+    for k in range(4):
+        for crossing in itertools.combinations(pieces, k):
+            cm = CostModel(cross_axes=crossing)
+            for n in range(3):
+                for names in itertools.combinations(pieces, n):
+                    assert cm.crosses_any(names) == crosses(crossing, names), (crossing, names)

@@ -34,7 +34,7 @@ from redist.exchange import (
 )
 from redist.groups import replica_index
 from redist.profile import packaged_profile
-from redist.steps import Exchange, ExchangeAllToAll
+from redist.steps import AllGather, DynSlice, Exchange, ExchangeAllToAll
 from redist.synth import LB_SLACK, _add, _any_exchange_floor, _Best, _by_floor, _exchange_floor, _typed_plans
 from spmd_types import Mesh, ShardingType, parse
 from spmd_types.layout import check_index_range
@@ -371,6 +371,41 @@ def test_exchanges_outranked_by_fewer_ops_are_skipped() -> None:
         full, all_starts = _plan_and_starts(s, d, prof.cost_model("time"))
     assert plan.steps == full.steps
     assert (starts, all_starts) == (14, 18)
+
+
+def test_outranked_needs_fewer_ops_or_less_time() -> None:
+    """``_Best.choice`` ranks tied plans by ops, then time: a floor is outranked by a feasible plan
+    with fewer ops and no more time, or as many ops and less time; not by one of equal ops and
+    time (bytes may still decide), and never without a tie tolerance. ``ranked`` keeps the slower
+    plans of as many ops for a measurement to rank (``keep_slower``)."""
+    mesh = Mesh({"x": 2, "y": 2})
+    best = _Best(parse("f32[8@x]", mesh), parse("f32[8@y]", mesh))
+    best.fastest_by_ops = {3: 1.0}
+    prof = packaged_profile("cpu")
+    assert prof is not None
+    cm = prof.cost_model("time")
+    assert best.outranked(1.0, 4, cm) and best.outranked(1.5, 3, cm)
+    assert not best.outranked(1.0, 3, cm)
+    assert not best.outranked(0.9, 9, cm) and not best.outranked(2.0, 2, cm)
+    assert not best.outranked(2.0, 4, CostModel(objective="time"))
+    kept = _Best(parse("f32[8@x]", mesh), parse("f32[8@y]", mesh), keep_slower=True)  # ``ranked``'s
+    kept.fastest_by_ops = {3: 1.0}
+    assert kept.outranked(1.0, 4, cm) and not kept.outranked(1.5, 3, cm)
+
+
+def test_ranked_keeps_slower_plans_of_as_many_ops() -> None:
+    """``synthesize`` drops an exchange start no faster than a plan of as many ops, but ``ranked``
+    keeps it for ``redist.autotune`` to measure: ``f32[24,24@x,48,24] -> f32[24,24,48@y,24]`` on
+    ``{x=2,y=2,z=2}`` under the CPU profile is a slice and an all-gather (1.38 ms), then the
+    exchange from the source (1.63 ms) and after the slice (1.68 ms), one op each."""
+    mesh = Mesh({"x": 2, "y": 2, "z": 2})
+    s, d = parse("f32[24,24@x,48,24]", mesh), parse("f32[24,24,48@y,24]", mesh)
+    prof = packaged_profile("cpu")
+    assert prof is not None
+    cm = prof.cost_model("time")
+    plans = synth.ranked(s, d, cm, 4)
+    assert [tuple(type(x) for x in p.steps) for p in plans] == [(DynSlice, AllGather), (Exchange,), (DynSlice, Exchange)]
+    assert {p.n_collectives for p in plans} == {1} and synth.synthesize(s, d, cm).steps == plans[0].steps
 
 
 @given(_plan_pairs(), st.integers(0, 4))

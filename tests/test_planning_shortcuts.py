@@ -92,10 +92,11 @@ def test_check_size_early_return_is_exact(data: st.DataObject) -> None:
 
 
 def test_cached_hashes_are_not_pickled() -> None:
-    """String hashes differ between processes: a pickled mesh or type recomputes its hash."""
+    """String hashes differ between processes: a pickled mesh, type or cost model recomputes its hash."""
     t = ShardingType((8, 4), "f32", [("a",), None], MESH, ["b"])
-    hash(t), hash(MESH)
-    for x in (MESH, t):
+    cm = ladder_cost_model("gloo", Mesh(LADDER[1]))
+    hash(t), hash(MESH), hash(cm)
+    for x in (MESH, t, cm):
         y = pickle.loads(pickle.dumps(x))
         assert "_hash" not in y.__dict__
         assert y == x and hash(y) == hash(x)
@@ -103,8 +104,9 @@ def test_cached_hashes_are_not_pickled() -> None:
 
 def _cut_candidates(src: ShardingType, dst: ShardingType, cm: CostModel) -> int:
     """Against the search's final best plan: every candidate ``_unbeaten`` cuts short is beaten
-    through its cut, every longer prefix and every variant of one included (so nothing it skips
-    could have won, nor started a winning exchange). The number of candidates cut."""
+    or outranked (``_Best.outranked``: a feasible plan with fewer ops and no more time, or as many
+    and less) through its cut, every longer prefix and every variant of one included (so nothing
+    it skips could have won, nor started a winning exchange). The number of candidates cut."""
     best = _search(src, dst, cm, every=True)
     cut = 0
     for steps in dict.fromkeys(_typed_candidates(src, dst, cm)):
@@ -116,7 +118,8 @@ def _cut_candidates(src: ShardingType, dst: ShardingType, cm: CostModel) -> int:
         assert head == full.prefix(len(head.steps)) and head.measures == _fresh(head)
         for k in range(len(head.steps), len(steps) + 1):
             for p in _variant_heads(full.prefix(k)):
-                assert best.beaten(cm.order(p.recv_bytes, p.time_s), cm), (p, best.plan)
+                key = cm.order(p.recv_bytes, p.time_s)
+                assert best.beaten(key) or best.outranked(p.time_s, p.n_collectives, cm), (p, best.plan)
     return cut
 
 
