@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import NamedTuple
 
 from spmd_types import Axis, axis_name
-from spmd_types.memo import cached_property
+from spmd_types.memo import HASH_KEY, cached_property, state_without_hash, store_hash
 
 
 class Written(NamedTuple):
@@ -156,15 +156,10 @@ class CostModel:
     def __hash__(self) -> int:
         """Cached: the model is part of most of the planner's memo keys (6,700 hashes a ladder
         rung of 12 pairs on 13 axes of 2), and hashing its nested tuples of floats took 1.6 us."""
-        h = self.__dict__.get("_hash")
-        if h is None:
-            h = hash(tuple(getattr(self, f.name) for f in fields(self)))
-            object.__setattr__(self, "_hash", h)
-        return h
+        h = self.__dict__.get(HASH_KEY)
+        return store_hash(self, tuple(getattr(self, f.name) for f in fields(self))) if h is None else h
 
-    def __getstate__(self) -> dict[str, object]:
-        """Pickle without the cached hash: string hashes differ between processes."""
-        return {k: v for k, v in self.__dict__.items() if k != "_hash"}
+    __getstate__ = state_without_hash
 
     @cached_property
     def _lookup(self) -> _Lookup:

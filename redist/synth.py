@@ -47,7 +47,7 @@ from redist.atoms import (
     unreduced_atoms,
 )
 from redist.bounds import lower_bound_bytes, on_prime_atoms, unreduced_bound_floor
-from redist.cost import DEFAULT_COST_MODEL, CostModel, crosses
+from redist.cost import DEFAULT_COST_MODEL, CostModel
 from redist.errors import RedistError, StepError
 from redist.exchange import (
     cell_shape,
@@ -799,25 +799,19 @@ def _summing_rounds(cur: ShardingType, dst: ShardingType) -> int:
     return k - 1 + (targets - 1).bit_length()
 
 
-def _bytes_floor(cur: ShardingType, dst: ShardingType, recv: float, rounds: int, cm: CostModel) -> tuple[float, float]:
+def _bytes_floor(cur: ShardingType, dst: ShardingType, recv: float, cm: CostModel,
+                 sampled: bool = False) -> tuple[tuple[float, float], int]:
     """The floor of a pending-sum exchange ``cur -> dst`` that receives at least ``recv`` bytes
-    per device on average, read off no per-device table: its busiest device receives at least
-    that mean, one cell a round, and it sums partials in ``_summing_rounds`` (``rounds``, from
-    ``_bytes_rounds``); or it runs as one all-to-all of ``recv`` (as ``_any_exchange_floor``, of
-    which this is a lower edition). Under a time objective the bytes alone hardly order
-    prefixes: time leads the key."""
+    per device on average, read off no per-device table, and its rounds: its busiest device
+    receives at least that mean, one cell a round, and it sums partials in ``_summing_rounds``;
+    or it runs as one all-to-all of ``recv`` (as ``_any_exchange_floor``, of which this is a
+    lower edition). Under a time objective the bytes alone hardly order prefixes: time leads the
+    key. The rounds are at most ``_exchange_rounds_floor``'s (each term is one of theirs or below
+    it), so they give an ops floor at every tier of ``_by_floor``."""
     cell = math.prod(cell_shape(cur, dst)) * cur.itemsize
-    return recv, _or_one_all_to_all(cur, recv, _rounds_time_floor(cur, rounds, cell, cm), cm)
-
-
-def _bytes_rounds(cur: ShardingType, dst: ShardingType, recv: float, sampled: bool = False) -> int:
-    """The rounds ``_bytes_floor`` prices: those ``recv`` bytes take one cell a round, summing
-    partials takes ``_summing_rounds``, and (``sampled``) the busier sampled device's cells
-    (``sampled_provider_cells``). At most ``_exchange_rounds_floor``'s rounds, each term being
-    one of theirs or below it, so an ops floor at every tier of ``_by_floor``."""
-    cell = math.prod(cell_shape(cur, dst)) * cur.itemsize
-    return max(math.ceil(recv / cell * TIME_SLACK), _summing_rounds(cur, dst),
-               sampled_provider_cells(cur, dst) if sampled else 0)
+    rounds = max(math.ceil(recv / cell * TIME_SLACK), _summing_rounds(cur, dst),
+                 sampled_provider_cells(cur, dst) if sampled else 0)
+    return (recv, _or_one_all_to_all(cur, recv, _rounds_time_floor(cur, rounds, cell, cm), cm)), rounds
 
 
 class _Best:
@@ -889,7 +883,7 @@ def _crossing_order(p: Plan) -> tuple[bool, ...]:
     if not cm.cross_axes:
         return ()
     ts = p.all_types
-    return tuple(crosses(cm.cross_axes, s.group_axes() or p2p_axes(ts[i], ts[i + 1]))
+    return tuple(cm.crosses_any(s.group_axes() or p2p_axes(ts[i], ts[i + 1]))
                  for i, (s, m) in enumerate(zip(p.steps, p.measures)) if m.collectives)
 
 
@@ -1027,8 +1021,8 @@ def _by_floor(prefixes: list[Plan], dst: ShardingType, cm: CostModel, best: _Bes
                 recv, tier = bound * LB_SLACK, 1
             else:  # the transfer bound, then with the sampled providers' rounds
                 recv, tier = lower_bound_bytes(prefix.dst, dst) * LB_SLACK, 3 if tier == 2 else 2
-            rounds = _bytes_rounds(prefix.dst, dst, recv, sampled=tier == 3)
-            floor, ops = _bytes_floor(prefix.dst, dst, recv, rounds, cm), _exchange_ops(prefix.dst, rounds)
+            floor, rounds = _bytes_floor(prefix.dst, dst, recv, cm, sampled=tier == 3)
+            ops = _exchange_ops(prefix.dst, rounds)
         else:  # tier 4 (without pending sums the bound's own closed form: no cheaper key), then 5
             tier = 5 if tier == 4 else 4
             floor = _any_exchange_floor(prefix.dst, dst, cm, tier == 5)

@@ -71,6 +71,25 @@ def entries(scopes: Iterable[Scope] = tuple(Scope)) -> int:
     return sum(t.cache.cache_info().currsize for t in _TABLES if t.scope in wanted)
 
 
+HASH_KEY = "_hash"
+"""Where ``store_hash`` keeps an immutable value's hash in its ``__dict__``."""
+
+
+def store_hash(obj: object, key: object) -> int:
+    """``hash(key)``, kept as ``obj``'s cached hash: meshes, types and cost models are in most of
+    the planner's memo keys, so each ``__hash__`` reads ``obj.__dict__[HASH_KEY]`` first and calls
+    this only on a miss."""
+    h = hash(key)
+    object.__setattr__(obj, HASH_KEY, h)
+    return h
+
+
+def state_without_hash(obj: object) -> dict[str, object]:
+    """``__getstate__`` of a value with a cached hash: pickled without it, since string hashes
+    differ between processes."""
+    return {k: v for k, v in obj.__dict__.items() if k != HASH_KEY}
+
+
 class cached_property(Generic[T]):  # noqa: N801 - a drop-in for functools.cached_property
     """``functools.cached_property`` without its lock: the first read computes the value and
     stores it in the instance's ``__dict__``, where later reads find it without calling this
@@ -101,4 +120,5 @@ class cached_property(Generic[T]):  # noqa: N801 - a drop-in for functools.cache
         return value
 
 
-__all__ = ["Scope", "Table", "cached_property", "clear", "entries", "memo", "tables"]
+__all__ = ["HASH_KEY", "Scope", "Table", "cached_property", "clear", "entries", "memo", "state_without_hash",
+           "store_hash", "tables"]

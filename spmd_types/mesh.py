@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from spmd_types.errors import MeshError, MeshTooLargeError, UnknownAxisError
-from spmd_types.memo import cached_property
+from spmd_types.memo import HASH_KEY, cached_property, state_without_hash, store_hash
 
 if TYPE_CHECKING:  # pragma: no cover
     import jax
@@ -123,15 +123,10 @@ class Mesh:
 
     def __hash__(self) -> int:
         """Cached: the mesh is part of every memo key of the planner (thousands a plan)."""
-        h = self.__dict__.get("_hash")
-        if h is None:
-            h = hash(self.axes)
-            object.__setattr__(self, "_hash", h)
-        return h
+        h = self.__dict__.get(HASH_KEY)
+        return store_hash(self, self.axes) if h is None else h
 
-    def __getstate__(self) -> dict[str, Any]:
-        """Pickle without the cached hash: string hashes differ between processes."""
-        return {k: v for k, v in self.__dict__.items() if k != "_hash"}
+    __getstate__ = state_without_hash
 
     # -- basic queries -------------------------------------------------------------------------
     @property

@@ -25,7 +25,7 @@ from spmd_types.errors import (
     UnknownAxisError,
 )
 from spmd_types.layout import block_bounds
-from spmd_types.memo import cached_property
+from spmd_types.memo import HASH_KEY, cached_property, state_without_hash, store_hash
 from spmd_types.mesh import Axis, Mesh, SubAxis, axis_name, format_axis
 from spmd_types.text import format_parts, parse_parts
 
@@ -175,15 +175,10 @@ class ShardingType:
         return t
 
     def __hash__(self) -> int:
-        h = self.__dict__.get("_hash")
-        if h is None:
-            h = hash((self.shape, self.dtype, self.dims, self.unreduced, self.mesh))
-            object.__setattr__(self, "_hash", h)
-        return h
+        h = self.__dict__.get(HASH_KEY)
+        return store_hash(self, (self.shape, self.dtype, self.dims, self.unreduced, self.mesh)) if h is None else h
 
-    def __getstate__(self) -> dict[str, object]:
-        """Pickle without the cached hash: string hashes differ between processes."""
-        return {k: v for k, v in self.__dict__.items() if k != "_hash"}
+    __getstate__ = state_without_hash
 
     # -- construction helpers -----------------------------------------------------------------------
     @staticmethod
