@@ -221,8 +221,7 @@ class CostModel:
         """``crosses(self.cross_axes, names)``, each name checked against the crossing axes of its
         own mesh axis only: a step is priced thousands of times a pair, and on 13 axes of 2 (10
         of them crossing hosts) the pairwise test was 2% of planning."""
-        by_name = self._lookup.cross_by_name
-        return any(_share_factor(c, a) for a in names for c in by_name.get(axis_name(a), ()))
+        return _crosses_by_name(self._lookup.cross_by_name, names)
 
     def least_round(self, kind: str) -> tuple[float, float]:
         """The least latency and inverse bandwidth one latency term of a ``kind`` step can cost in
@@ -276,7 +275,13 @@ def crosses(crossing: Iterable[Axis], axes: Iterable[Axis]) -> bool:
     axis. A whole axis shares all of its factors; two sub-axes of one axis share one where their
     stride ranges ``[pre, pre * size)`` meet (on 4 processes of 2 devices, ``y:(2)2`` of a 4-device
     axis ``y`` stays inside processes while ``y:(1)2`` crosses them)."""
-    return any(_share_factor(c, a) for c in crossing for a in axes)
+    return _crosses_by_name(_by_name(crossing), axes)
+
+
+def _crosses_by_name(crossing: Mapping[str, tuple[Axis, ...]], axes: Iterable[Axis]) -> bool:
+    """``crosses``, with the crossing axes grouped by mesh axis (``_by_name``): only axes of one
+    mesh axis can share a factor."""
+    return any(_share_factor(c, a) for a in axes for c in crossing.get(axis_name(a), ()))
 
 
 def _by_name(axes: Iterable[Axis]) -> dict[str, tuple[Axis, ...]]:
