@@ -99,14 +99,20 @@ def from_atoms(
 
     Step rules only ever move atoms that are disjoint by construction, so this checks just what
     can still go wrong (divisibility) and builds the type without the full validation."""
-    m = t.mesh
+    return type_of_atoms(t.shape, t.dtype, t.mesh, dims, unreduced)
+
+
+def type_of_atoms(
+    shape: tuple[int, ...], dtype: str, mesh: Mesh, dims: tuple[tuple[Atom, ...], ...], unreduced: frozenset[Atom]
+) -> ShardingType:
+    """``from_atoms`` on any shape and mesh (a class quotient's); the atoms must be disjoint."""
     local = []
-    for d, (n, atoms) in enumerate(zip(t.shape, dims)):
+    for d, (n, atoms) in enumerate(zip(shape, dims)):
         k = atoms_size(atoms)
         if n % k:
             raise IndivisibleDimensionError(
                 f"dimension {d} of size {n} is not divisible by {k}, the product of its axes"
             )
         local.append(n // k)  # the canonical axes multiply to the atoms' product
-    cdims = tuple(axes_of_atoms(m, d) for d in dims)
-    return ShardingType.trusted(t.shape, t.dtype, cdims, m, unreduced_of_atoms(m, unreduced), tuple(local))
+    cdims = tuple(axes_of_atoms(mesh, d) for d in dims)
+    return ShardingType.trusted(shape, dtype, cdims, mesh, unreduced_of_atoms(mesh, unreduced), tuple(local))

@@ -39,11 +39,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from redist.atoms import Atom, atoms_of, dims_atoms, unreduced_atoms
+from redist.atoms import Atom, atoms_of, dims_atoms, type_of_atoms, unreduced_atoms
 from redist.groups import atoms_index
-from spmd_types import Mesh, ShardingType, SubAxis
+from spmd_types import Mesh, ShardingType
 from spmd_types.memo import Scope, cached_property, memo
-from spmd_types.mesh import Axis
 
 
 @dataclass(frozen=True, eq=False)
@@ -107,29 +106,31 @@ def _remaining(mesh: Mesh, factored: frozenset[Atom]) -> tuple[Atom, ...]:
     return tuple(x for name in mesh.names for x in atoms_of(mesh, name) if x not in factored)
 
 
+@memo(Scope.MESH, maxsize=256)
 def _quotient_mesh(mesh: Mesh, rest: tuple[Atom, ...]) -> Mesh:
-    """Each axis keeps the product of its remaining atoms (1 where none remain)."""
+    """Each axis keeps the product of its remaining atoms (1 where none remain). Memoised: the
+    pairs of a move factor the same few ways."""
     return Mesh([(name, math.prod(x.size for x in rest if x.name == name)) for name in mesh.names])
 
 
-def _quotient_axis(q: Mesh, rest: tuple[Atom, ...], x: Atom, factored: frozenset[Atom]) -> Axis:
-    """Atom ``x`` of the original mesh as a (sub-)axis of the quotient mesh: on an axis that lost
+def _quotient_atom(rest: tuple[Atom, ...], x: Atom, factored: frozenset[Atom]) -> Atom:
+    """Atom ``x`` of the original mesh as an atom of the quotient mesh: on an axis that lost
     atoms its ``pre`` becomes the product of the remaining atoms of its axis that are more major."""
-    pre = x.pre
     if any(y.name == x.name for y in factored):
-        pre = math.prod(y.size for y in rest if y.name == x.name and y.pre < x.pre)
-    if pre == 1 and x.size == q.axis_size(x.name):
-        return x.name
-    return SubAxis(x.name, pre, x.size)
+        return Atom(x.name, math.prod(y.size for y in rest if y.name == x.name and y.pre < x.pre), x.size)
+    return x
 
 
 def _quotient_type(t: ShardingType, q: Mesh, rest: tuple[Atom, ...], factored: frozenset[Atom]) -> ShardingType:
-    dims, shape = [], []
+    """``t`` on the quotient mesh: each dimension cut by its factored atoms, the rest renamed.
+    Built from atoms without the validating constructor: dropping atoms from a valid type leaves
+    disjoint atoms, each dimension divisible by what remains of its own."""
+    shape, dims = [], []
     for n, atoms in zip(t.shape, dims_atoms(t)):
         shape.append(n // math.prod(x.size for x in atoms if x in factored))
-        dims.append(tuple(_quotient_axis(q, rest, x, factored) for x in atoms if x not in factored))
-    unred = [_quotient_axis(q, rest, x, factored) for x in sorted(unreduced_atoms(t) - factored)]
-    return ShardingType(shape, t.dtype, dims, q, unred)
+        dims.append(tuple(_quotient_atom(rest, x, factored) for x in atoms if x not in factored))
+    unred = frozenset(_quotient_atom(rest, x, factored) for x in unreduced_atoms(t) - factored)
+    return type_of_atoms(tuple(shape), t.dtype, q, tuple(dims), unred)
 
 
 @memo(Scope.TYPE, maxsize=256)
