@@ -170,10 +170,12 @@ def _all_atoms(m: Mesh) -> frozenset[Atom]:
     return frozenset(a for name in m.names for a in atoms_of(m, name))
 
 
+@memo(Scope.TYPE, maxsize=65536)
 def on_prime_atoms(t: ShardingType) -> bool:
     """Whether every sub-axis of ``t`` is a product of the mesh's prime atoms (``x:(1)2``,
     ``x:(2)3`` on ``x=6``; not ``x:(1)3``): the closed forms here count groups by multiplying atom
-    sizes, which holds only then (``redist.bounds_devices`` counts the rest from the devices)."""
+    sizes, which holds only then (``redist.bounds_devices`` counts the rest from the devices).
+    Memoised: the bounds and the exchange's closed forms ask it of each type many times a pair."""
     every = _all_atoms(t.mesh)
     return unreduced_atoms(t) <= every and all(a in every for d in dims_atoms(t) for a in d)
 

@@ -79,6 +79,19 @@ def test_the_factored_exchange_is_the_unfactored_one(pair: tuple[ShardingType, S
     assert np.array_equal(sch.recv_cells, per_device)
 
 
+@given(_pairs(), st.booleans())
+def test_quotient_types_are_what_the_validating_constructor_builds(
+        pair: tuple[ShardingType, ShardingType], merged: bool) -> None:
+    """``classes`` builds its quotients from atoms without validation (``type_of_atoms``): each
+    must equal, local shape included, the type ``ShardingType`` validates from the same text."""
+    c = classes(*pair, merged)
+    if c is None:
+        return
+    for q in (c.quotient_old, c.quotient_new):
+        again = parse(str(q), q.mesh)
+        assert (q, q.dims, q.unreduced, q.local_shape) == (again, again.dims, again.unreduced, again.local_shape)
+
+
 @given(_pairs(), st.integers(0, 2**31 - 1))
 def test_the_lifted_schedule_moves_the_right_data(pair: tuple[ShardingType, ShardingType], seed: int) -> None:
     s, d = pair
