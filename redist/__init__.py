@@ -10,6 +10,7 @@ from redist.autotune import Tuned, autotune
 from redist.caches import clear_caches
 from redist.cost import CostModel
 from redist.errors import (
+    CalibrationError,
     ExecutionError,
     IncompatibleTypesError,
     RedistError,
@@ -39,7 +40,7 @@ from redist.steps import (
 
 __all__ = [
     "Tuned", "autotune",
-    "ALL_STEPS", "KINDS", "AllGather", "AllReduce", "AllReduceSlice", "AllToAll", "Comm", "CostModel",
+    "ALL_STEPS", "KINDS", "AllGather", "AllReduce", "AllReduceSlice", "AllToAll", "CalibrationError", "Comm", "CostModel",
     "Discard", "DynSlice", "Exchange", "ExchangeAllToAll", "ExecutionError", "IncompatibleTypesError", "MultiAllToAll", "PadUnreduced",
     "Permute", "Plan", "RedistError", "ReduceScatter", "Step", "StepError", "UnsummableDtypeError",
     "clear_caches", "redistribute", "reshard", "reshard_local",

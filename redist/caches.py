@@ -9,6 +9,7 @@ planning many moves on one mesh. ``clear_caches("all")`` forgets everything.
 
 from __future__ import annotations
 
+from redist.errors import RedistError
 from spmd_types.memo import Scope, clear
 
 LEVELS: dict[str, tuple[Scope, ...]] = {"plans": (Scope.TYPE,), "all": tuple(Scope)}
@@ -17,5 +18,5 @@ LEVELS: dict[str, tuple[Scope, ...]] = {"plans": (Scope.TYPE,), "all": tuple(Sco
 def clear_caches(level: str = "all") -> int:
     """Empty the tables of ``level`` (``"plans"`` or ``"all"``); returns how many were cleared."""
     if level not in LEVELS:
-        raise ValueError(f"level must be one of {sorted(LEVELS)}, got {level!r}")
+        raise RedistError(f"level must be one of {sorted(LEVELS)}, got {level!r}")
     return clear(LEVELS[level])

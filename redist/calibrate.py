@@ -35,7 +35,7 @@ from jax.sharding import NamedSharding
 
 from redist.coordination import CLOCKS, barrier, gather_spans
 from redist.cost import CostModel, KindCost, crosses
-from redist.errors import StepError
+from redist.errors import CalibrationError, StepError
 from redist.executor import compile_plan
 from redist.measure import closed_form, profile_kind, written
 from redist.plan import Plan
@@ -246,7 +246,7 @@ def samples(plans: Sequence[Plan], reps: int, warmup: int = 1, clock: str = "spa
     ``clock`` (``redist.coordination.CLOCKS``) says whose time a call takes: the span, as
     ``benchmarks.multiprocess`` times the plans it compares, or process 0's own."""
     if clock not in CLOCKS:
-        raise ValueError(f"clock {clock!r}: expected one of {CLOCKS}")
+        raise CalibrationError(f"clock {clock!r} is not one of {CLOCKS}; pass one of them")
     empties: dict[Mesh, Callable[[Any], Any]] = {}  # one baseline per mesh
     for plan in plans:
         if plan.src.mesh not in empties:
@@ -342,7 +342,8 @@ def calibrate(reps: int = 30, kinds: Sequence[str] | None = None,
     n = jax.device_count()
     local = jax.local_device_count()
     if n < 2:
-        raise ValueError(f"calibration needs at least 2 devices, the backend has {n}")
+        raise CalibrationError(f"calibration needs at least 2 devices, the backend has {n}; on CPU, set "
+                               "XLA_FLAGS=--xla_force_host_platform_device_count=8 before importing jax")
     chosen = [plan for plan in (*_typed(n, local, sizes_kib), *_p2p(n, local, sizes_kib))
               if _own_key(plan) and (not kinds or profile_kind(plan.steps[0], plan.src) in kinds)]
     timed: list[Sample] = []
@@ -371,7 +372,8 @@ def refit(profiles: Sequence[Profile]) -> Profile:
     """One profile fitted from the samples of several runs on the same backend (a loaded machine's
     runs disagree; their union, stalls dropped, is steadier than any one); copy bandwidth the median."""
     if not profiles or len({(p.backend, p.device_kind) for p in profiles}) != 1:
-        raise ValueError(f"refit needs profiles of one backend, got {[(p.backend, p.device_kind) for p in profiles]}")
+        raise CalibrationError(f"refit needs profiles of one backend, got {[(p.backend, p.device_kind) for p in profiles]}; "
+                               "refit each backend's profiles apart")
     samples = [s for p in profiles for s in p.samples]
     return _fit(samples, float(statistics.median(p.copy_Bps for p in profiles)))
 

@@ -23,3 +23,8 @@ class ExecutionError(RedistError):
 
 class UnsummableDtypeError(RedistError):
     """A plan needs a sum (a pending-sum source or destination) of a dtype JAX cannot add (bool)."""
+
+
+class CalibrationError(RedistError):
+    """Calibration asked of what cannot give it: an unknown clock, fewer than 2 devices, profiles
+    of different backends to refit together."""

@@ -124,7 +124,9 @@ def test_a_cleared_planner_is_cold() -> None:
 
 
 def test_bad_cache_level_is_a_typed_error() -> None:
-    with pytest.raises(ValueError, match="level must be one of"):
+    from redist.errors import RedistError
+
+    with pytest.raises(RedistError, match="level must be one of"):
         clear_caches("everything")
 
 
