@@ -22,6 +22,7 @@ time (``redist.synth.BUILDERS``, and ``permute_last``: the mirrored permutes) an
 from __future__ import annotations
 
 import argparse
+import math
 import random
 import statistics
 import time
@@ -31,12 +32,20 @@ from typing import NamedTuple
 from unittest import mock
 
 from benchmarks.markdown import md_table
-from benchmarks.planning import LADDER, LADDER_OBJECTIVES, ladder_cost_model, ladder_pair, random_type
+from benchmarks.planning import (
+    LADDER,
+    LADDER_OBJECTIVES,
+    above_bound,
+    ladder_cost_model,
+    ladder_pair,
+    random_type,
+)
 from benchmarks.speed import _at_least
 from redist import synth
 from redist.caches import clear_caches
 from redist.cost import CostModel
 from redist.errors import RedistError
+from redist.plan import Plan
 from spmd_types import Mesh, ShardingType
 from spmd_types.errors import IndivisibleDimensionError
 
@@ -125,33 +134,34 @@ class Quality(NamedTuple):
     bound_lost: int   # ``bytes`` only: at the transfer bound with the family, above it without
 
 
-def _figure(case: Case, recv: float, time_s: float) -> float:
-    return recv if case.objective == "bytes" else time_s
+def _figure(case: Case, plan: Plan) -> float:
+    """What ``case``'s objective ranks plans by first: received bytes, else modelled time."""
+    return plan.recv_bytes if case.objective == "bytes" else plan.time_s
+
+
+def _ratio(now: float, was: float) -> float:
+    return now / was if was else (1.0 if now == 0 else math.inf)
 
 
 def quality(cases: list[Case], family: str) -> dict[str, Quality]:
     """Per objective, the plans of ``cases`` without ``family`` against those with every family."""
     with dropped(ALL):
         base = [synth.synthesize(c.src, c.dst, c.cm) for c in cases]
-    rows: dict[str, list[int | float]] = {o: [0, 0, 1.0, 0, 0] for o in LADDER_OBJECTIVES}
+    ratios: dict[str, list[float]] = {o: [] for o in LADDER_OBJECTIVES}  # of the changed plans
+    failed = dict.fromkeys(LADDER_OBJECTIVES, 0)
+    lost = 0
     with dropped(family):
         for c, b in zip(cases, base):
-            r = rows[c.objective]
             try:
                 p = synth.synthesize(c.src, c.dst, c.cm)
             except RedistError:
-                r[3] += 1
+                failed[c.objective] += 1
                 continue
-            if p.steps == b.steps:
-                continue
-            r[0] += 1
-            was, now = _figure(c, b.recv_bytes, b.time_s), _figure(c, p.recv_bytes, p.time_s)
-            ratio = now / was if was else (1.0 if now == 0 else float("inf"))
-            r[1] += ratio > 1.01
-            r[2] = max(r[2], ratio)
-            at_bound = b.recv_bytes <= b.lower_bound_bytes * (1 + 1e-9)
-            r[4] += c.objective == "bytes" and at_bound and p.recv_bytes > b.lower_bound_bytes * (1 + 1e-9)
-    return {o: Quality(int(r[0]), int(r[1]), float(r[2]), int(r[3]), int(r[4])) for o, r in rows.items()}
+            if p.steps != b.steps:
+                ratios[c.objective].append(_ratio(_figure(c, p), _figure(c, b)))
+                lost += c.objective == "bytes" and not above_bound(b) and above_bound(p)
+    return {o: Quality(len(r), sum(x > 1.01 for x in r), max((1.0, *r)), failed[o], lost if o == "bytes" else 0)
+            for o, r in ratios.items()}
 
 
 def planning_ms(objective: str, rung: int, pairs: int, seed: int, reps: int, names: tuple[str, ...]) -> dict[str, float]:

@@ -41,6 +41,7 @@ from redist.caches import clear_caches
 from redist.enumerate import all_types
 from redist.errors import RedistError, StepError
 from redist.exchange import check_schedule
+from redist.plan import Plan
 from redist.profile import crossing_axes, packaged_profile
 from redist.search import plan_key, search
 from redist.synth import synthesize
@@ -199,13 +200,18 @@ def ladder(pairs: int, seed: int, objective: str = "bytes") -> list[LadderRow]:
             t0 = time.perf_counter()
             plan = synthesize(s, d, cm)
             times.append(((time.perf_counter() - t0) * 1e3, f"{s} -> {d}"))
-            if plan.recv_bytes > plan.lower_bound_bytes * (1 + 1e-9):
+            if above_bound(plan):
                 above.append(_above_cause(s, d))
         worst = max(times)
         rows.append(LadderRow(mesh, len(times), statistics.fmean(t for t, _ in times), worst[0], worst[1],
                               len(ps) - len(above), above.count("shared"), above.count("refused"),
                               above.count("other")))
     return rows
+
+
+def above_bound(plan: Plan) -> bool:
+    """``plan`` receives more than its move's transfer bound (beyond float rounding)."""
+    return plan.recv_bytes > plan.lower_bound_bytes * (1 + 1e-9)
 
 
 def _above_cause(s: ShardingType, d: ShardingType) -> str:

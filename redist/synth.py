@@ -341,8 +341,8 @@ def _axes_dims(mesh, dims: list[list[Atom]]) -> tuple:  # type: ignore[no-untype
 def _typed_candidates(src: ShardingType, dst: ShardingType, cm: CostModel) -> list[tuple[Step, ...]]:
     """Every typed candidate that type-checks. The greedy pass reasons on the mesh's prime atoms;
     a type spelled with other factors of an axis (``x:(1)3`` on ``x=6``) can make a candidate
-    reuse part of an axis, which its typing rule rejects: such a candidate is dropped (an
-    ``Exchange`` always remains)."""
+    reuse part of an axis, which its typing rule rejects: such a candidate is dropped (the
+    other candidates and the exchanges remain)."""
     out: list[tuple[Step, ...]] = []
     for build in BUILDERS.values():
         try:
