@@ -1,6 +1,6 @@
 """What each family of typed candidates buys: the plans it wins and the planning time it costs.
 
-Why: issue 12's planning target (mean <= 5 ms a pair up to 8,192 devices) is met on the realistic
+Why: the planning target (mean <= 5 ms a pair up to 8,192 devices) is met on the realistic
 ladder rungs and missed on the binary ones (8, 12 and 13 axes of 2), where the search is a flat
 profile of many candidates (``docs/design.md`` 13.3). The way left to a smaller mean is to build
 fewer candidates, which is only free if a family never decides a plan. This drops one family at a

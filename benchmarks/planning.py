@@ -7,7 +7,7 @@ Reproduce: ``redist bench-plan`` (``--pairs N --seed S``). Prints markdown table
    as device coordinates stay, as in a compiler), and with every memo table cleared.
 2. On the small meshes of the exhaustive tests: how often the synthesizer's plan differs from
    the Dijkstra search's optimum, in bytes (never expected) and in estimated time.
-3. ``--ladder N``: the large-mesh ladder of issue 12, 256 to 65,536 devices on 3-16 axes
+3. ``--ladder N``: the large-mesh ladder, 256 to 65,536 devices on 3-16 axes
    (realistic meshes such as ``{data=32,fsdp=16,model=8}``), ``N`` random pairs of rank 2-6 per
    rung, a third of them with pending sums on either side: mean/max planning time (plan caches
    cold, mesh tables warm) and how many plans meet the transfer bound; plans above it are split

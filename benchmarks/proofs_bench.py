@@ -1,4 +1,4 @@
-"""Certify every plan of the exhaustive small-mesh pairs and report the solver time (tracker issue 4).
+"""Certify every plan of the exhaustive small-mesh pairs and report the solver time.
 
 Pairs: every (source, destination) of ``redist.enumerate.all_types`` (unreduced included) on the
 meshes ``{x=2,y=2}``, ``{x=2,y=3}``, ``{x=2,y=2,z=2}``, ranks 1-3, with the synthesizer tests'

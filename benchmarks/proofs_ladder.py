@@ -1,5 +1,5 @@
 """``plan.verify()`` seconds on meshes of 3-8 axes of size 2 and on 4,096-device meshes of 3 axes
-(tracker issue 12: <= 1 s per plan on meshes up to 8 axes).
+(the target: <= 1 s per plan on meshes up to 8 axes).
 
 Pairs per mesh of ``n`` axes ``a0..a{n-1}`` (each of size 2):
 

@@ -144,7 +144,7 @@ class Row:
 
 
 GEOMEAN_TARGET = 1.3
-"""Issue 11's target for the named cases' geometric-mean speedup against the faster XLA partitioner."""
+"""The target for the named cases' geometric-mean speedup against the faster XLA partitioner."""
 
 
 class Ceiling(NamedTuple):
@@ -497,7 +497,7 @@ def temp_reason(r: Row) -> str:
 
 
 RANDOM_BAR = 0.9
-"""Issue 11's target for random pairs: no pair below this speedup."""
+"""The target for random pairs: no pair below this speedup."""
 
 
 @dataclass(frozen=True)

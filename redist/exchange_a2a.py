@@ -1,4 +1,4 @@
-"""An exchange's cells as the slots of one all-to-all (issue 11 item 2, ``ExchangeAllToAll``).
+"""An exchange's cells as the slots of one all-to-all (``ExchangeAllToAll``).
 
 A point-to-point schedule (``redist.exchange.schedule``) moves cells in rounds of ``ppermute``.
 When no round forwards a completed sum, the same cells can travel in a single all-to-all over the
@@ -25,7 +25,7 @@ from spmd_types.memo import Scope, memo
 
 MAX_DEVICES = 128
 """Packing the slots reads the whole schedule per device and per cell: beyond this mesh size the
-variant is not offered (planning stays in milliseconds on large meshes, issue 12); the exchange in
+variant is not offered (planning stays in milliseconds on large meshes); the exchange in
 rounds, at the transfer bound, still is. The all-to-all variant only saves launches, which matter
 least where a mesh is large and blocks are big."""
 
