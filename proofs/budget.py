@@ -25,6 +25,11 @@ from redist.plan import Plan
 
 @dataclass(frozen=True)
 class BudgetResult:
+    """What ``check_budget`` decided: ``status`` is ``"fits"`` (proved for every shape in range),
+    ``"exceeds"`` (``counterexample`` gives a global shape and the step that overflows) or
+    ``"undecided"`` (z3 gave up: ``note`` says why); ``live_bytes`` are the per-device formulas
+    that were checked."""
+
     status: str  # "fits", "exceeds" or "undecided"
     budget_bytes: int
     shapes: str
@@ -52,7 +57,28 @@ class BudgetResult:
 def check_budget(plan: Plan, budget_bytes: int, max_shape: Sequence[int | None] | None = None,
                  transient: bool = False, timeout_ms: int = DEFAULT_TIMEOUT_MS) -> BudgetResult:
     """Does ``plan`` fit in ``budget_bytes`` per device for every global shape its types allow with
-    ``n_d <= max_shape[d]`` (default: the plan's own shape; ``None``: unbounded)?"""
+    ``n_d <= max_shape[d]`` (default: the plan's own shape; ``None``: unbounded)?
+
+    With ``transient=True`` each step's input and output count as live together (an executor
+    that does not overwrite in place); otherwise each type between steps is checked alone.
+
+    Example:
+
+    ```pycon
+    >>> import proofs
+    >>> from spmd_types import Mesh
+    >>> from redist import redistribute
+    >>> plan = redistribute("f32[2048@x,2048@y]", "f32[2048@y,2048@x]", Mesh({"x": 2, "y": 4}))
+    >>> proofs.check_budget(plan, 4 << 20).fits            # 4 MiB: every shape up to 2048x2048
+    True
+    >>> r = proofs.check_budget(plan, 1 << 20)              # 1 MiB: z3 finds a shape that overflows
+    >>> r.status, r.counterexample["bytes"] > 1 << 20   # with its global_shape and the step
+    ('exceeds', True)
+
+    ```
+
+    :raises VerificationError: (property ``budget``) when ``max_shape`` does not have the plan's rank.
+    """
     types = plan.all_types
     rank, itemsize = plan.src.rank, plan.src.itemsize
     L = cells(list(types) + [plan.dst])
@@ -102,7 +128,23 @@ def check_budget(plan: Plan, budget_bytes: int, max_shape: Sequence[int | None] 
 
 
 def require_budget(plan: Plan, budget_bytes: int, **kwargs: Any) -> BudgetResult:
-    """``check_budget`` that raises ``VerificationError('budget')`` unless the fit is proved."""
+    """``check_budget`` that raises ``VerificationError('budget')`` unless the fit is proved.
+
+    Example:
+
+    ```pycon
+    >>> from proofs.budget import require_budget
+    >>> from spmd_types import Mesh
+    >>> from redist import redistribute
+    >>> plan = redistribute("f32[2048@x,2048@y]", "f32[2048@y,2048@x]", Mesh({"x": 2, "y": 4}))
+    >>> require_budget(plan, 1 << 20)
+    Traceback (most recent call last):
+    proofs.errors.VerificationError: property 'budget' violated: plan does not provably fit in 1,048,576 B/device (exceeds)...
+
+    ```
+
+    :raises VerificationError: unless the fit is proved (``exceeds`` or ``undecided``).
+    """
     r = check_budget(plan, budget_bytes, **kwargs)
     if r.status != "fits":
         raise VerificationError("budget", f"plan does not provably fit in {budget_bytes:,} B/device ({r.status})",

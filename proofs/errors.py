@@ -10,7 +10,24 @@ from redist.errors import RedistError
 class VerificationError(RedistError):
     """z3 refuted a property of a plan (or of a step). ``prop`` names the property (``chain``,
     ``memory``, ``recv``, ``recv_formula``, ``lower_bound``, ``budget``, ``typing``) and
-    ``counterexample`` gives concrete sizes (global shape, device coordinates, local index...)."""
+    ``counterexample`` gives concrete sizes (global shape, device coordinates, local index...).
+
+    Example:
+
+    ```pycon
+    >>> from proofs import VerificationError
+    >>> from proofs.budget import require_budget
+    >>> from spmd_types import Mesh
+    >>> from redist import redistribute
+    >>> plan = redistribute("f32[64@x]", "f32[64]", Mesh({"x": 2}))
+    >>> try:
+    ...     require_budget(plan, 128)
+    ... except VerificationError as e:
+    ...     print(e.prop, e.counterexample["bytes"] > 128)
+    budget True
+
+    ```
+    """
 
     def __init__(self, prop: str, message: str, counterexample: dict[str, Any] | None = None) -> None:
         self.prop = prop

@@ -33,7 +33,8 @@ class Status(StrEnum):
 
 @dataclass(frozen=True)
 class Outcome:
-    """``status`` is proved, refuted or undecided (z3 gave up: ``reason`` says why)."""
+    """``status`` is proved, refuted or undecided (z3 gave up: ``reason`` says why); a refuted
+    outcome's ``counterexample`` gives concrete sizes (global shape, local shapes, coordinates)."""
 
     status: Status
     seconds: float
@@ -93,7 +94,26 @@ def prove_link(step: Step | None, before: ShardingType, after: ShardingType,
     meeting ``after`` (``step=None``: the identity, i.e. ``before`` and ``after`` mean the same).
 
     Proved with its own cell counts ``lcm(shards(before), shards(after))``: it then holds for every
-    shape both types allow, hence inside any plan. Cached: links recur across plans."""
+    shape both types allow, hence inside any plan. Cached: links recur across plans.
+
+    Example:
+
+    ```pycon
+    >>> from proofs import prove_link
+    >>> from spmd_types import Mesh, parse
+    >>> from redist import AllGather
+    >>> mesh = Mesh({"x": 2, "y": 4})
+    >>> gather = AllGather(0, ("x",))
+    >>> prove_link(gather, parse("f32[8@x,8@y]", mesh), parse("f32[8,8@y]", mesh)).status
+    <Status.PROVED: 'proved'>
+    >>> wrong = prove_link(gather, parse("f32[8@x,8@y]", mesh), parse("f32[8,8]", mesh))
+    >>> wrong.status, wrong.counterexample["global_shape"]
+    (<Status.REFUTED: 'refuted'>, [2, 4])
+
+    ```
+
+    A refutation is returned, not raised (``verify_plan`` turns it into a ``VerificationError``).
+    """
     if step is not None and step.comm is Comm.POINT_TO_POINT:
         return prove_p2p(step, before, after, timeout_ms, replicas_agree)
     sp = Space(before.mesh, cells([before, after]), "L")

@@ -80,7 +80,24 @@ def _build(step: Step, t: ShardingType, dims: tuple[tuple[Atom, ...], ...], unre
 
 @dataclass(frozen=True)
 class Step:
-    """Base class; subclasses set ``kind`` and ``comm`` and implement ``apply``."""
+    """Base class; subclasses set ``kind`` and ``comm`` and implement ``apply``.
+
+    Example:
+
+    ```pycon
+    >>> from spmd_types import Mesh, parse
+    >>> import redist
+    >>> mesh = Mesh({"x": 2, "y": 4})
+    >>> plan = redist.redistribute("f32[64@x,64]", "f32[64,64@x]", mesh)
+    >>> all(isinstance(s, redist.Step) for s in plan.steps)
+    True
+    >>> [s.kind for s in redist.ALL_STEPS][:3]
+    ['dynamic_slice', 'all_gather', 'all_to_all']
+
+    ```
+
+    ``apply(t)`` raises ``StepError`` for a type the step does not fit.
+    """
 
     kind: ClassVar[str] = "step"
     comm: ClassVar[Comm] = Comm.COLLECTIVE
@@ -100,7 +117,21 @@ class Step:
 
 @dataclass(frozen=True)
 class DynSlice(Step):
-    """Local slice: each device keeps the block of ``dim`` given by its coordinates on ``axes``."""
+    """Local slice: each device keeps the block of ``dim`` given by its coordinates on ``axes``.
+
+    Example:
+
+    ```pycon
+    >>> from spmd_types import Mesh, parse
+    >>> import redist
+    >>> mesh = Mesh({"x": 2, "y": 4})
+    >>> print(redist.DynSlice(1, ("x",)).apply(parse("f32[8@y,8]", mesh)))
+    f32[8@y,8@x]
+
+    ```
+
+    :raises StepError: from ``apply``, for a type the step does not fit, naming the step and the type.
+    """
 
     dim: int
     axes: tuple[Axis, ...]
@@ -120,7 +151,21 @@ class DynSlice(Step):
 
 @dataclass(frozen=True)
 class AllGather(Step):
-    """Gather the minor-most ``axes`` of ``dim`` (tiled): the dimension gets ``|axes|`` times longer."""
+    """Gather the minor-most ``axes`` of ``dim`` (tiled): the dimension gets ``|axes|`` times longer.
+
+    Example:
+
+    ```pycon
+    >>> from spmd_types import Mesh, parse
+    >>> import redist
+    >>> mesh = Mesh({"x": 2, "y": 4})
+    >>> print(redist.AllGather(0, ("x",)).apply(parse("f32[8@x,8@y]", mesh)))
+    f32[8,8@y]
+
+    ```
+
+    :raises StepError: from ``apply``, for a type the step does not fit, naming the step and the type.
+    """
 
     dim: int
     axes: tuple[Axis, ...]
@@ -138,7 +183,21 @@ class AllGather(Step):
 
 @dataclass(frozen=True)
 class AllToAll(Step):
-    """Move the minor-most ``axes`` of ``src_dim`` to the minor side of ``dst_dim``."""
+    """Move the minor-most ``axes`` of ``src_dim`` to the minor side of ``dst_dim``.
+
+    Example:
+
+    ```pycon
+    >>> from spmd_types import Mesh, parse
+    >>> import redist
+    >>> mesh = Mesh({"x": 2, "y": 4})
+    >>> print(redist.AllToAll(0, 1, ("x",)).apply(parse("f32[8@x,8]", mesh)))
+    f32[8,8@x]
+
+    ```
+
+    :raises StepError: from ``apply``, for a type the step does not fit, naming the step and the type.
+    """
 
     src_dim: int
     dst_dim: int
@@ -169,6 +228,20 @@ class MultiAllToAll(Step):
     destination dimensions are distinct and no dimension is both, and the moves' axes are disjoint. Why a step of its own: XLA moves two dimensions
     in one all-to-all over the whole group (``rank4_move_two_axes``), where two ``AllToAll`` steps
     pay two launches and move ``(p1-1)/p1 + (p2-1)/p2`` of the block instead of ``(p-1)/p``.
+
+    Example:
+
+    ```pycon
+    >>> from spmd_types import Mesh, parse
+    >>> import redist
+    >>> mesh = Mesh({"x": 2, "y": 4})
+    >>> moves = (redist.AllToAll(0, 2, ("x",)), redist.AllToAll(1, 3, ("y",)))
+    >>> print(redist.MultiAllToAll(moves).apply(parse("f32[8@x,8@y,8,8]", mesh)))
+    f32[8,8,8@x,8@y]
+
+    ```
+
+    :raises StepError: from ``apply``, for a type the step does not fit, naming the step and the type.
     """
 
     moves: tuple[AllToAll, ...]
@@ -219,7 +292,21 @@ def _need_unreduced(step: Step, t: ShardingType, axes: tuple[Axis, ...]) -> tupl
 
 @dataclass(frozen=True)
 class ReduceScatter(Step):
-    """Sum over unreduced ``axes`` and keep this device's block: they become minor shard axes of ``dim``."""
+    """Sum over unreduced ``axes`` and keep this device's block: they become minor shard axes of ``dim``.
+
+    Example:
+
+    ```pycon
+    >>> from spmd_types import Mesh, parse
+    >>> import redist
+    >>> mesh = Mesh({"x": 2, "y": 4})
+    >>> print(redist.ReduceScatter(0, ("y",)).apply(parse("f32[8,8]{U:y}", mesh)))
+    f32[8@y,8]
+
+    ```
+
+    :raises StepError: from ``apply``, for a type the step does not fit, naming the step and the type.
+    """
 
     dim: int
     axes: tuple[Axis, ...]
@@ -244,6 +331,19 @@ class AllReduceSlice(ReduceScatter):
     it; backends that run reduce-scatter as all-reduce + slice anyway (XLA:CPU), or whose
     reduce-scatter on an inner dimension adds layout copies, can make it the faster choice under
     a calibrated cost model. The synthesizer offers it as a variant of ``ReduceScatter``.
+
+    Example:
+
+    ```pycon
+    >>> from spmd_types import Mesh, parse
+    >>> import redist
+    >>> mesh = Mesh({"x": 2, "y": 4})
+    >>> print(redist.AllReduceSlice(0, ("y",)).apply(parse("f32[8,8]{U:y}", mesh)))
+    f32[8@y,8]
+
+    ```
+
+    :raises StepError: from ``apply``, for a type the step does not fit, naming the step and the type.
     """
 
     kind: ClassVar[str] = "all_reduce_slice"
@@ -254,7 +354,21 @@ class AllReduceSlice(ReduceScatter):
 
 @dataclass(frozen=True)
 class AllReduce(Step):
-    """Sum over unreduced ``axes``; the result is replicated over them."""
+    """Sum over unreduced ``axes``; the result is replicated over them.
+
+    Example:
+
+    ```pycon
+    >>> from spmd_types import Mesh, parse
+    >>> import redist
+    >>> mesh = Mesh({"x": 2, "y": 4})
+    >>> print(redist.AllReduce(("y",)).apply(parse("f32[8,8]{U:y}", mesh)))
+    f32[8,8]
+
+    ```
+
+    :raises StepError: from ``apply``, for a type the step does not fit, naming the step and the type.
+    """
 
     axes: tuple[Axis, ...]
     kind: ClassVar[str] = "all_reduce"
@@ -269,7 +383,21 @@ class AllReduce(Step):
 
 @dataclass(frozen=True)
 class Discard(Step):
-    """Replicated -> unreduced over ``axes``: coordinate 0 keeps its copy, the others hold zeros."""
+    """Replicated -> unreduced over ``axes``: coordinate 0 keeps its copy, the others hold zeros.
+
+    Example:
+
+    ```pycon
+    >>> from spmd_types import Mesh, parse
+    >>> import redist
+    >>> mesh = Mesh({"x": 2, "y": 4})
+    >>> print(redist.Discard(("y",)).apply(parse("f32[8,8]", mesh)))
+    f32[8,8]{U:y}
+
+    ```
+
+    :raises StepError: from ``apply``, for a type the step does not fit, naming the step and the type.
+    """
 
     axes: tuple[Axis, ...]
     kind: ClassVar[str] = "discard"
@@ -289,6 +417,19 @@ class PadUnreduced(Step):
 
     The sum over ``axes`` of the padded blocks is the unsharded value, which is exactly the
     unreduced type's meaning; it replaces a gather when the destination wants a pending sum.
+
+    Example:
+
+    ```pycon
+    >>> from spmd_types import Mesh, parse
+    >>> import redist
+    >>> mesh = Mesh({"x": 2, "y": 4})
+    >>> print(redist.PadUnreduced(0, ("y",)).apply(parse("f32[8@y,8]", mesh)))
+    f32[8,8]{U:y}
+
+    ```
+
+    :raises StepError: from ``apply``, for a type the step does not fit, naming the step and the type.
     """
 
     dim: int
@@ -327,6 +468,19 @@ class Permute(Step):
 
     Every block of the new type is a block of the old one (same grid), so each device receives
     at most one block from one peer: a single ``ppermute`` round.
+
+    Example:
+
+    ```pycon
+    >>> from spmd_types import Mesh, parse
+    >>> import redist
+    >>> mesh = Mesh({"x": 2, "y": 2})
+    >>> print(redist.Permute((("y",), ("x",))).apply(parse("f32[8@x,8@y]", mesh)))
+    f32[8@y,8@x]
+
+    ```
+
+    :raises StepError: from ``apply``, where the new type's local shape differs from the old one's.
     """
 
     dims: tuple[tuple[Axis, ...], ...]
@@ -357,6 +511,21 @@ class Exchange(Step):
     partial where unreduced axes are summed), one cell per ``ppermute`` round. Axes that become
     unreduced need data on only one device of each group (the others hold zeros), so an exchange
     with nothing to receive is a free local re-layout.
+
+    Example:
+
+    ```pycon
+    >>> from spmd_types import Mesh, parse
+    >>> import redist
+    >>> mesh = Mesh({"x": 2, "y": 4})
+    >>> print(redist.Exchange((("y",), ("x",))).apply(parse("f32[8@x,8@y]", mesh)))
+    f32[8@y,8@x]
+    >>> print(redist.Exchange(((), ("x",)), ("y",)).apply(parse("f32[8@x,8]", mesh)))
+    f32[8,8@x]{U:y}
+
+    ```
+
+    :raises StepError: from ``apply``, where the new type is not valid on the mesh.
     """
 
     dims: tuple[tuple[Axis, ...], ...]
@@ -387,6 +556,19 @@ class ExchangeAllToAll(Exchange):
     faster. Refused (``StepError``) when the exchange forwards completed sums or its slot buffers
     would exceed the memory bound. Its ``comm`` stays point-to-point: the cells, hence the values
     and their proofs, are the schedule's; ``redist.measure`` counts it as one collective.
+
+    Example:
+
+    ```pycon
+    >>> from spmd_types import Mesh, parse
+    >>> import redist
+    >>> mesh = Mesh({"x": 2, "y": 4})
+    >>> print(redist.ExchangeAllToAll(((), ("x",))).apply(parse("f32[64@x,64]", mesh)))
+    f32[64,64@x]
+
+    ```
+
+    :raises StepError: from ``apply``, where the exchange forwards sums or its slots exceed the memory bound.
     """
 
     kind: ClassVar[str] = "exchange_all_to_all"

@@ -18,7 +18,20 @@ _ALIASES.update({"i8": "s8", "i16": "s16", "i32": "s32", "i64": "s64", "bool": "
 
 
 def canonical_dtype(name: object) -> str:
-    """``float32`` / ``f32`` / ``numpy.float32`` / ``jnp.bfloat16`` -> ``f32`` ...; unknown names raise."""
+    """``float32`` / ``f32`` / ``numpy.float32`` / ``jnp.bfloat16`` -> ``f32`` ...; unknown names raise.
+
+    Example:
+
+    ```pycon
+    >>> import numpy as np
+    >>> from spmd_types import canonical_dtype
+    >>> canonical_dtype("float32"), canonical_dtype(np.int32), canonical_dtype("bool")
+    ('f32', 's32', 'pred')
+
+    ```
+
+    :raises InvalidSizeError: for a name or object that is not one of ``DTYPES`` or their aliases.
+    """
     key = name if isinstance(name, str) else _dtype_name(name)
     if key in DTYPES:
         return key
@@ -52,6 +65,19 @@ def is_16bit_float(dtype: object) -> bool:
 
 
 def itemsize(dtype: str) -> int:
+    """Bytes per element of ``dtype`` (any spelling ``canonical_dtype`` accepts).
+
+    Example:
+
+    ```pycon
+    >>> from spmd_types import itemsize
+    >>> itemsize("bf16"), itemsize("float32")
+    (2, 4)
+
+    ```
+
+    :raises InvalidSizeError: for an unknown dtype.
+    """
     return DTYPES[canonical_dtype(dtype)][1]
 
 

@@ -25,7 +25,22 @@ if TYPE_CHECKING:  # pragma: no cover
 
 @dataclass(frozen=True, order=True)
 class SubAxis:
-    """The factor of mesh axis ``name`` of size ``size`` whose more-major factors multiply to ``pre``."""
+    """The factor of mesh axis ``name`` of size ``size`` whose more-major factors multiply to ``pre``.
+
+    Written ``name:(pre)size`` as Shardy writes it: ``y:(1)2`` is the major half of an axis ``y`` of
+    size 4, ``y:(2)2`` its minor half (docs/design.md section 2.3).
+
+    Example:
+
+    ```pycon
+    >>> from spmd_types import Mesh, SubAxis, parse
+    >>> str(SubAxis("y", 1, 2))
+    'y:(1)2'
+    >>> parse("f32[8@(y:(1)2)]", Mesh({"x": 2, "y": 4})).dims
+    ((SubAxis(name='y', pre=1, size=2),),)
+
+    ```
+    """
 
     name: str
     pre: int
@@ -61,7 +76,17 @@ def _as_int(value: object) -> int | None:
 
 
 def axis_name(a: Axis) -> str:
-    """The mesh axis that ``a`` belongs to."""
+    """The mesh axis that ``a`` belongs to.
+
+    Example:
+
+    ```pycon
+    >>> from spmd_types import SubAxis, axis_name
+    >>> axis_name("x"), axis_name(SubAxis("y", 1, 2))
+    ('x', 'y')
+
+    ```
+    """
     return a if isinstance(a, str) else a.name
 
 
@@ -83,7 +108,28 @@ def subaxis_digit(coord: Any, axis_size: int, pre: int, size: int) -> Any:
 
 @dataclass(frozen=True)
 class Mesh:
-    """An ordered set of named axes with sizes, e.g. ``Mesh({"x": 2, "y": 4})``."""
+    """An ordered set of named axes with sizes, e.g. ``Mesh({"x": 2, "y": 4})``.
+
+    Devices are numbered row-major over the axes (the last axis fastest), as ``jax.make_mesh``
+    lays them out. A mesh is plain data: planning needs no devices; ``to_jax`` makes the JAX mesh.
+
+    Example:
+
+    ```pycon
+    >>> from spmd_types import Mesh
+    >>> mesh = Mesh({"x": 2, "y": 4})
+    >>> print(mesh, mesh.size, mesh.names)
+    {x=2,y=4} 8 ('x', 'y')
+    >>> mesh.coords(5)
+    {'x': 1, 'y': 1}
+    >>> Mesh.parse("x=2,y=4") == mesh
+    True
+
+    ```
+
+    :raises MeshError: for no axes, a name that is not an ASCII identifier, a name given twice, or
+        a size that is not an integer >= 1.
+    """
 
     axes: tuple[tuple[str, int], ...]
     _index: Mapping[str, int] = field(init=False, repr=False, compare=False, hash=False)
@@ -249,7 +295,10 @@ class Mesh:
 
     @staticmethod
     def parse(text: str) -> Mesh:
-        """Parse ``x=2,y=4`` (braces optional), as the CLI takes it."""
+        """Parse ``x=2,y=4`` (braces optional), as the CLI takes it.
+
+        :raises MeshError: for text not of the form ``name=size,...`` or an invalid axis.
+        """
         if not isinstance(text, str):
             raise MeshError(f"mesh text must be a string such as 'x=2,y=4', got {text!r}")
         body = text.strip()
@@ -268,7 +317,11 @@ class Mesh:
     # -- JAX interop ----------------------------------------------------------------------------
     def to_jax(self, devices: Any = None, explicit: bool = True) -> jax.sharding.Mesh:
         """A ``jax.sharding.Mesh`` with the same axes, row-major over ``devices`` (default: the first
-        ``size`` devices), with Explicit axes unless ``explicit=False`` (Auto)."""
+        ``size`` devices), with Explicit axes unless ``explicit=False`` (Auto).
+
+        :raises MeshError: when fewer than ``size`` devices are available (the message says how to
+            simulate CPU devices).
+        """
         import jax
         import numpy as np
 
@@ -289,7 +342,10 @@ class Mesh:
     @staticmethod
     def coerce(mesh: object, what: str = "mesh") -> Mesh:
         """Ours, a ``jax.sharding.Mesh`` or an ``AbstractMesh`` (only names and sizes are read, so
-        planning needs no devices), or text such as ``x=2,y=4``."""
+        planning needs no devices), or text such as ``x=2,y=4``.
+
+        :raises MeshError: for anything else, naming the argument ``what``.
+        """
         if isinstance(mesh, Mesh):
             return mesh
         if isinstance(mesh, str):
