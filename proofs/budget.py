@@ -28,7 +28,20 @@ class BudgetResult:
     """What ``check_budget`` decided: ``status`` is ``"fits"`` (proved for every shape in range),
     ``"exceeds"`` (``counterexample`` gives a global shape and the step that overflows) or
     ``"undecided"`` (z3 gave up: ``note`` says why); ``live_bytes`` are the per-device formulas
-    that were checked."""
+    that were checked.
+
+    Example:
+
+    ```pycon
+    >>> import proofs
+    >>> from spmd_types import Mesh
+    >>> from redist import redistribute
+    >>> r = proofs.check_budget(redistribute("f32[64@x]", "f32[64]", Mesh({"x": 2})), 256)
+    >>> r.status, r.fits, r.live_bytes
+    ('fits', True, ('source f32[64@x]: 4*m0 B', 'after step 1 f32[64]: 8*m0 B'))
+
+    ```
+    """
 
     status: str  # "fits", "exceeds" or "undecided"
     budget_bytes: int

@@ -34,7 +34,8 @@ class Status(StrEnum):
 @dataclass(frozen=True)
 class Outcome:
     """``status`` is proved, refuted or undecided (z3 gave up: ``reason`` says why); a refuted
-    outcome's ``counterexample`` gives concrete sizes (global shape, local shapes, coordinates)."""
+    outcome's ``counterexample`` gives concrete sizes (global shape, local shapes, coordinates).
+    ``prove_link`` returns one (see its example)."""
 
     status: Status
     seconds: float

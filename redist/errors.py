@@ -88,4 +88,15 @@ class UnsummableDtypeError(RedistError):
 
 class CalibrationError(RedistError):
     """Calibration asked of what cannot give it: an unknown clock, fewer than 2 devices, profiles
-    of different backends to refit together (``redist calibrate``, ``redist.calibrate``)."""
+    of different backends to refit together (``redist calibrate``, ``redist.calibrate``).
+
+    Example:
+
+    ```pycon
+    >>> from redist.calibrate import refit
+    >>> refit([])
+    Traceback (most recent call last):
+    redist.errors.CalibrationError: refit needs profiles of one backend, got []; refit each backend's profiles apart
+
+    ```
+    """

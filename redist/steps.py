@@ -25,7 +25,17 @@ from spmd_types.mesh import format_axis
 
 
 class Comm(Enum):
-    """How a step communicates: decides how its collectives are counted (``redist.measure``)."""
+    """How a step communicates: decides how its collectives are counted (``redist.measure``).
+
+    Example:
+
+    ```pycon
+    >>> import redist
+    >>> redist.DynSlice.comm, redist.AllGather.comm, redist.Exchange.comm
+    (<Comm.LOCAL: 'local'>, <Comm.COLLECTIVE: 'collective'>, <Comm.POINT_TO_POINT: 'point_to_point'>)
+
+    ```
+    """
 
     LOCAL = "local"
     """No communication (slices, zero-padding)."""

@@ -57,10 +57,10 @@ DOCUMENTED = {
                    "IndivisibleDimensionError", "RankMismatchError", "InvalidSizeError", "TypeSyntaxError",
                    "MeshMismatchError", "UnknownLayoutError", "SizeLimitError", "MeshTooLargeError",
                    "Mesh", "SubAxis", "axis_name", "canonical_dtype", "itemsize"],
-    "redist": ["RedistError", "StepError", "IncompatibleTypesError", "ExecutionError", "UnsummableDtypeError",
+    "redist": ["RedistError", "StepError", "CalibrationError", "Comm", "IncompatibleTypesError", "ExecutionError", "UnsummableDtypeError",
                "Step", "DynSlice", "AllGather", "AllToAll", "MultiAllToAll", "ReduceScatter", "AllReduceSlice",
                "AllReduce", "Discard", "PadUnreduced", "Permute", "Exchange", "ExchangeAllToAll", "clear_caches"],
-    "proofs": ["VerificationError", "check_budget", "prove_link"],
+    "proofs": ["VerificationError", "BudgetResult", "check_budget", "prove_link"],
 }
 
 
