@@ -70,28 +70,17 @@ class BudgetResult:
 def check_budget(plan: Plan, budget_bytes: int, max_shape: Sequence[int | None] | None = None,
                  transient: bool = False, timeout_ms: int = DEFAULT_TIMEOUT_MS) -> BudgetResult:
     """Does ``plan`` fit in ``budget_bytes`` per device for every global shape its types allow with
-    ``n_d <= max_shape[d]`` (default: the plan's own shape; ``None``: unbounded)?
-
-    With ``transient=True`` each step's input and output count as live together (an executor
-    that does not overwrite in place); otherwise each type between steps is checked alone.
-
-    Example:
+    ``n_d <= max_shape[d]`` (default: the plan's own shape; ``None``: unbounded)? ``transient=True``
+    counts a step's input and output as live together. Example:
 
     ```pycon
-    >>> import proofs
-    >>> from spmd_types import Mesh
-    >>> from redist import redistribute
-    >>> plan = redistribute("f32[2048@x,2048@y]", "f32[2048@y,2048@x]", Mesh({"x": 2, "y": 4}))
-    >>> proofs.check_budget(plan, 4 << 20).fits            # 4 MiB: every shape up to 2048x2048
-    True
-    >>> r = proofs.check_budget(plan, 1 << 20)              # 1 MiB: z3 finds a shape that overflows
-    >>> r.status, r.counterexample["bytes"] > 1 << 20   # with its global_shape and the step
-    ('exceeds', True)
+    >>> from proofs import check_budget; from redist import redistribute
+    >>> plan = redistribute("f32[64@x]", "f32[64]", "x=2")  # 128 B, then 256 B per device
+    >>> check_budget(plan, 256).fits, check_budget(plan, 128).status
+    (True, 'exceeds')
 
     ```
-
-    :raises VerificationError: (property ``budget``) when ``max_shape`` does not have the plan's rank.
-    """
+    :raises VerificationError: (property ``budget``) when ``max_shape`` does not have the plan's rank."""
     types = plan.all_types
     rank, itemsize = plan.src.rank, plan.src.itemsize
     L = cells(list(types) + [plan.dst])
