@@ -8,7 +8,7 @@ plan (each step in words, with its bytes and collectives) and its measures again
 each as one compiled program on 8 simulated CPU devices, checks every device's block against the
 NumPy slice of the global array, and prints next to ours what XLA does for the same move
 (``jax.jit(lambda a: a, out_shardings=dst)``): bytes received per device, read from each compiled
-program's collectives with the same parser (``benchmarks.hlo``), and temp / peak memory from
+program's collectives with the same parser (``redist.hlo``), and temp / peak memory from
 ``Compiled.memory_analysis()``. ``XLA_FLAGS`` must ask for 8 devices before JAX is imported, so the
 demo sets it itself (and reports an error if JAX is already running with fewer devices).
 """
@@ -264,9 +264,9 @@ def demo_case(index: int, title: str, src_text: str, dst_text: str, mesh_text: s
     import jax
     from jax.sharding import NamedSharding
 
-    from benchmarks.hlo import parse_collectives
     from redist import redistribute
     from redist.executor import compile_plan
+    from redist.hlo import parse_collectives
     from redist.render import format_plan
     from spmd_types import Mesh
     from spmd_types.jax_interop import mesh_to_jax, to_partition_spec

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.hlo import (
+from redist.hlo import (
     iota_device_list,
     parse_collectives,
     parse_instruction,
@@ -204,7 +204,7 @@ def test_no_collectives() -> None:
 
 
 def test_collective_sequence_keeps_program_order_where_the_signature_does_not() -> None:
-    from benchmarks.hlo import Collective, HloCollectives, collective_sequence, collective_signature
+    from redist.hlo import Collective, HloCollectives, collective_sequence, collective_signature
     a2a = Collective("a", "all-to-all", ((0, 1), (2, 3)), 8, 8, 4.0, 2, 1.0)
     perm = Collective("p", "collective-permute", ((0, 2), (2, 0), (1, 1)), 8, 8, 4.0, 2, 1.0)
     first, second = HloCollectives(4, (a2a, perm)), HloCollectives(4, (perm, a2a))

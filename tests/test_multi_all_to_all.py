@@ -12,9 +12,9 @@ import pytest
 
 import proofs  # noqa: F401  (registers plan.verify())
 from benchmarks.arrays import make_input
-from benchmarks.hlo import parse_collectives
 from redist import AllToAll, CostModel, MultiAllToAll, StepError, redistribute
 from redist.executor import compile_plan
+from redist.hlo import parse_collectives
 from spmd_types import Mesh, parse
 
 XY = Mesh({"x": 2, "y": 4})
