@@ -44,7 +44,7 @@ def _csv(text: str) -> list[str]:
 
 def _spawn(args: argparse.Namespace) -> int:
     """``--local-processes N``: this command N times, joined by a coordinator on 127.0.0.1."""
-    from benchmarks.multiprocess import EIGEN_SINGLE, spawn_local
+    from redist.launch import EIGEN_SINGLE, spawn_local
 
     n = args.local_processes
     if n < 2 or args.devices % n:
@@ -75,7 +75,7 @@ def _run(args: argparse.Namespace) -> int:
         return _write(refit([load_profile(p) for p in args.refit]), args.out)
     os.environ.setdefault("XLA_FLAGS", f"--xla_force_host_platform_device_count={args.devices}")
     if args.coordinator:
-        from benchmarks.multiprocess import init_distributed
+        from redist.launch import init_distributed
 
         init_distributed(args.process_id, args.num_processes, args.coordinator)
     from redist.calibrate import SIZES_KIB, calibrate

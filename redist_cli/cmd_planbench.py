@@ -1,4 +1,5 @@
-"""``redist bench-plan``: the synthesizer's planning time and its gap to the exhaustive search."""
+"""``redist bench-plan``: the synthesizer's planning time and its gap to the exhaustive search
+(``benchmarks.planning``, run from the source checkout)."""
 
 from __future__ import annotations
 
@@ -26,7 +27,8 @@ def register(sub: Any, handlers: dict[str, Any]) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from benchmarks.planning import main
+    """The planning benchmark lives in the source checkout (``redist_cli.checkout``)."""
+    from redist_cli.checkout import run_benchmark
 
-    print(main(args.pairs, args.seed, args.gap_pairs, args.ladder, args.objective))
-    return 0
+    call = f"main({args.pairs!r}, {args.seed!r}, {args.gap_pairs!r}, {args.ladder!r}, {args.objective!r})"
+    return run_benchmark(["-c", f"from benchmarks.planning import main; print({call})"], "redist bench-plan")

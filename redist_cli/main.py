@@ -63,11 +63,16 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, Handler]]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from redist_cli.commands import PASSED_THROUGH
+
     parser, handlers = build_parser()
-    args = parser.parse_args(argv)
+    args, rest = parser.parse_known_args(argv)
     if args.command is None:
         parser.print_help()
         return 0
+    if rest and args.command not in PASSED_THROUGH:
+        Parser(prog=f"redist {args.command}").error(f"unrecognized arguments: {' '.join(rest)}")
+    args.passed = rest
     from spmd_types import ShardingTypeError
     from spmd_types.errors import MissingExtraError
 
