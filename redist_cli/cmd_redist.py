@@ -16,13 +16,10 @@ demo sets it itself (and reports an error if JAX is already running with fewer d
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from collections.abc import Sequence
 from typing import Any
-
-DEVICE_FLAG = "--xla_force_host_platform_device_count=8"
 
 DEMO_MESH = "x=2,y=4"
 DEMO_CASES: tuple[tuple[str, str, str], ...] = (
@@ -48,6 +45,9 @@ def register(sub: Any, handlers: dict[str, Any]) -> None:
     p.add_argument("--picture", metavar="FILE.png", default=None,
                    help="draw each step's layout and bytes matrix to a PNG (needs matplotlib: the viz extra)")
     p.add_argument("--draw", action="store_true", help="draw each step's layout and bytes matrix in the terminal")
+    p.add_argument("--dims", default=None, metavar="R,C",
+                   help="with --draw or --picture: the array dimensions to draw as rows and columns, e.g. 1,2 "
+                        "(one number: a single row; default the two dimensions sharded most ways)")
     p.add_argument("--autotune", type=int, nargs="?", const=4, default=None, metavar="K",
                    help="time the planner's best K plans (default 4) on this machine's devices and show the "
                         "fastest (redist.autotune; 8 simulated CPU devices where JAX runs on CPU)")
@@ -142,22 +142,46 @@ def measures_table(plan: Any, slow_axes: str = "") -> Any:
     return table
 
 
+def _picture_options(args: argparse.Namespace, rank_of: Any) -> Any:
+    """Check --picture and --dims before planning (a bad file name fails at once, not after the plan
+    has printed); the chosen dimensions, or None for the default."""
+    from redist.visualize import check_picture_path, chosen_dims, parse_dims
+
+    if args.picture:
+        check_picture_path(args.picture)
+    if args.dims is None:
+        return None
+    if not (args.draw or args.picture):
+        from redist.visualize import PictureError
+
+        raise PictureError("--dims chooses what --draw and --picture draw; add one of them")
+    return chosen_dims(parse_dims(args.dims), rank_of)
+
+
+def _check_autotune(args: argparse.Namespace, mesh: Any) -> str | None:
+    """Why --autotune cannot run (a bad count, too few devices), or None."""
+    from redist_cli import devices
+
+    devices.ask_for(mesh.size, cpu=False)  # before ``redist`` imports JAX
+    from redist.autotune import check_top
+    from redist.errors import RedistError
+
+    try:
+        check_top(args.autotune, "--autotune")
+    except RedistError as e:
+        return f"{e}; leave the flag out to time none"
+    return devices.missing(mesh.size, "redist plan --autotune")
+
+
 def run_plan_command(args: argparse.Namespace) -> int:
-    if args.autotune is not None:
-        from redist.autotune import check_top
-        from redist.errors import RedistError
-        try:
-            check_top(args.autotune, "--autotune")
-        except RedistError as e:
-            print(f"error: {e}; leave the flag out to time none", file=sys.stderr)
-            return 2
-    from spmd_types import Mesh
+    from spmd_types import Mesh, parse
 
     mesh = Mesh.parse(args.mesh)
-    problem = ensure_devices(mesh.size) if args.autotune is not None else None
+    problem = _check_autotune(args, mesh) if args.autotune is not None else None
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         return 2
+    dims = _picture_options(args, parse(args.src, mesh))
     from redist import autotune, redistribute
     from redist.render import plural
     from redist_cli.ui import colour, console, print_all
@@ -183,30 +207,15 @@ def run_plan_command(args: argparse.Namespace) -> int:
         con.print()
         from redist.visualize import plan_renderables
 
-        print_all(con, plan_renderables(plan, colour(con)))
+        print_all(con, plan_renderables(plan, colour(con), dims))
     if args.picture:
         from redist.visualize import save_plan_picture
 
-        con.print(f"wrote {save_plan_picture(plan, args.picture)}")
+        con.print(f"wrote {save_plan_picture(plan, args.picture, dims)}")
     return 0
 
 
 # -- redist demo ----------------------------------------------------------------------------------------
-
-
-def ensure_devices(n: int = 8) -> str | None:
-    """Ask for ``n`` CPU devices before JAX starts; an error message if JAX already has fewer."""
-    if "jax" not in sys.modules:
-        flags = os.environ.get("XLA_FLAGS", "")
-        if "xla_force_host_platform_device_count" not in flags:
-            os.environ["XLA_FLAGS"] = (flags + f" --xla_force_host_platform_device_count={n}").strip()
-        os.environ.setdefault("JAX_PLATFORMS", "cpu")
-    import jax
-
-    if jax.device_count() < n:
-        return (f"the demo needs {n} devices but JAX has {jax.device_count()}; "
-                f"set XLA_FLAGS={DEVICE_FLAG} before JAX is imported")
-    return None
 
 
 def _memory(compiled: Any) -> tuple[int, int]:
@@ -322,7 +331,9 @@ def _short(c: Any) -> str:
 
 
 def run_demo(args: argparse.Namespace) -> int:
-    problem = ensure_devices(8)
+    from redist_cli import devices
+
+    problem = devices.ensure(8, "redist demo")
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         return 2
