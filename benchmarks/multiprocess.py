@@ -76,9 +76,9 @@ def worker(index: int, processes: int, port: int, cases: Sequence[str], reps: in
     import numpy as np
     from jax.experimental import multihost_utils
 
-    from benchmarks.arrays import make_input
     from benchmarks.cases import NAMED_CASES, select_cases
     from redist import autotune, redistribute
+    from redist.arrays import make_input
     from redist.profile import load_profile, process_crossing_axes
 
     timer_args = timer_args or TimerArgs()
@@ -290,8 +290,8 @@ def floor_text(med: dict[str, float], uses: dict[str, list[str]], speedup: float
 def time_steps(plan: Plan, jm: Any, reps: int) -> list[str]:
     """Each step of ``plan`` timed alone (a single-step plan on an input of its source type), with its
     predicted time: where a multi-step plan's time goes."""
-    from benchmarks.arrays import make_input
     from benchmarks.speed import round_robin, thunk
+    from redist.arrays import make_input
     from redist.errors import ExecutionError
     from redist.executor import compile_plan
     from spmd_types.errors import ShardingTypeError

@@ -22,10 +22,10 @@ import jax
 import numpy as np
 
 from benchmarks import our_side
-from benchmarks.arrays import check_output, make_input
 from benchmarks.cases import Case
 from benchmarks.our_side import OurResult
 from benchmarks.random_pairs import PairSpec
+from redist.arrays import check_output, make_input
 from redist.hlo import HloCollectives
 from redist.timing import Timing, time_interleaved
 from redist.xla_side import XlaVariant, measure_variant, same_collectives, xla_programs

@@ -43,13 +43,13 @@ from typing import Any, NamedTuple  # noqa: E402
 import jax  # noqa: E402
 from jax.sharding import NamedSharding  # noqa: E402
 
-from benchmarks.arrays import check_output, make_input  # noqa: E402
 from benchmarks.cases import NAMED_CASES, Case, select_cases  # noqa: E402
 from benchmarks.floor import bare_thunks, ceiling_over, floor_s  # noqa: E402
 from benchmarks.floor_passes import pass_thunks, refined_names, side_passes  # noqa: E402
 from benchmarks.paired import balanced_order, period  # noqa: E402
 from benchmarks.random_pairs import PairSpec, random_pairs  # noqa: E402
 from redist import CostModel, Plan, redistribute  # noqa: E402
+from redist.arrays import check_output, make_input  # noqa: E402
 from redist.executor import compile_plan  # noqa: E402
 from redist.hlo import collective_sequence, collective_signature, local_writes, parse_collectives  # noqa: E402
 from redist.profile import spearman  # noqa: E402

@@ -43,6 +43,11 @@ class MemoryStats:
     temp_bytes: int
     alias_bytes: int
 
+    @property
+    def peak_bytes(self) -> int:
+        """Arguments + outputs + temporaries - aliased: what the program holds at once."""
+        return self.argument_bytes + self.output_bytes + self.temp_bytes - self.alias_bytes
+
     @staticmethod
     def of(compiled: Any) -> MemoryStats:
         ma = compiled.memory_analysis()

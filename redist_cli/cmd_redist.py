@@ -1,8 +1,9 @@
 """``redist plan`` and ``redist demo``: plan a redistribution, and run a few on simulated devices.
 
-``redist plan SRC DST --mesh x=2,y=4 [--slow-axes x] [--draw] [--picture plan.png]`` prints the
-plan (each step in words, with its bytes and collectives) and its measures against their bounds
-(docs/design.md section 4), and optionally draws it. It needs no devices and imports no JAX.
+``redist plan SRC DST --mesh x=2,y=4 [--slow-axes x] [--draw] [--picture plan.png] [--dims 1,2]``
+prints the plan (each step in words, with its bytes and collectives) and its measures against their
+bounds (docs/design.md section 4), and optionally draws it. Plans come from types, so it needs no
+devices; ``--autotune`` times the best plans on the mesh's devices.
 
 ``redist demo`` (the README's first command) plans showcase redistributions on ``{x=2,y=4}``, runs
 each as one compiled program on 8 simulated CPU devices, checks every device's block against the
@@ -219,49 +220,11 @@ def run_plan_command(args: argparse.Namespace) -> int:
 
 
 def _memory(compiled: Any) -> tuple[int, int]:
-    """(temp bytes, peak = arguments + outputs + temp - aliased) per device."""
-    ma = compiled.memory_analysis()
-    if ma is None:  # pragma: no cover - the CPU backend provides it
-        return 0, 0
-    temp = int(ma.temp_size_in_bytes)
-    peak = int(ma.argument_size_in_bytes) + int(ma.output_size_in_bytes) + temp - int(ma.alias_size_in_bytes)
-    return temp, peak
+    """(temp bytes, peak bytes) per device."""
+    from redist.xla_side import MemoryStats
 
-
-def _input(t: Any, jmesh: Any, seed: int = 0) -> tuple[Any, Any]:
-    """A jax.Array laid out as ``t`` on ``jmesh`` and the global NumPy value it holds.
-
-    Small integers in float32 keep sums exact, so values are compared for equality. An unreduced
-    source is built from per-device partials (the simulator's ``scatter``).
-    """
-    import jax
-    import numpy as np
-    from jax.sharding import NamedSharding
-
-    from redist.simulate import scatter
-    from spmd_types.dtypes import numpy_dtype
-    from spmd_types.jax_interop import to_partition_spec
-
-    rng = np.random.default_rng(seed)
-    g = rng.integers(0, 128, size=t.shape).astype(numpy_dtype(t.dtype))
-    sharding = NamedSharding(jmesh, to_partition_spec(t))
-    if not t.unreduced:
-        return jax.device_put(g, sharding), g
-    parts = scatter(g, t, rng)
-    devices = list(jmesh.devices.reshape(-1))
-    shards = [jax.device_put(parts[v], devices[v]) for v in range(t.mesh.size)]
-    return jax.make_array_from_single_device_arrays(t.shape, sharding, shards), g
-
-
-def _check(y: Any, g: Any, want_spec: Any) -> str | None:
-    import numpy as np
-
-    if y.sharding.spec != want_spec:
-        return f"output sharding {y.sharding.spec} is not {want_spec}"
-    for shard in y.addressable_shards:
-        if not np.array_equal(np.asarray(shard.data), g[shard.index]):
-            return f"device {shard.device} holds wrong values for block {shard.index}"
-    return None
+    m = MemoryStats.of(compiled)
+    return m.temp_bytes, m.peak_bytes
 
 
 def _kb(v: float | None) -> str:
@@ -274,6 +237,7 @@ def demo_case(index: int, title: str, src_text: str, dst_text: str, mesh_text: s
     from jax.sharding import NamedSharding
 
     from redist import redistribute
+    from redist.arrays import check_output, make_input
     from redist.executor import compile_plan
     from redist.hlo import parse_collectives
     from redist.render import format_plan
@@ -285,11 +249,11 @@ def demo_case(index: int, title: str, src_text: str, dst_text: str, mesh_text: s
     plan = redistribute(src_text, dst_text, mesh)
     plan_s = time.perf_counter() - start
     explicit = mesh_to_jax(mesh, explicit=True)
-    x, g = _input(plan.src, explicit, seed=index)
+    x, g = make_input(plan.src, explicit, seed=index)
     dst_spec = to_partition_spec(plan.dst)
 
     ours = compile_plan(plan, explicit).lower(x).compile()
-    ok = _check(ours(x), g, dst_spec)
+    ok = check_output(ours(x), g, plan.dst)
     ours_c = parse_collectives(ours.as_text() or "")
     ours_temp, ours_peak = _memory(ours)
 
@@ -299,7 +263,7 @@ def demo_case(index: int, title: str, src_text: str, dst_text: str, mesh_text: s
     x_xla = x if plan.src.unreduced else jax.device_put(g, NamedSharding(xla_mesh, to_partition_spec(plan.src)))
     ident = jax.jit(lambda a: a, out_shardings=NamedSharding(xla_mesh, dst_spec))
     xla = ident.lower(x_xla).compile()
-    xla_ok = _check(xla(x_xla), g, dst_spec)
+    xla_ok = check_output(xla(x_xla), g, plan.dst)
     xla_c = parse_collectives(xla.as_text() or "")
     xla_temp, xla_peak = _memory(xla)
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from benchmarks.arrays import check_output, make_input
 from redist import CostModel, autotune, redistribute
+from redist.arrays import check_output, make_input
 from redist.caches import clear_caches
 from redist.errors import RedistError
 from redist.launch import spawn_local

@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 
 from benchmarks import our_side
-from benchmarks.arrays import check_output, make_input
 from benchmarks.cases import Case
 from benchmarks.random_pairs import PairSpec
 from benchmarks.report import summarize, write_report
 from benchmarks.run import SuiteResult, jax_meshes, run_case, run_suite
+from redist.arrays import check_output, make_input
 
 pytestmark = pytest.mark.jax
 

@@ -13,8 +13,8 @@ from dataclasses import replace
 
 import pytest
 
-from benchmarks.arrays import make_input
 from redist import CostModel, Plan, redistribute
+from redist.arrays import make_input
 from redist.bounds import lower_bound_bytes
 from redist.cost import KindCost
 from redist.executor import compile_plan

@@ -8,10 +8,10 @@ import jax
 import pytest
 from jax.sharding import NamedSharding
 
-from benchmarks.arrays import make_input
 from benchmarks.cases import NAMED_CASES
 from benchmarks.speed import Row, temp_section
 from redist import CostModel, redistribute
+from redist.arrays import make_input
 from redist.executor import compile_plan
 from redist.hlo import collective_signature, parse_collectives
 from spmd_types.jax_interop import to_partition_spec
