@@ -26,10 +26,11 @@ AXIS = {"BP": "data", "Z2": "data", "Z3": "data", "MP": "model", "EMB": "model",
 
 def register(sub: Any, handlers: dict[str, Any]) -> None:
     p = sub.add_parser("partir", help="partition a bundled training step with a strategy and explain it")
-    p.add_argument("--model", choices=MODELS, default="mlp")
+    p.add_argument("--model", choices=MODELS, default="mlp",
+                   help="the bundled training step (partir_core.models): an MLP, a transformer, a GPT")
     p.add_argument("--strategy", default="BP+MP", type=_strategy,
-                   help="parts joined by +: BP (batch over data), MP (Megatron over model), Z2 / Z3 (ZeRO-2/3 "
-                        "over data), EMB (embedding rows over model; transformer, gpt), SP (sequence over "
+                   help="parts joined by +: BP (batch over data), MP (Megatron over model), Z2 (ZeRO-2 over data), Z3 "
+                        "(ZeRO-3 over data), EMB (embedding rows over model; transformer, gpt), SP (sequence over "
                         "model; gpt), VP (vocabulary over model; gpt); e.g. BP+MP, BP+MP+Z3, BP+MP+SP+VP")
     p.add_argument("--mesh", default="data=4,model=2", help="the mesh; the strategies name axes data and model")
     p.add_argument("--summary", action="store_true", help="only the simulator's summary line")
