@@ -143,7 +143,7 @@ def measures_table(plan: Any, slow_axes: str = "") -> Any:
     return table
 
 
-def _picture_options(args: argparse.Namespace, rank_of: Any) -> Any:
+def _picture_options(args: argparse.Namespace, src: Any) -> Any:
     """Check --picture and --dims before planning (a bad file name fails at once, not after the plan
     has printed); the chosen dimensions, or None for the default."""
     from redist.visualize import check_picture_path, chosen_dims, parse_dims
@@ -156,7 +156,7 @@ def _picture_options(args: argparse.Namespace, rank_of: Any) -> Any:
         from redist.visualize import PictureError
 
         raise PictureError("--dims chooses what --draw and --picture draw; add one of them")
-    return chosen_dims(parse_dims(args.dims), rank_of)
+    return chosen_dims(parse_dims(args.dims), src)
 
 
 def _check_autotune(args: argparse.Namespace, mesh: Any) -> str | None:
