@@ -39,10 +39,10 @@ def _types(args: argparse.Namespace) -> int:
     if args.picture:
         check_picture_path(args.picture)
     dims = [None] * len(types) if args.dims is None else [chosen_dims(parse_dims(args.dims), t) for t in types]
+    layouts = [layout(t, d) for t, d in zip(types, dims)]  # a type too large to draw fails before any output
     con = console()
-    for t, d in zip(types, dims):
+    for t, lay in zip(types, layouts):
         con.print(f"[bold]{t}[/bold] on mesh {mesh}: {describe_holders(t)}, {t.local_bytes:,} B per device")
-        lay = layout(t, d)
         con.print(layout_renderable(lay, colour(con)))
         if lay.collapsed:
             con.print(dim_caption(lay) + " Choose the dimensions drawn with --dims.", style="dim")
