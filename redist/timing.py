@@ -1,6 +1,6 @@
 """Wall-clock comparison of compiled programs, interleaved.
 
-Why interleaved (A B A B ...): the machine is shared (2 cores, other jobs come and go), so any
+Why interleaved (A B A B ...): on a shared machine other jobs come and go, so any
 slow phase hits both programs about equally; timing all of A and then all of B would charge a
 noisy phase to one side. The ratio of medians is robust to the occasional descheduled run.
 """
