@@ -37,6 +37,7 @@ class Side:
     name: str  # one of SIDES
     collectives: HloCollectives
     recv_bytes: float | None  # per device, mean over devices, from the compiled HLO (None: data-dependent)
+    busiest_recv_bytes: float | None  # what the device that receives most receives
     memory: MemoryStats
     median_s: float
     values: str | None  # None: every device's block equals the NumPy slice; else what differs
@@ -110,7 +111,9 @@ def _side(program: tuple[str, Any, Any, Any], times: Sequence[float], want: Any,
 
     name, compiled, arg, variant = program
     collectives = parse_collectives(compiled.as_text() or "") if variant is None else variant.collectives
+    per_device = collectives.device_recv_bytes_as(dst.itemsize)
     return Side(name, collectives, collectives.recv_bytes_as(dst.itemsize),
+                None if per_device is None else float(per_device.max(initial=0.0)),
                 MemoryStats.of(compiled) if variant is None else variant.memory,
                 statistics.median(times), check_output(compiled(arg), want, dst),
                 bool(variant is not None and variant.remat))

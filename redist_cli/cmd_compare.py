@@ -52,8 +52,8 @@ def run_compare(args: argparse.Namespace) -> int:
         con.print(_collectives(side))
         con.print()
     con.print(f"time: median of {result.reps} interleaved rounds (each runs the three programs once, "
-              f"in rotating order); received bytes are means over devices, from the compiled HLO; "
-              f"transfer lower bound {_kib(plan.lower_bound_bytes)} per device")
+              f"in rotating order); received bytes are read from the compiled HLO; "
+              f"transfer lower bound {_kib(plan.lower_bound_bytes)} per device (mean)")
     wrong = [s.name for s in result.sides if s.values is not None]
     return 1 if wrong else 0
 
@@ -83,12 +83,13 @@ def _table(result: Any) -> Any:
     from redist.render import fmt_bytes, fmt_time
 
     table = Table(show_edge=False, pad_edge=False)
-    table.add_column("")
+    table.add_column("", no_wrap=True)
     for side in result.sides:
         table.add_column(side.name, justify="right")
     rows = [
         ("collectives", [_kinds(s) for s in result.sides]),
         ("received per device (mean)", [_kib(s.recv_bytes) for s in result.sides]),
+        ("received (busiest device)", [_kib(s.busiest_recv_bytes) for s in result.sides]),
         ("peak memory per device", [fmt_bytes(s.memory.peak_bytes) for s in result.sides]),
         ("temporary memory per device", [fmt_bytes(s.memory.temp_bytes) for s in result.sides]),
         ("median time", [fmt_time(s.median_s) for s in result.sides]),

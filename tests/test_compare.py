@@ -28,6 +28,8 @@ def test_ours_and_xla_side_by_side_with_exact_collectives() -> None:
         assert side.memory.argument_bytes == side.memory.output_bytes == 32768
     # what ours compiles to moves exactly what the plan says it moves
     assert ours.recv_bytes == result.plan.recv_bytes
+    # devices 2-5 receive a whole block from the permute and half a block from the all-to-all
+    assert ours.busiest_recv_bytes == out_shardings.busiest_recv_bytes == reshard.busiest_recv_bytes == 49152
     assert len(ours.collectives.collectives) == result.plan.n_collectives
     # XLA (jax 0.10): an all-to-all over x's pairs, then a permute between the y groups
     for xla in (out_shardings, reshard):
@@ -57,5 +59,7 @@ def test_cli_compare_prints_every_side_and_the_rounds(capsys: pytest.CaptureFixt
     assert out.count("all-to-all         │ {0,1} {2,3} {4,5} {6,7} │  32,768 B (32 KiB)") == 3
     assert "2->4 3->5 4->2 5->3" in out and "median of 3 interleaved rounds" in out
     assert "32,768 B (32 KiB)" in out and "lower bound 24,576 B (24 KiB)" in out
+    busiest = next(line for line in out.splitlines() if line.startswith("received (busiest device)"))
+    assert busiest.count("49,152 B (48 KiB)") == 3
     assert main(["compare", SRC, DST, "--mesh", "x=2,y=4", "--reps", "0"]) == 2
     assert capsys.readouterr().err == "error: --reps 0: give at least 1 timed round\n"
