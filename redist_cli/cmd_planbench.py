@@ -28,15 +28,23 @@ def register(sub: Any, handlers: dict[str, Any]) -> None:
     handlers["bench-plan"] = _run
 
 
+def _bad_count(args: argparse.Namespace) -> str | None:
+    """A one-line message for a count the benchmark cannot run with."""
+    if not args.ladder and args.pairs < 5:
+        return f"--pairs {args.pairs}: give at least 5 random pairs (a fifth of them start from pending sums)"
+    for flag, value in (("--gap-pairs", args.gap_pairs), ("--ladder", args.ladder)):
+        if value < 0:
+            return f"{flag} {value}: give a count of random pairs (>= 0)"
+    return None
+
+
 def _run(args: argparse.Namespace) -> int:
     """The planning benchmark lives in the source checkout (``redist_cli.checkout``)."""
     from redist_cli.checkout import run_benchmark
 
-    counts = {"--pairs": args.pairs, "--gap-pairs": args.gap_pairs, "--ladder": args.ladder}
-    bad = next((f"{k} {v}" for k, v in counts.items() if v < (1 if k == "--pairs" and not args.ladder else 0)), None)
-    if bad:
-        print(f"error: {bad}: give a count of random pairs ({'>= 1' if bad.startswith('--pairs') else '>= 0'})",
-              file=sys.stderr)
+    problem = _bad_count(args)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
         return 2
     call = f"main({args.pairs!r}, {args.seed!r}, {args.gap_pairs!r}, {args.ladder!r}, {args.objective!r})"
     return run_benchmark(["-c", f"from benchmarks.planning import main; print({call})"], "redist bench-plan")

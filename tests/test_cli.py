@@ -283,7 +283,7 @@ def test_partir_help_lists_every_part_and_model(capsys: pytest.CaptureFixture[st
     (["calibrate", "--local-processes", "3"], "--local-processes 3: give at least 2 processes that divide --devices 8"),
     (["calibrate", "--num-processes", "2"], "--num-processes 2 needs --coordinator HOST:PORT"),
     (["calibrate", "--num-processes", "2", "--process-id", "2", "--coordinator", "h:1"], "--process-id 2"),
-    (["bench-plan", "--pairs", "0"], "--pairs 0: give a count of random pairs (>= 1)"),
+    (["bench-plan", "--pairs", "4"], "--pairs 4: give at least 5 random pairs"),
     (["bench-plan", "--ladder", "-1"], "--ladder -1: give a count of random pairs (>= 0)"),
     (["compare", "f32[8@x]", "f32[8@y]", "--mesh", "x=2,y=4", "--reps", "0"], "--reps 0: give at least 1 timed round"),
 ])
