@@ -227,6 +227,12 @@ def _memory(compiled: Any) -> tuple[int, int]:
     return m.temp_bytes, m.peak_bytes
 
 
+def _busiest(c: Any, itemsize: int) -> float | None:
+    """What the device that receives most receives in a compiled program."""
+    per = c.device_recv_bytes_as(itemsize)
+    return None if per is None else float(per.max(initial=0.0))
+
+
 def _kb(v: float | None) -> str:
     return "n/a" if v is None else f"{v / 1024:,.1f} KiB"
 
@@ -277,8 +283,9 @@ def demo_case(index: int, title: str, src_text: str, dst_text: str, mesh_text: s
     w = 34
     lines += [
         f"    {'':<22}{'ours':<{w}}XLA (jit identity, out_shardings=dst)",
-        f"    {'recv / device':<22}{_kb(ours_c.recv_bytes_as(item)):<{w}}{_kb(xla_c.recv_bytes_as(item))}"
+        f"    {'recv / device (mean)':<22}{_kb(ours_c.recv_bytes_as(item)):<{w}}{_kb(xla_c.recv_bytes_as(item))}"
         f"   (lower bound {_kb(plan.lower_bound_bytes)}; plan says {_kb(plan.recv_bytes)})",
+        f"    {'recv, busiest device':<22}{_kb(_busiest(ours_c, item)):<{w}}{_kb(_busiest(xla_c, item))}",
         f"    {'collectives':<22}{_short(ours_c):<{w}}{_short(xla_c)}",
         f"    {'temp memory':<22}{_kb(ours_temp):<{w}}{_kb(xla_temp)}",
         f"    {'peak memory':<22}{_kb(ours_peak):<{w}}{_kb(xla_peak)}"
