@@ -8,7 +8,7 @@ devices; ``--autotune`` times the best plans on the mesh's devices.
 ``redist demo`` (the README's first command) plans showcase redistributions on ``{x=2,y=4}``, runs
 each as one compiled program on 8 simulated CPU devices, checks every device's block against the
 NumPy slice of the global array, and prints next to ours what XLA does for the same move
-(``jax.jit(lambda a: a, out_shardings=dst)``): bytes received per device, read from each compiled
+(``jax.jit(lambda a: a, out_shardings=dst)``): bytes received per device (mean and busiest), read from each compiled
 program's collectives with the same parser (``redist.hlo``), and temp / peak memory from
 ``Compiled.memory_analysis()``. ``XLA_FLAGS`` must ask for 8 devices before JAX is imported, so the
 demo sets it itself (and reports an error if JAX is already running with fewer devices).
