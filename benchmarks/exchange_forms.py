@@ -44,14 +44,14 @@ import numpy as np  # noqa: E402
 from jax import lax  # noqa: E402
 from jax.sharding import NamedSharding  # noqa: E402
 
-from benchmarks.arrays import check_output, make_input  # noqa: E402
 from benchmarks.cases import NAMED_CASES, Case  # noqa: E402
-from benchmarks.hlo import local_writes, parse_collectives  # noqa: E402
 from benchmarks.random_pairs import PairSpec, random_pairs  # noqa: E402
 from benchmarks.speed import _at_least, round_robin_times, thunk  # noqa: E402
 from redist import executor as ex  # noqa: E402
 from redist import redistribute  # noqa: E402
+from redist.arrays import check_output, make_input  # noqa: E402
 from redist.exchange import schedule  # noqa: E402
+from redist.hlo import local_writes, parse_collectives  # noqa: E402
 from redist.plan import Plan  # noqa: E402
 from redist.steps import Exchange  # noqa: E402
 from spmd_types import Mesh, ShardingType, parse  # noqa: E402

@@ -29,7 +29,7 @@ import numpy as np
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from benchmarks.hlo import Collective, HloCollectives, collective_key
+from redist.hlo import Collective, HloCollectives, collective_key
 
 _FLOATS = {2: jnp.bfloat16, 4: jnp.float32, 8: jnp.float64}
 _BITS = {1: jnp.uint8, 2: jnp.uint16, 4: jnp.uint32, 8: jnp.uint64}

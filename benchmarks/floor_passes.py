@@ -58,7 +58,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from benchmarks.floor import _BITS, _REDUCING, Bare, _compiled, _grouped_mesh
-from benchmarks.hlo import Collective, HloCollectives
+from redist.hlo import Collective, HloCollectives
 from spmd_types import ShardingType
 
 _NAMES = {"bf16": jnp.bfloat16, "f32": jnp.float32}

@@ -32,11 +32,11 @@ from jax.sharding import Mesh, NamedSharding  # noqa: E402
 from jax.sharding import PartitionSpec as P  # noqa: E402
 
 import redist.executor as ex  # noqa: E402
-from benchmarks.arrays import check_output, make_input  # noqa: E402
-from benchmarks.hlo import program_text  # noqa: E402
 from benchmarks.speed import _at_least, round_robin, thunk  # noqa: E402
 from redist import AllToAll, Plan, redistribute  # noqa: E402
+from redist.arrays import check_output, make_input  # noqa: E402
 from redist.executor import _all_to_all_in_place, _gather_into  # noqa: E402
+from redist.hlo import program_text  # noqa: E402
 from spmd_types import Mesh as TypesMesh  # noqa: E402
 from spmd_types import parse  # noqa: E402
 from spmd_types.jax_interop import to_partition_spec  # noqa: E402

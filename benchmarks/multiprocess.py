@@ -29,7 +29,6 @@ import argparse
 import json
 import os
 import re
-import socket
 import statistics
 import subprocess
 import sys
@@ -39,21 +38,10 @@ from typing import Any, NamedTuple
 
 from benchmarks.paired import balanced_order, paired_ratio
 from redist import coordination
+from redist.launch import EIGEN_SINGLE, init_distributed, spawn_local, without_gloo_logs
 from redist.plan import Plan
 
 DEVICES = 8
-EIGEN_SINGLE = "--xla_cpu_multi_thread_eigen=false"
-"""XLA's CPU flag for single-threaded Eigen kernels: 4-8 simulated devices and Gloo's threads already
-oversubscribe 2 cores; set in every process, so it applies to XLA's programs and ours alike."""
-GLOO_LOG = re.compile(r"\[Gloo\][^\n]*?peer ranks is : \d+\n?")
-"""Gloo logs each connection to stdout, sometimes in the middle of one of our lines."""
-
-
-def without_gloo_logs(text: str) -> str:
-    """``text`` with Gloo's connection logs cut out, our lines made whole again."""
-    return GLOO_LOG.sub("", text)
-
-
 CASE_LINE = re.compile(r"\b[a-z0-9_]+ +(?:OK|WRONG) \d+ steps[^\n\[]*")
 FLOOR = re.compile(r"floor ours +[\d.]+ / xla +[\d.]+ ms \(ceiling ([\d.]+)x\)")
 STEP_LINE = re.compile(r" +[a-z0-9_]+#\d+ +[a-z_]+ +ours +[\d.]+ ms +predicted +[\d.]+ ms")
@@ -62,42 +50,12 @@ SPEED = re.compile(r"xla +([\d.]+) ms +ours +([\d.]+) ms +([\d.]+)x .*predicted 
 """A case's line in process 0's output (Gloo logs there too, sometimes in the middle of a line)."""
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def launch(processes: int, args: Sequence[str], timeout_s: float,
            xla_flags: str = "") -> list[subprocess.CompletedProcess[str]]:
     """Run ``processes`` benchmark workers on 127.0.0.1; their results, in process order."""
     return spawn_local(processes, DEVICES // processes,
                        lambda i, port: ["-m", "benchmarks.multiprocess", "--worker", str(i), "--processes",
                                         str(processes), "--port", str(port), *args], timeout_s, xla_flags)
-
-
-def spawn_local(processes: int, devices_per_process: int, argv: Callable[[int, int], Sequence[str]],
-                timeout_s: float, xla_flags: str = "") -> list[subprocess.CompletedProcess[str]]:
-    """Run ``python argv(i, port)`` for each process ``i`` (CPU only, ``devices_per_process``
-    devices each; ``port`` a free coordinator port on 127.0.0.1; ``xla_flags`` more XLA flags, the same
-    in every process); results in process order. On a timeout every process is killed and
-    ``TimeoutExpired`` raised."""
-    port = free_port()
-    flags = f"--xla_force_host_platform_device_count={devices_per_process} {xla_flags}".strip()
-    env = dict(os.environ, XLA_FLAGS=flags, JAX_PLATFORMS="cpu")
-    procs = [subprocess.Popen([sys.executable, *argv(i, port)], env=env, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for i in range(processes)]
-    out = []
-    deadline = time.monotonic() + timeout_s
-    for p in procs:
-        try:
-            so, se = p.communicate(timeout=max(1.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            for q in procs:
-                q.kill()
-            raise
-        out.append(subprocess.CompletedProcess(p.args, p.returncode, so, se))
-    return out
 
 
 class TimerArgs(NamedTuple):
@@ -111,15 +69,6 @@ class TimerArgs(NamedTuple):
     floor: bool = False
 
 
-def init_distributed(index: int, processes: int, coordinator: str) -> None:
-    """Join ``jax.distributed`` as process ``index`` of ``processes``, CPU collectives over Gloo."""
-    import jax
-
-    jax.config.update("jax_cpu_collectives_implementation", "gloo")
-    jax.distributed.initialize(coordinator_address=coordinator, num_processes=processes,
-                               process_id=index, initialization_timeout=60)
-
-
 def worker(index: int, processes: int, port: int, cases: Sequence[str], reps: int, profile: str = "",
            steps: bool = False, hlo: bool = False, timer_args: TimerArgs | None = None, tune: bool = False) -> int:
     init_distributed(index, processes, f"127.0.0.1:{port}")
@@ -127,9 +76,9 @@ def worker(index: int, processes: int, port: int, cases: Sequence[str], reps: in
     import numpy as np
     from jax.experimental import multihost_utils
 
-    from benchmarks.arrays import make_input
     from benchmarks.cases import NAMED_CASES, select_cases
     from redist import autotune, redistribute
+    from redist.arrays import make_input
     from redist.profile import load_profile, process_crossing_axes
 
     timer_args = timer_args or TimerArgs()
@@ -188,7 +137,7 @@ def compiled(plan: Plan, jm: Any, x: Any) -> tuple[Any, Any]:
 def compare_hlo(xla: Any, ours: Any, block_bytes: int) -> str:
     """How our compiled program compares with XLA's (Shardy) across the processes (``hlo_verdict``),
     then both collective summaries."""
-    from benchmarks.hlo import parse_collectives
+    from redist.hlo import parse_collectives
 
     texts = [p.as_text() or "" for p in (xla, ours)]
     theirs, mine = (parse_collectives(t) for t in texts)
@@ -201,7 +150,7 @@ def hlo_verdict(xla_text: str, ours_text: str, block_bytes: int) -> str:
     written besides the collectives, in blocks of ``block_bytes``, to 3 decimals), so 1.0x is the
     best either side can reach; ``same``: the same collectives in another order or with other local
     passes; ``differs``: other collectives."""
-    from benchmarks.hlo import collective_sequence, collective_signature, local_writes, parse_collectives
+    from redist.hlo import collective_sequence, collective_signature, local_writes, parse_collectives
 
     theirs, mine = parse_collectives(xla_text), parse_collectives(ours_text)
     if collective_signature(mine) != collective_signature(theirs):
@@ -319,7 +268,7 @@ def floor_sides(xla: Any, ours: Any, x: Any) -> tuple[dict[str, Callable[[], Any
     """``benchmarks.floor``'s bare collectives of both programs (each alone, on its leading
     dimension, across the same processes) and a dispatch program, to time beside them."""
     from benchmarks.floor import bare_thunks
-    from benchmarks.hlo import parse_collectives
+    from redist.hlo import parse_collectives
 
     texts = {"xla": xla.as_text() or "", "ours": ours.as_text() or ""}
     devices = x.sharding.mesh.devices.flatten()
@@ -341,8 +290,8 @@ def floor_text(med: dict[str, float], uses: dict[str, list[str]], speedup: float
 def time_steps(plan: Plan, jm: Any, reps: int) -> list[str]:
     """Each step of ``plan`` timed alone (a single-step plan on an input of its source type), with its
     predicted time: where a multi-step plan's time goes."""
-    from benchmarks.arrays import make_input
     from benchmarks.speed import round_robin, thunk
+    from redist.arrays import make_input
     from redist.errors import ExecutionError
     from redist.executor import compile_plan
     from spmd_types.errors import ShardingTypeError

@@ -17,8 +17,8 @@ from typing import Any
 
 import jax
 
-from benchmarks.hlo import HloCollectives, parse_collectives
-from benchmarks.xla_side import MemoryStats, compile_with_log
+from redist.hlo import HloCollectives, parse_collectives
+from redist.xla_side import MemoryStats, compile_with_log
 from spmd_types import ShardingType
 
 

@@ -24,11 +24,11 @@ from typing import Any
 
 import jax
 
-from benchmarks.hlo import parse_collectives
 from benchmarks.markdown import md_table
 from partir_core import models as M
 from partir_core import partition
 from partir_core import strategies as S
+from redist.hlo import parse_collectives
 from spmd_types import Mesh
 from spmd_types.jax_interop import mesh_to_jax, to_named_sharding
 
@@ -164,7 +164,7 @@ def _computations(text: str) -> tuple[dict[str, list[str]], str]:
 
 def executed_collectives(hlo_text: str, num_devices: int) -> tuple[dict[str, int], float]:
     """Collectives and received bytes per device of one run of a compiled module, a loop body's
-    counted once per iteration (XLA's ``known_trip_count``); ``benchmarks.hlo`` counts text."""
+    counted once per iteration (XLA's ``known_trip_count``); ``redist.hlo`` counts text."""
     comps, entry = _computations(hlo_text)
     runs: Counter[str] = Counter()
 

@@ -34,16 +34,10 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
-from benchmarks.multiprocess import (
-    DEVICES,
-    EIGEN_SINGLE,
-    Timer,
-    init_distributed,
-    spawn_local,
-    without_gloo_logs,
-)
+from benchmarks.multiprocess import DEVICES, Timer
 from redist.cost import CostModel
 from redist.errors import RedistError, StepError
+from redist.launch import EIGEN_SINGLE, init_distributed, spawn_local, without_gloo_logs
 from redist.plan import Plan
 from redist.profile import packaged_profile, process_crossing_axes
 from redist.steps import ALL_STEPS, Step
@@ -159,9 +153,9 @@ def _worker(index: int, processes: int, port: int, path: str, reps: int, seconds
     init_distributed(index, processes, f"127.0.0.1:{port}")
     import jax
 
-    from benchmarks.arrays import check_output, make_input
     from benchmarks.paired import paired_ratio
     from benchmarks.speed import thunk
+    from redist.arrays import check_output, make_input
     from redist.executor import compile_plan
     from redist.profile import default_cost_model
 

@@ -22,13 +22,13 @@ import jax
 import numpy as np
 
 from benchmarks import our_side
-from benchmarks.arrays import check_output, make_input
 from benchmarks.cases import Case
-from benchmarks.hlo import HloCollectives
 from benchmarks.our_side import OurResult
 from benchmarks.random_pairs import PairSpec
-from benchmarks.timing import Timing, time_interleaved
-from benchmarks.xla_side import XlaVariant, measure_variant, same_collectives, xla_programs
+from redist.arrays import check_output, make_input
+from redist.hlo import HloCollectives
+from redist.timing import Timing, time_interleaved
+from redist.xla_side import XlaVariant, measure_variant, same_collectives, xla_programs
 from spmd_types import Mesh, ShardingType
 from spmd_types.jax_interop import mesh_to_jax
 from spmd_types.layout import overlap_elements

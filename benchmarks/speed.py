@@ -43,17 +43,17 @@ from typing import Any, NamedTuple  # noqa: E402
 import jax  # noqa: E402
 from jax.sharding import NamedSharding  # noqa: E402
 
-from benchmarks.arrays import check_output, make_input  # noqa: E402
 from benchmarks.cases import NAMED_CASES, Case, select_cases  # noqa: E402
 from benchmarks.floor import bare_thunks, ceiling_over, floor_s  # noqa: E402
 from benchmarks.floor_passes import pass_thunks, refined_names, side_passes  # noqa: E402
-from benchmarks.hlo import collective_sequence, collective_signature, local_writes, parse_collectives  # noqa: E402
 from benchmarks.paired import balanced_order, period  # noqa: E402
 from benchmarks.random_pairs import PairSpec, random_pairs  # noqa: E402
-from benchmarks.xla_side import capture_fd2  # noqa: E402
 from redist import CostModel, Plan, redistribute  # noqa: E402
+from redist.arrays import check_output, make_input  # noqa: E402
 from redist.executor import compile_plan  # noqa: E402
+from redist.hlo import collective_sequence, collective_signature, local_writes, parse_collectives  # noqa: E402
 from redist.profile import spearman  # noqa: E402
+from redist.xla_side import capture_fd2  # noqa: E402
 from spmd_types import ShardingType  # noqa: E402
 from spmd_types.jax_interop import mesh_to_jax, to_partition_spec  # noqa: E402
 
@@ -185,7 +185,7 @@ def ceiling_lines(c: Ceiling) -> list[str]:
 def ceiling_note(c: Ceiling, n: int) -> list[str]:
     """The sentence explaining the ceiling rows (numbers from the run)."""
     return ["", f"A structural tie is a case where the faster correct XLA partitioner compiled the same program "
-            f"as ours: the same collectives in the same order and the same local passes (`benchmarks.hlo`). "
+            f"as ours: the same collectives in the same order and the same local passes (`redist.hlo`). "
             f"There 1.0x is the best either side can reach on this backend, so with those {c.ties} cases at "
             f"1.0x a geometric mean of {c.target}x over all {n} needs the other {c.rest} at "
             f"{c.target}^({n}/{c.rest}) = {c.rest_needed:.2f}x; they measured {c.rest_geomean:.2f}x.",

@@ -344,8 +344,17 @@ def calibrate(reps: int = 30, kinds: Sequence[str] | None = None,
     if n < 2:
         raise CalibrationError(f"calibration needs at least 2 devices, the backend has {n}; on CPU, set "
                                "XLA_FLAGS=--xla_force_host_platform_device_count=8 before importing jax")
-    chosen = [plan for plan in (*_typed(n, local, sizes_kib), *_p2p(n, local, sizes_kib))
-              if _own_key(plan) and (not kinds or profile_kind(plan.steps[0], plan.src) in kinds)]
+    if isinstance(reps, bool) or not isinstance(reps, int) or reps < 1:
+        raise CalibrationError(f"calibrate: reps={reps!r} is not a count of timed runs; give an integer >= 1")
+    if not sizes_kib or any(isinstance(k, bool) or not isinstance(k, int) or k < 1 for k in sizes_kib):
+        raise CalibrationError(f"calibrate: sizes_kib={list(sizes_kib)!r}: give block sizes as integers >= 1 (KiB)")
+    own = [plan for plan in (*_typed(n, local, sizes_kib), *_p2p(n, local, sizes_kib)) if _own_key(plan)]
+    known = {profile_kind(plan.steps[0], plan.src) for plan in own}
+    unknown = sorted(set(kinds or ()) - known)
+    if unknown:
+        raise CalibrationError(f"calibrate: kinds {unknown} are not profile keys timed on {n} devices; "
+                               f"known: {', '.join(sorted(known))}")
+    chosen = [plan for plan in own if not kinds or profile_kind(plan.steps[0], plan.src) in kinds]
     timed: list[Sample] = []
     for group in size_classes(chosen):
         for plan, s in zip(group, samples(group, reps, clock=clock)):

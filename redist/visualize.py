@@ -19,6 +19,7 @@ import numpy as np
 
 from redist.atoms import atoms_of_axes
 from redist.cost import DEFAULT_COST_MODEL
+from redist.errors import RedistError
 from redist.exchange import schedule
 from redist.exchange_a2a import slots
 from redist.facets import FacetTable
@@ -35,6 +36,51 @@ if TYPE_CHECKING:
 
 MATRIX_LABEL_LIMIT = 16
 """Devices up to which matrices carry numbers in each cell (beyond, colour only)."""
+PICTURE_FORMATS = ("png", "pdf", "svg")
+"""File types a picture is written as (matplotlib picks the format from the file name)."""
+
+Dims = tuple[int | None, int | None]
+"""The array dimensions drawn as (rows, columns); ``None``: a single row or column."""
+
+
+class PictureError(RedistError):
+    """A picture cannot be drawn as asked: a file name or dimension choice it cannot honour."""
+
+
+def check_picture_path(path: str | Path, option: str = "--picture") -> Path:
+    """``path`` if a picture can be written there (known file type, existing folder, matplotlib
+    installed); checked before planning so a bad name fails at once, not after the output."""
+    p = Path(path)
+    if p.suffix.lower().lstrip(".") not in PICTURE_FORMATS:
+        raise PictureError(f"{option} {path}: pictures are written as {', '.join('.' + f for f in PICTURE_FORMATS)}; "
+                           f"give a file name ending in one of them")
+    if not p.parent.is_dir():
+        raise PictureError(f"{option} {path}: the folder {p.parent} does not exist; create it or give another path")
+    pyplot()
+    return p
+
+
+def parse_dims(text: str, option: str = "--dims") -> tuple[int, ...]:
+    """``"1,2"`` as ``(1, 2)``: the dimensions a picture draws, rows then columns."""
+    try:
+        dims = tuple(int(d) for d in text.split(","))
+    except ValueError:
+        raise PictureError(f"{option} {text}: give one or two dimension numbers separated by a comma, "
+                           f"e.g. {option} 1,2") from None
+    if not 1 <= len(dims) <= 2 or len(set(dims)) != len(dims):
+        raise PictureError(f"{option} {text}: give one or two different dimensions, e.g. {option} 1,2")
+    return dims
+
+
+def chosen_dims(dims: Sequence[int], t: ShardingType, option: str = "--dims") -> Dims:
+    """The dimensions ``dims`` of ``t`` as rows and columns (one dimension: a single row), after
+    checking that ``t`` has them."""
+    bad = [d for d in dims if not 0 <= d < t.rank]
+    if bad:
+        have = f"dimensions 0..{t.rank - 1}" if t.rank else "no dimensions (a scalar)"
+        raise PictureError(f"{option} {','.join(map(str, dims))}: {t} has {have}; "
+                           f"dimension {bad[0]} does not exist")
+    return (None, dims[0]) if len(dims) == 1 else (dims[0], dims[1])
 
 
 # -- data ------------------------------------------------------------------------------------------
@@ -66,7 +112,7 @@ class Layout:
         return tuple(d for d in range(self.type.rank) if d not in (self.row_dim, self.col_dim))
 
 
-def display_dims(types: Sequence[ShardingType]) -> tuple[int | None, int | None]:
+def display_dims(types: Sequence[ShardingType]) -> Dims:
     """The dimensions to draw: rank 1 as a row (like JAX), rank 2 as is, higher ranks the two
     dimensions sharded most ways over all ``types`` (ties: the earlier), in order."""
     rank = types[0].rank
@@ -79,7 +125,7 @@ def display_dims(types: Sequence[ShardingType]) -> tuple[int | None, int | None]
     return pick[0], pick[1]
 
 
-def layout(t: ShardingType, dims: tuple[int | None, int | None] | None = None) -> Layout:
+def layout(t: ShardingType, dims: Dims | None = None) -> Layout:
     row_dim, col_dim = display_dims([t]) if dims is None else dims
     n_r = 1 if row_dim is None else t.dim_shards(row_dim)
     n_c = 1 if col_dim is None else t.dim_shards(col_dim)
@@ -150,9 +196,10 @@ class Frame:
     matrix: np.ndarray | None
 
 
-def plan_frames(plan: Plan) -> list[Frame]:
+def plan_frames(plan: Plan, dims: Dims | None = None) -> list[Frame]:
+    """The source and each step's result, drawn on ``dims`` (default ``display_dims``)."""
     ts = plan.all_types
-    dims = display_dims(ts)
+    dims = display_dims(ts) if dims is None else dims
     frames = [Frame(0, layout(plan.src, dims), None, None, None)]
     for i, (s, st, m) in enumerate(zip(plan.steps, step_texts(plan), plan.measures)):
         frames.append(Frame(i + 1, layout(ts[i + 1], dims), st, m, recv_matrix(s, ts[i], ts[i + 1])))
@@ -238,6 +285,22 @@ def layout_renderable(lay: Layout, color: bool = True, max_width: int = 60) -> A
     return table
 
 
+def busiest_recv(matrix: np.ndarray) -> float:
+    """What the device that receives most receives (the slowest device's share of a step)."""
+    return float(matrix.sum(axis=1).max()) if matrix.size else 0.0
+
+
+def recv_summary(mean: float, busiest: float) -> str:
+    """Received bytes per device, labelled: the mean over devices and the busiest device's."""
+    return f"{fmt_size(mean)} per device (mean), {fmt_size(busiest)} on the busiest device"
+
+
+def plan_busiest_recv(frames: Sequence[Frame]) -> float:
+    """The most any one device receives over the whole plan."""
+    totals = [f.matrix.sum(axis=1) for f in frames if f.matrix is not None]
+    return float(np.sum(totals, axis=0).max()) if totals else 0.0
+
+
 def matrix_renderable(matrix: np.ndarray, title: str) -> Any:
     """Bytes each device (row) receives from each device (column), plus each row's total."""
     from rich.table import Table
@@ -262,12 +325,12 @@ def frame_title(f: Frame) -> str:
     return f"step {f.index}: {f.text.title} to {t}"
 
 
-def plan_renderables(plan: Plan, color: bool = True) -> list[Any]:
+def plan_renderables(plan: Plan, color: bool = True, dims: Dims | None = None) -> list[Any]:
     """Each step's layout and, for communicating steps, its bytes matrix (terminal)."""
     from rich.text import Text
 
     out: list[Any] = []
-    frames = plan_frames(plan)
+    frames = plan_frames(plan, dims)
     for f in frames:
         out.append(Text(frame_title(f), style="bold"))
         out.append(layout_renderable(f.layout, color))
@@ -276,6 +339,8 @@ def plan_renderables(plan: Plan, color: bool = True) -> list[Any]:
             title = "bytes received (row: receiver, column: sender)"
             out.append(matrix_renderable(f.matrix, title) if n <= MATRIX_LABEL_LIMIT
                        else Text(f"{n} devices: the bytes matrix is drawn only in --picture"))
+            assert f.measure is not None
+            out.append(Text("received: " + recv_summary(f.measure.recv_bytes, busiest_recv(f.matrix))))
         out.append(Text(""))
     out.append(Text(dim_caption(frames[0].layout) + " " + legend_text(any(f.layout.partial for f in frames), picture=False),
                     style="dim"))
@@ -371,10 +436,10 @@ def _wrap(text: str, width: int) -> str:
     return "\n".join(textwrap.wrap(re.sub(r"(\d) (B|KiB|MiB|GiB)\b", "\\1\u00a0\\2", text), width))
 
 
-def save_plan_picture(plan: Plan, path: str | Path) -> Path:
+def save_plan_picture(plan: Plan, path: str | Path, dims: Dims | None = None) -> Path:
     """One column per layout (source, then after each step); under each step its bytes matrix."""
     plt = pyplot()
-    frames = plan_frames(plan)
+    frames = plan_frames(plan, dims)
     ncol = len(frames)
     top = PANEL_IN * min(1.0, max(_aspect(f.layout) for f in frames)) + 0.9
     fig, axes = plt.subplots(2, ncol, figsize=(3.6 * ncol + 0.4, top + 4.6), squeeze=False, layout="constrained",
@@ -385,8 +450,8 @@ def save_plan_picture(plan: Plan, path: str | Path) -> Path:
         draw_layout(ax, f.layout, _wrap(title, 44))
     for f, ax in zip(frames[1:], axes[1][1:]):
         assert f.matrix is not None and f.text is not None and f.measure is not None
-        sub = (f"{fmt_size(f.measure.recv_bytes)} per device, {plural(f.text.collectives, 'collective')}"
-               if f.text.collectives else "no communication")
+        sub = (f"{recv_summary(f.measure.recv_bytes, busiest_recv(f.matrix))},\n"
+               f"{plural(f.text.collectives, 'collective')}" if f.text.collectives else "no communication")
         draw_matrix(ax, f.matrix, f"step {f.index}: bytes received\n{sub}")
     ax0 = axes[1][0]
     ax0.axis("off")
@@ -395,19 +460,20 @@ def save_plan_picture(plan: Plan, path: str | Path) -> Path:
              "(column) in that step. " + dim_caption(frames[0].layout))
     ax0.text(0.0, 1.0, _wrap(notes, 40), va="top", ha="left", fontsize=8, transform=ax0.transAxes)
     head = (f"{plan.src} -> {plan.dst} on mesh {plan.src.mesh}: {plural(len(plan.steps), 'step')}, "
-            f"{plural(plan.n_collectives, 'collective')}, {fmt_size(plan.recv_bytes)} received per device "
-            f"(lower bound {fmt_size(plan.lower_bound_bytes)})")
+            f"{plural(plan.n_collectives, 'collective')}, received {recv_summary(plan.recv_bytes, plan_busiest_recv(frames))} "
+            f"(lower bound {fmt_size(plan.lower_bound_bytes)} per device)")
     fig.suptitle(_wrap(head, int(45 * ncol)), fontsize=10)
     return _save(fig, plt, path)
 
 
-def save_types_picture(types: Sequence[ShardingType], path: str | Path) -> Path:
-    """Each type's layout side by side."""
+def save_types_picture(types: Sequence[ShardingType], path: str | Path,
+                       dims: Sequence[Dims | None] | None = None) -> Path:
+    """Each type's layout side by side, on its ``dims`` (default ``display_dims``)."""
     plt = pyplot()
     fig, axes = plt.subplots(1, len(types), figsize=(3.8 * len(types) + 0.4, 4.8), squeeze=False,
                              layout="constrained")
-    for t, ax in zip(types, axes[0]):
-        lay = layout(t)
+    for i, (t, ax) in enumerate(zip(types, axes[0])):
+        lay = layout(t, None if dims is None else dims[i])
         draw_layout(ax, lay, f"{t}\n" + _wrap(describe_holders(t), 44))
     partial = any(t.unreduced for t in types)
     fig.suptitle(_wrap(f"mesh {types[0].mesh}. " + legend_text(partial), int(50 * len(types))), fontsize=9)

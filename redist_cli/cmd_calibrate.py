@@ -44,11 +44,12 @@ def _csv(text: str) -> list[str]:
 
 def _spawn(args: argparse.Namespace) -> int:
     """``--local-processes N``: this command N times, joined by a coordinator on 127.0.0.1."""
-    from benchmarks.multiprocess import EIGEN_SINGLE, spawn_local
+    from redist.launch import EIGEN_SINGLE, spawn_local
 
     n = args.local_processes
     if n < 2 or args.devices % n:
-        print(f"--local-processes {n}: need at least 2 processes dividing --devices {args.devices}", file=sys.stderr)
+        print(f"error: --local-processes {n}: give at least 2 processes that divide --devices {args.devices}",
+              file=sys.stderr)
         return 2
     passed = ["--out", args.out, "--reps", str(args.reps), "--kinds", args.kinds, "--sizes-kib", args.sizes_kib,
               "--clock", args.clock]
@@ -63,9 +64,32 @@ def _spawn(args: argparse.Namespace) -> int:
     return max(r.returncode for r in results)
 
 
+def _problem(args: argparse.Namespace) -> str | None:
+    """A one-line message for an option no calibration can honour (checked before JAX starts)."""
+    sizes = _csv(args.sizes_kib)
+    if not all(k.isdigit() and int(k) > 0 for k in sizes):
+        return f"--sizes-kib {args.sizes_kib}: give block sizes in KiB as whole numbers >= 1, e.g. 4,64,512"
+    if args.reps < 1:
+        return f"--reps {args.reps}: give at least 1 timed run per sample"
+    if args.devices < 2:
+        return f"--devices {args.devices}: calibration times collectives, so it needs at least 2 devices"
+    if args.timeout <= 0:
+        return f"--timeout {args.timeout:g}: give a positive number of seconds"
+    if args.num_processes < 1 or not 0 <= args.process_id < args.num_processes:
+        return (f"--process-id {args.process_id} --num-processes {args.num_processes}: give N >= 1 processes "
+                f"and an index 0..N-1")
+    if args.num_processes > 1 and not args.coordinator:
+        return f"--num-processes {args.num_processes} needs --coordinator HOST:PORT (or use --local-processes)"
+    return None
+
+
 def _run(args: argparse.Namespace) -> int:
     import os
 
+    problem = _problem(args)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
     if args.local_processes:
         return _spawn(args)
     if args.refit:
@@ -75,7 +99,7 @@ def _run(args: argparse.Namespace) -> int:
         return _write(refit([load_profile(p) for p in args.refit]), args.out)
     os.environ.setdefault("XLA_FLAGS", f"--xla_force_host_platform_device_count={args.devices}")
     if args.coordinator:
-        from benchmarks.multiprocess import init_distributed
+        from redist.launch import init_distributed
 
         init_distributed(args.process_id, args.num_processes, args.coordinator)
     from redist.calibrate import SIZES_KIB, calibrate

@@ -1,14 +1,15 @@
 """``redist plan`` and ``redist demo``: plan a redistribution, and run a few on simulated devices.
 
-``redist plan SRC DST --mesh x=2,y=4 [--slow-axes x] [--draw] [--picture plan.png]`` prints the
-plan (each step in words, with its bytes and collectives) and its measures against their bounds
-(docs/design.md section 4), and optionally draws it. It needs no devices and imports no JAX.
+``redist plan SRC DST --mesh x=2,y=4 [--slow-axes x] [--draw] [--picture plan.png] [--dims 1,2]``
+prints the plan (each step in words, with its bytes and collectives) and its measures against their
+bounds (docs/design.md section 4), and optionally draws it. Plans come from types, so it needs no
+devices; ``--autotune`` times the best plans on the mesh's devices.
 
 ``redist demo`` (the README's first command) plans showcase redistributions on ``{x=2,y=4}``, runs
 each as one compiled program on 8 simulated CPU devices, checks every device's block against the
 NumPy slice of the global array, and prints next to ours what XLA does for the same move
-(``jax.jit(lambda a: a, out_shardings=dst)``): bytes received per device, read from each compiled
-program's collectives with the same parser (``benchmarks.hlo``), and temp / peak memory from
+(``jax.jit(lambda a: a, out_shardings=dst)``): bytes received per device (mean and busiest), read from each compiled
+program's collectives with the same parser (``redist.hlo``), and temp / peak memory from
 ``Compiled.memory_analysis()``. ``XLA_FLAGS`` must ask for 8 devices before JAX is imported, so the
 demo sets it itself (and reports an error if JAX is already running with fewer devices).
 """
@@ -16,13 +17,10 @@ demo sets it itself (and reports an error if JAX is already running with fewer d
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from collections.abc import Sequence
 from typing import Any
-
-DEVICE_FLAG = "--xla_force_host_platform_device_count=8"
 
 DEMO_MESH = "x=2,y=4"
 DEMO_CASES: tuple[tuple[str, str, str], ...] = (
@@ -48,6 +46,9 @@ def register(sub: Any, handlers: dict[str, Any]) -> None:
     p.add_argument("--picture", metavar="FILE.png", default=None,
                    help="draw each step's layout and bytes matrix to a PNG (needs matplotlib: the viz extra)")
     p.add_argument("--draw", action="store_true", help="draw each step's layout and bytes matrix in the terminal")
+    p.add_argument("--dims", default=None, metavar="R,C",
+                   help="with --draw or --picture: the array dimensions to draw as rows and columns, e.g. 1,2 "
+                        "(one number: a single row; default the two dimensions sharded most ways)")
     p.add_argument("--autotune", type=int, nargs="?", const=4, default=None, metavar="K",
                    help="time the planner's best K plans (default 4) on this machine's devices and show the "
                         "fastest (redist.autotune; 8 simulated CPU devices where JAX runs on CPU)")
@@ -142,22 +143,46 @@ def measures_table(plan: Any, slow_axes: str = "") -> Any:
     return table
 
 
+def _picture_options(args: argparse.Namespace, src: Any) -> Any:
+    """Check --picture and --dims before planning (a bad file name fails at once, not after the plan
+    has printed); the chosen dimensions, or None for the default."""
+    from redist.visualize import check_picture_path, chosen_dims, parse_dims
+
+    if args.picture:
+        check_picture_path(args.picture)
+    if args.dims is None:
+        return None
+    if not (args.draw or args.picture):
+        from redist.visualize import PictureError
+
+        raise PictureError("--dims chooses what --draw and --picture draw; add one of them")
+    return chosen_dims(parse_dims(args.dims), src)
+
+
+def _check_autotune(args: argparse.Namespace, mesh: Any) -> str | None:
+    """Why --autotune cannot run (a bad count, too few devices), or None."""
+    from redist_cli import devices
+
+    devices.ask_for(mesh.size, cpu=False)  # before ``redist`` imports JAX
+    from redist.autotune import check_top
+    from redist.errors import RedistError
+
+    try:
+        check_top(args.autotune, "--autotune")
+    except RedistError as e:
+        return f"{e}; leave the flag out to time none"
+    return devices.missing(mesh.size, "redist plan --autotune")
+
+
 def run_plan_command(args: argparse.Namespace) -> int:
-    if args.autotune is not None:
-        from redist.autotune import check_top
-        from redist.errors import RedistError
-        try:
-            check_top(args.autotune, "--autotune")
-        except RedistError as e:
-            print(f"error: {e}; leave the flag out to time none", file=sys.stderr)
-            return 2
-    from spmd_types import Mesh
+    from spmd_types import Mesh, parse
 
     mesh = Mesh.parse(args.mesh)
-    problem = ensure_devices(mesh.size) if args.autotune is not None else None
+    problem = _check_autotune(args, mesh) if args.autotune is not None else None
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         return 2
+    dims = _picture_options(args, parse(args.src, mesh))
     from redist import autotune, redistribute
     from redist.render import plural
     from redist_cli.ui import colour, console, print_all
@@ -183,76 +208,29 @@ def run_plan_command(args: argparse.Namespace) -> int:
         con.print()
         from redist.visualize import plan_renderables
 
-        print_all(con, plan_renderables(plan, colour(con)))
+        print_all(con, plan_renderables(plan, colour(con), dims))
     if args.picture:
         from redist.visualize import save_plan_picture
 
-        con.print(f"wrote {save_plan_picture(plan, args.picture)}")
+        con.print(f"wrote {save_plan_picture(plan, args.picture, dims)}")
     return 0
 
 
 # -- redist demo ----------------------------------------------------------------------------------------
 
 
-def ensure_devices(n: int = 8) -> str | None:
-    """Ask for ``n`` CPU devices before JAX starts; an error message if JAX already has fewer."""
-    if "jax" not in sys.modules:
-        flags = os.environ.get("XLA_FLAGS", "")
-        if "xla_force_host_platform_device_count" not in flags:
-            os.environ["XLA_FLAGS"] = (flags + f" --xla_force_host_platform_device_count={n}").strip()
-        os.environ.setdefault("JAX_PLATFORMS", "cpu")
-    import jax
-
-    if jax.device_count() < n:
-        return (f"the demo needs {n} devices but JAX has {jax.device_count()}; "
-                f"set XLA_FLAGS={DEVICE_FLAG} before JAX is imported")
-    return None
-
-
 def _memory(compiled: Any) -> tuple[int, int]:
-    """(temp bytes, peak = arguments + outputs + temp - aliased) per device."""
-    ma = compiled.memory_analysis()
-    if ma is None:  # pragma: no cover - the CPU backend provides it
-        return 0, 0
-    temp = int(ma.temp_size_in_bytes)
-    peak = int(ma.argument_size_in_bytes) + int(ma.output_size_in_bytes) + temp - int(ma.alias_size_in_bytes)
-    return temp, peak
+    """(temp bytes, peak bytes) per device."""
+    from redist.xla_side import MemoryStats
+
+    m = MemoryStats.of(compiled)
+    return m.temp_bytes, m.peak_bytes
 
 
-def _input(t: Any, jmesh: Any, seed: int = 0) -> tuple[Any, Any]:
-    """A jax.Array laid out as ``t`` on ``jmesh`` and the global NumPy value it holds.
-
-    Small integers in float32 keep sums exact, so values are compared for equality. An unreduced
-    source is built from per-device partials (the simulator's ``scatter``).
-    """
-    import jax
-    import numpy as np
-    from jax.sharding import NamedSharding
-
-    from redist.simulate import scatter
-    from spmd_types.dtypes import numpy_dtype
-    from spmd_types.jax_interop import to_partition_spec
-
-    rng = np.random.default_rng(seed)
-    g = rng.integers(0, 128, size=t.shape).astype(numpy_dtype(t.dtype))
-    sharding = NamedSharding(jmesh, to_partition_spec(t))
-    if not t.unreduced:
-        return jax.device_put(g, sharding), g
-    parts = scatter(g, t, rng)
-    devices = list(jmesh.devices.reshape(-1))
-    shards = [jax.device_put(parts[v], devices[v]) for v in range(t.mesh.size)]
-    return jax.make_array_from_single_device_arrays(t.shape, sharding, shards), g
-
-
-def _check(y: Any, g: Any, want_spec: Any) -> str | None:
-    import numpy as np
-
-    if y.sharding.spec != want_spec:
-        return f"output sharding {y.sharding.spec} is not {want_spec}"
-    for shard in y.addressable_shards:
-        if not np.array_equal(np.asarray(shard.data), g[shard.index]):
-            return f"device {shard.device} holds wrong values for block {shard.index}"
-    return None
+def _busiest(c: Any, itemsize: int) -> float | None:
+    """What the device that receives most receives in a compiled program."""
+    per = c.device_recv_bytes_as(itemsize)
+    return None if per is None else float(per.max(initial=0.0))
 
 
 def _kb(v: float | None) -> str:
@@ -264,9 +242,10 @@ def demo_case(index: int, title: str, src_text: str, dst_text: str, mesh_text: s
     import jax
     from jax.sharding import NamedSharding
 
-    from benchmarks.hlo import parse_collectives
     from redist import redistribute
+    from redist.arrays import check_output, make_input
     from redist.executor import compile_plan
+    from redist.hlo import parse_collectives
     from redist.render import format_plan
     from spmd_types import Mesh
     from spmd_types.jax_interop import mesh_to_jax, to_partition_spec
@@ -276,11 +255,11 @@ def demo_case(index: int, title: str, src_text: str, dst_text: str, mesh_text: s
     plan = redistribute(src_text, dst_text, mesh)
     plan_s = time.perf_counter() - start
     explicit = mesh_to_jax(mesh, explicit=True)
-    x, g = _input(plan.src, explicit, seed=index)
+    x, g = make_input(plan.src, explicit, seed=index)
     dst_spec = to_partition_spec(plan.dst)
 
     ours = compile_plan(plan, explicit).lower(x).compile()
-    ok = _check(ours(x), g, dst_spec)
+    ok = check_output(ours(x), g, plan.dst)
     ours_c = parse_collectives(ours.as_text() or "")
     ours_temp, ours_peak = _memory(ours)
 
@@ -290,7 +269,7 @@ def demo_case(index: int, title: str, src_text: str, dst_text: str, mesh_text: s
     x_xla = x if plan.src.unreduced else jax.device_put(g, NamedSharding(xla_mesh, to_partition_spec(plan.src)))
     ident = jax.jit(lambda a: a, out_shardings=NamedSharding(xla_mesh, dst_spec))
     xla = ident.lower(x_xla).compile()
-    xla_ok = _check(xla(x_xla), g, dst_spec)
+    xla_ok = check_output(xla(x_xla), g, plan.dst)
     xla_c = parse_collectives(xla.as_text() or "")
     xla_temp, xla_peak = _memory(xla)
 
@@ -304,8 +283,9 @@ def demo_case(index: int, title: str, src_text: str, dst_text: str, mesh_text: s
     w = 34
     lines += [
         f"    {'':<22}{'ours':<{w}}XLA (jit identity, out_shardings=dst)",
-        f"    {'recv / device':<22}{_kb(ours_c.recv_bytes_as(item)):<{w}}{_kb(xla_c.recv_bytes_as(item))}"
+        f"    {'recv / device (mean)':<22}{_kb(ours_c.recv_bytes_as(item)):<{w}}{_kb(xla_c.recv_bytes_as(item))}"
         f"   (lower bound {_kb(plan.lower_bound_bytes)}; plan says {_kb(plan.recv_bytes)})",
+        f"    {'recv, busiest device':<22}{_kb(_busiest(ours_c, item)):<{w}}{_kb(_busiest(xla_c, item))}",
         f"    {'collectives':<22}{_short(ours_c):<{w}}{_short(xla_c)}",
         f"    {'temp memory':<22}{_kb(ours_temp):<{w}}{_kb(xla_temp)}",
         f"    {'peak memory':<22}{_kb(ours_peak):<{w}}{_kb(xla_peak)}"
@@ -322,7 +302,9 @@ def _short(c: Any) -> str:
 
 
 def run_demo(args: argparse.Namespace) -> int:
-    problem = ensure_devices(8)
+    from redist_cli import devices
+
+    problem = devices.ensure(8, "redist demo")
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         return 2

@@ -12,8 +12,10 @@ import pkgutil
 from pathlib import Path
 from typing import Any
 
-ORDER = ("cmd_redist", "cmd_types", "cmd_verify", "cmd_bench", "cmd_planbench", "cmd_partir")
+ORDER = ("cmd_redist", "cmd_types", "cmd_verify", "cmd_compare", "cmd_bench", "cmd_planbench", "cmd_partir")
 """The order ``redist --help`` lists commands in: the everyday ones first; unlisted modules last."""
+PASSED_THROUGH = ("bench",)
+"""Commands whose options belong to the program they run (``args.passed``), not to this parser."""
 
 
 def register(sub: Any, handlers: dict[str, Any]) -> None:

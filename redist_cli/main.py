@@ -17,7 +17,9 @@ Plan, check and picture the movement of a sharded JAX array between two layouts.
 
 A layout is a sharding type as jax.typeof prints it: f32[512@(x,y),128] is a 512x128 array whose
 dimension 0 is split over mesh axes x then y; {U:y} marks a pending sum over y. A mesh is written
-x=2,y=4. Nothing but 'demo', 'bench' and 'partir' needs devices: plans are computed from types.
+x=2,y=4. Plans are computed from types, so plan, types and verify need no devices; demo, compare,
+bench, calibrate, plan --autotune and partir --run run JAX programs (on simulated CPU devices
+unless JAX has other devices).
 """
 
 EXAMPLES = """\
@@ -26,6 +28,8 @@ examples:
   redist plan 'f32[2048@x,1024]{U:y}' 'f32[2048@(x,y),1024]' --mesh x=2,y=4 --draw
   redist types 'f32[8@x,4]{U:y}' --mesh x=2,y=4
   redist verify 'f32[512@(x,y),128]' 'f32[512,128@(y,x)]' --mesh x=2,y=4
+  redist compare 'f32[2048@x,2048@y]' 'f32[2048@y,2048@x]' --mesh x=2,y=4
+  redist partir --model transformer --strategy BP+MP --run
 """
 
 
@@ -63,11 +67,16 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, Handler]]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from redist_cli.commands import PASSED_THROUGH
+
     parser, handlers = build_parser()
-    args = parser.parse_args(argv)
+    args, rest = parser.parse_known_args(argv)
     if args.command is None:
         parser.print_help()
         return 0
+    if rest and args.command not in PASSED_THROUGH:
+        Parser(prog=f"redist {args.command}").error(f"unrecognized arguments: {' '.join(rest)}")
+    args.passed = rest
     from spmd_types import ShardingTypeError
     from spmd_types.errors import MissingExtraError
 

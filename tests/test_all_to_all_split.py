@@ -15,11 +15,11 @@ import pytest
 from jax.sharding import Mesh, NamedSharding
 
 from benchmarks.a2a_forms import Form, _program, _specs
-from benchmarks.arrays import check_output, make_input
 from benchmarks.cases import NAMED_CASES
-from benchmarks.hlo import all_to_all_send_ops, parse_collectives
 from redist import AllToAll, redistribute
+from redist.arrays import check_output, make_input
 from redist.executor import compile_plan, splits_directly
+from redist.hlo import all_to_all_send_ops, parse_collectives
 
 CASES = {c.name: c for c in NAMED_CASES}
 PLAIN, RESHAPED, RESHAPED_BITS = ("slice",), ("bitcast", "slice"), ("bitcast", "bitcast-convert", "slice")

@@ -8,11 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from benchmarks.arrays import check_output, make_input
-from benchmarks.multiprocess import spawn_local
 from redist import CostModel, autotune, redistribute
+from redist.arrays import check_output, make_input
 from redist.caches import clear_caches
 from redist.errors import RedistError
+from redist.launch import spawn_local
 from redist.synth import ranked
 from spmd_types import Mesh, parse
 from spmd_types.jax_interop import mesh_to_jax

@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 
 from benchmarks import our_side
-from benchmarks.arrays import check_output, make_input
 from benchmarks.cases import Case
 from benchmarks.random_pairs import PairSpec
 from benchmarks.report import summarize, write_report
 from benchmarks.run import SuiteResult, jax_meshes, run_case, run_suite
+from redist.arrays import check_output, make_input
 
 pytestmark = pytest.mark.jax
 
@@ -82,17 +82,45 @@ def test_full_rematerialization_is_detected() -> None:
     assert any("rematerialization" in n for n in r.notes)
 
 
-def test_cli_bench(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cli_bench(tmp_path: Path, capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """``redist bench`` runs the checkout's benchmark in a fresh process that sets its own devices."""
     from redist_cli.main import main
 
     monkeypatch.chdir(tmp_path)  # results go to ./redist-bench-results/<date>/, not into the package
+    monkeypatch.delenv("XLA_FLAGS", raising=False)
     rc = main(["bench", "--cases", "rank1_order_swap", "--pairs", "1", "--reps", "2", "--no-plots"])
-    assert rc == 0
-    out = capsys.readouterr().out
+    out, err = capfd.readouterr()
+    assert rc == 0, err[-2000:]
     assert "geometric-mean speedup (XLA time / ours)" in out and "wrote redist-bench-results/" in out
     md = next((tmp_path / "redist-bench-results").glob("*/*.md")).read_text()
     assert "redist bench --cases rank1_order_swap --pairs 1 --reps 2" in md
     assert "rank1_order_swap" in md and "rand000" in md
+
+
+def test_cli_bench_without_a_checkout_says_how_to_get_one(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from redist_cli import checkout
+    from redist_cli.main import main
+
+    monkeypatch.setattr(checkout, "benchmarks_root", lambda: None)
+    assert main(["bench", "--quick"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: the benchmark suites ship with the source checkout")
+    assert "run redist bench again" in err
+
+
+def test_bench_rejects_bad_counts_in_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    from benchmarks.bench import main
+
+    for argv, needle in ((["--pairs", "-1"], "--pairs -1"), (["--reps", "0"], "--reps 0"),
+                         (["--no-plots", "--cases", "nope"], "--cases nope: no named case")):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.startswith(f"error: {needle}")
+    with pytest.raises(SystemExit) as e:
+        main(["--pairs", "many"])
+    assert e.value.code == 2 and capsys.readouterr().err.count("\n") == 1
 
 
 def test_our_failure_keeps_xla_results(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -110,23 +138,23 @@ def test_cli_bench_checks_matplotlib_before_running(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     import benchmarks.run
-    from redist_cli.main import main
+    from benchmarks.bench import main
 
     def ran(*a: object, **k: object) -> None:
         raise AssertionError("the benchmark ran cases before checking its dependencies")
 
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     monkeypatch.setattr(benchmarks.run, "run_suite", ran)  # refused at once, not after running cases
-    assert main(["bench", "--quick"]) == 2
+    assert main(["--quick"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: the benchmark plots need matplotlib") and ".[bench]" in err and "--no-plots" in err
 
 
 def test_cli_bench_redraws_plots_from_a_committed_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from redist_cli.main import main
+    from benchmarks.bench import main
 
     report = Path(__file__).resolve().parent.parent / "benchmarks" / "results" / "2026-11-21.json"
-    assert main(["bench", "--plots-from", str(report), "--out", str(tmp_path)]) == 0
+    assert main(["--plots-from", str(report), "--out", str(tmp_path)]) == 0
     for name in ("2026-11-21-bytes.png", "2026-11-21-speedup.png"):
         assert (tmp_path / name).read_bytes()[:4] == b"\x89PNG"
     assert capsys.readouterr().out.count("wrote ") == 2

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.hlo import (
+from redist.hlo import (
     iota_device_list,
     parse_collectives,
     parse_instruction,
@@ -204,10 +204,26 @@ def test_no_collectives() -> None:
 
 
 def test_collective_sequence_keeps_program_order_where_the_signature_does_not() -> None:
-    from benchmarks.hlo import Collective, HloCollectives, collective_sequence, collective_signature
+    from redist.hlo import Collective, HloCollectives, collective_sequence, collective_signature
     a2a = Collective("a", "all-to-all", ((0, 1), (2, 3)), 8, 8, 4.0, 2, 1.0)
     perm = Collective("p", "collective-permute", ((0, 2), (2, 0), (1, 1)), 8, 8, 4.0, 2, 1.0)
     first, second = HloCollectives(4, (a2a, perm)), HloCollectives(4, (perm, a2a))
     assert collective_signature(first) == collective_signature(second)
     assert collective_sequence(first) != collective_sequence(second)
     assert collective_sequence(first)[1] == ("collective-permute", ((0, 2), (2, 0)), 1.0)  # self-pair left out
+
+
+def test_per_device_receipts_average_to_the_mean_and_name_the_busiest() -> None:
+    """A permute that reaches two of four devices: the mean hides that they receive twice as much."""
+    from redist.hlo import Collective, HloCollectives, device_recv_elements
+
+    gather = Collective("ag", "all-gather", ((0, 1), (2, 3)), 64, 128, 64.0, 16, 16.0)
+    permute = Collective("cp", "collective-permute", ((0, 2), (1, 3), (2, 2)), 64, 64, 32.0, 16, 8.0)
+    ragged = Collective("r", "ragged-all-to-all", ((0, 1, 2, 3),), 64, 64, None, 16, None)
+    assert list(device_recv_elements(gather, 4)) == [16, 16, 16, 16]
+    assert list(device_recv_elements(permute, 4)) == [0, 0, 16, 16]  # 2 -> 2 moves nothing
+    assert device_recv_elements(ragged, 4) is None
+    h = HloCollectives(4, (gather, permute))
+    per = h.device_recv_bytes_as(4)
+    assert list(per) == [64, 64, 128, 128] and per.mean() == h.recv_bytes_as(4)
+    assert HloCollectives(4, (gather, ragged)).device_recv_bytes_as(4) is None

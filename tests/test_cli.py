@@ -177,3 +177,135 @@ def test_plan_autotune_times_the_best_plans_and_prints_the_kept_one(capsys: pyte
         err = capsys.readouterr().err
         assert f"error: autotune: --autotune={bad} is out of range; it is how many plans to time, at least 1" in err
         assert err.rstrip().endswith("at least 1; leave the flag out to time none")
+
+
+def _fresh(argv: list[str], timeout: int = 300, **env_changes: str) -> subprocess.CompletedProcess[str]:
+    """``python -m redist_cli ARGV`` in a new process without the suite's device flags, as a user types it."""
+    env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_PLATFORMS")} | env_changes
+    return subprocess.run([sys.executable, "-m", "redist_cli", *argv], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+@pytest.mark.jax
+def test_plan_autotune_asks_for_its_devices_in_a_fresh_process() -> None:
+    r = _fresh(["plan", "f32[64@x,32@y]", "f32[64@y,32@x]", "--mesh", "x=2,y=4", "--autotune", "2"])
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.startswith("autotune: the planner's best plans, timed on this machine") and "demo" not in r.stderr
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--picture", "plan.txt"], "error: PictureError: --picture plan.txt: pictures are written as .png, .pdf, .svg"),
+    (["--picture", "no/such/folder/plan.png"], "error: PictureError: --picture no/such/folder/plan.png: the folder"),
+    (["--draw", "--dims", "1,3"], "error: PictureError: --dims 1,3: f32[8@x,8,8@y] has dimensions 0..2; dimension 3"),
+    (["--draw", "--dims", "a"], "error: PictureError: --dims a: give one or two dimension numbers"),
+    (["--draw", "--dims", "2,2"], "error: PictureError: --dims 2,2: give one or two different dimensions"),
+    (["--dims", "1,2"], "error: PictureError: --dims chooses what --draw and --picture draw; add one of them"),
+])
+def test_picture_options_are_checked_before_anything_prints(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["plan", "f32[8@x,8,8@y]", "f32[8,8@y,8@x]", "--mesh", "x=2,y=4", *argv]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.startswith(message) and err.count("\n") == 1
+
+
+def _words(text: str) -> str:
+    """``text`` with line breaks and runs of spaces as single spaces (the terminal wraps long lines)."""
+    return " ".join(text.split())
+
+
+def test_dims_choose_what_rank_3_pictures_draw(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["plan", "f32[8@x,8,8@y]", "f32[8,8@y,8@x]", "--mesh", "x=2,y=4", "--draw"]
+    assert main(argv) == 0
+    assert "Drawn: rows are dim 1 (8); columns are dim 2 (8); dim 0 not drawn" in _words(capsys.readouterr().out)
+    png = tmp_path / "p.png"
+    assert main([*argv, "--dims", "0,2", "--picture", str(png)]) == 0
+    out = _words(capsys.readouterr().out)
+    assert "Drawn: rows are dim 0 (8); columns are dim 2 (8); dim 1 not drawn" in out
+    assert png.read_bytes()[:4] == b"\x89PNG"
+    assert main(["types", "f32[8@x,8,8@y]", "--mesh", "x=2,y=4", "--dims", "2"]) == 0
+    out = _words(capsys.readouterr().out)
+    assert "Drawn: columns are dim 2 (8); dims 0,1 not drawn" in out and "Choose the dimensions drawn with --dims" in out
+    assert main(["types", "f32[8@x,8,8@y]", "--mesh", "x=2,y=4", "--dims", "3"]) == 2
+
+
+def test_drawings_label_the_busiest_device_beside_the_mean(capsys: pytest.CaptureFixture[str]) -> None:
+    """The swap of a 2-D sharding's axes: its permute step reaches devices 2-5 only, 2 MiB each, so
+    the mean over the 8 devices (1 MiB) hides what the slowest device receives."""
+    from redist.render import fmt_size
+    from redist.visualize import busiest_recv, plan_frames
+
+    argv = ["plan", "f32[2048@x,2048@y]", "f32[2048@y,2048@x]", "--mesh", "x=2,y=4", "--draw"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "received: 1 MiB per device (mean), 2 MiB on the busiest device" in out
+    plan = redistribute(*argv[1:3], Mesh({"x": 2, "y": 4}))
+    for f in plan_frames(plan)[1:]:
+        assert f.matrix is not None and f.measure is not None
+        assert f.matrix.sum(axis=1).mean() == pytest.approx(f.measure.recv_bytes)
+        assert (f"received: {fmt_size(f.measure.recv_bytes)} per device (mean), "
+                f"{fmt_size(busiest_recv(f.matrix))} on the busiest device") in out
+
+
+def test_partir_strategies_any_case_and_one_line_errors(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["partir", "--strategy", "bp", "--summary"]) == 0
+    assert capsys.readouterr().out.startswith("mlp BP on {data=4,model=2}: flops/device")
+    with pytest.raises(SystemExit) as e:
+        main(["partir", "--strategy", "bq"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "unknown strategy part 'BQ' in 'bq'; parts are BP, MP, Z2, Z3, EMB, SP, VP" in err
+    assert main(["partir", "--strategy", "BP+SP"]) == 2
+    assert capsys.readouterr().err == "error: --strategy BP+SP: SP applies to --model gpt, not mlp\n"
+    assert main(["partir", "--strategy", "MP", "--mesh", "data=8"]) == 2
+    assert "the mesh lacks model" in capsys.readouterr().err
+
+
+def test_partir_help_lists_every_part_and_model(capsys: pytest.CaptureFixture[str]) -> None:
+    from partir_core import models, strategies
+    from redist_cli.cmd_partir import MODELS, NEEDS, PARTS
+
+    assert set(MODELS) == set(models.MODELS)
+    assert set(PARTS) == {p for parts in strategies.STRATEGIES.values() for p in parts}
+    for model in MODELS:  # NEEDS says what strategies.applicable says
+        usable = {p for p in PARTS if model in NEEDS.get(p, MODELS)}
+        assert {p for s in strategies.applicable(model) for p in strategies.STRATEGIES[s]} == usable
+    with pytest.raises(SystemExit):
+        main(["partir", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert all(f"{p} (" in text for p in PARTS) and "{mlp,transformer,gpt}" in text
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["calibrate", "--reps", "0"], "--reps 0: give at least 1 timed run per sample"),
+    (["calibrate", "--sizes-kib", "4,a"], "--sizes-kib 4,a: give block sizes in KiB as whole numbers >= 1"),
+    (["calibrate", "--devices", "1"], "--devices 1: calibration times collectives, so it needs at least 2 devices"),
+    (["calibrate", "--local-processes", "3"], "--local-processes 3: give at least 2 processes that divide --devices 8"),
+    (["calibrate", "--num-processes", "2"], "--num-processes 2 needs --coordinator HOST:PORT"),
+    (["calibrate", "--num-processes", "2", "--process-id", "2", "--coordinator", "h:1"], "--process-id 2"),
+    (["bench-plan", "--pairs", "4"], "--pairs 4: give at least 5 random pairs"),
+    (["bench-plan", "--ladder", "-1"], "--ladder -1: give a count of random pairs (>= 0)"),
+    (["compare", "f32[8@x]", "f32[8@y]", "--mesh", "x=2,y=4", "--reps", "0"], "--reps 0: give at least 1 timed round"),
+])
+def test_bad_counts_are_one_line_errors(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(argv) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.startswith(f"error: {message}") and err.count("\n") == 1
+
+
+def test_unknown_options_name_the_command(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as e:
+        main(["plan", "f32[8@x]", "f32[8@y]", "--mesh", "x=2,y=4", "--frobnicate"])
+    assert e.value.code == 2
+    assert capsys.readouterr().err == "error: unrecognized arguments: --frobnicate (see 'redist plan --help')\n"
+
+
+@pytest.mark.jax
+def test_demo_imports_no_benchmarks() -> None:
+    """The wheel ships no ``benchmarks`` package: the README's first command runs without it."""
+    code = ("import sys; sys.modules['benchmarks'] = None; from redist_cli import main; "
+            "sys.exit(main(['demo', '--cases', '4']))")
+    env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_PLATFORMS")}
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "values: OK" in r.stdout and "all values correct" in r.stdout

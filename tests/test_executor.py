@@ -25,7 +25,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from jax.sharding import NamedSharding, PartitionSpec
 
-from benchmarks.hlo import parse_collectives
 from redist import (
     AllGather,
     AllReduce,
@@ -45,6 +44,7 @@ from redist import (
 from redist.atoms import atoms_of_axes, atoms_size
 from redist.exchange import schedule
 from redist.executor import apply_local, collective_group, compile_plan, run_plan
+from redist.hlo import parse_collectives
 from redist.simulate import check, scatter, simulate
 from spmd_types import Mesh, SubAxis, parse
 from spmd_types.jax_interop import mesh_to_jax, to_partition_spec

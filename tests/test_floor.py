@@ -9,12 +9,12 @@ import jax
 import pytest
 from jax.sharding import NamedSharding
 
-from benchmarks.arrays import make_input
 from benchmarks.cases import NAMED_CASES
 from benchmarks.floor import bare_program, bare_thunks, floor_s
-from benchmarks.hlo import Collective, collective_key, parse_collectives
 from redist import redistribute
+from redist.arrays import make_input
 from redist.executor import compile_plan
+from redist.hlo import Collective, collective_key, parse_collectives
 from spmd_types.jax_interop import to_partition_spec
 
 CASES = {c.name: c for c in NAMED_CASES}

@@ -9,13 +9,13 @@ import jax
 import numpy as np
 import pytest
 
-from benchmarks.arrays import make_input, reference_values
 from benchmarks.cases import NAMED_CASES
 from benchmarks.floor_passes import Pass, pass_program, pass_thunks, refined_names, side_passes
-from benchmarks.hlo import HloCollectives, collective_key, local_writes, parse_collectives, parse_instruction
 from benchmarks.speed import _xla
 from redist import redistribute
+from redist.arrays import make_input, reference_values
 from redist.executor import compile_plan
+from redist.hlo import HloCollectives, collective_key, local_writes, parse_collectives, parse_instruction
 from spmd_types.jax_interop import mesh_to_jax
 
 CASES = {c.name: c for c in NAMED_CASES}

@@ -16,12 +16,12 @@ import jax
 import pytest
 from jax.sharding import NamedSharding
 
-from benchmarks.arrays import check_output, make_input
 from benchmarks.cases import NAMED_CASES, Case
-from benchmarks.hlo import HloCollectives, local_writes, parse_collectives, parse_instruction
 from redist import AllGather, AllToAll, CostModel, Exchange, ExchangeAllToAll, Permute, Plan, redistribute
+from redist.arrays import check_output, make_input
 from redist.exchange import schedule
 from redist.executor import _owners, compile_plan
+from redist.hlo import HloCollectives, local_writes, parse_collectives, parse_instruction
 from redist.steps import Step
 from spmd_types import Mesh, SubAxis, parse
 from spmd_types.jax_interop import to_partition_spec

@@ -11,10 +11,10 @@ from __future__ import annotations
 import pytest
 
 import proofs  # noqa: F401  (registers plan.verify())
-from benchmarks.arrays import make_input
-from benchmarks.hlo import parse_collectives
 from redist import AllToAll, CostModel, MultiAllToAll, StepError, redistribute
+from redist.arrays import make_input
 from redist.executor import compile_plan
+from redist.hlo import parse_collectives
 from spmd_types import Mesh, parse
 
 XY = Mesh({"x": 2, "y": 4})

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from benchmarks.golden import golden_cases
-from benchmarks.multiprocess import without_gloo_logs
 from benchmarks.plan_ab import gloo_cost_model, load_moves, main, parse_steps
 from redist import redistribute
 from redist.errors import RedistError
+from redist.launch import without_gloo_logs
 
 PLANS = Path(__file__).resolve().parent.parent / "benchmarks" / "results" / "2026-11-25-gloo-rounds-rule-plans.json"
 

@@ -13,12 +13,12 @@ from dataclasses import replace
 
 import pytest
 
-from benchmarks.arrays import make_input
-from benchmarks.hlo import local_writes
 from redist import CostModel, Plan, redistribute
+from redist.arrays import make_input
 from redist.bounds import lower_bound_bytes
 from redist.cost import KindCost
 from redist.executor import compile_plan
+from redist.hlo import local_writes
 from redist.measure import measure
 from redist.steps import AllGather, AllReduceSlice, DynSlice, Exchange, ExchangeAllToAll, Permute, Step
 from redist.synth import synthesize

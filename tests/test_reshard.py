@@ -26,7 +26,6 @@ from strategies import jax_meshes, type_pairs
 from test_executor import _expected_kinds, _make_input
 
 import redist
-from benchmarks.hlo import parse_collectives
 from redist import (
     CostModel,
     IncompatibleTypesError,
@@ -36,6 +35,7 @@ from redist import (
     reshard_local,
 )
 from redist.caches import clear_caches
+from redist.hlo import parse_collectives
 from redist.reshard import plan_for
 from spmd_types import Mesh, ShardingType, UnknownLayoutError
 from spmd_types.dtypes import numpy_dtype

@@ -8,12 +8,12 @@ import jax
 import pytest
 from jax.sharding import NamedSharding
 
-from benchmarks.arrays import make_input
 from benchmarks.cases import NAMED_CASES
-from benchmarks.hlo import collective_signature, parse_collectives
 from benchmarks.speed import Row, temp_section
 from redist import CostModel, redistribute
+from redist.arrays import make_input
 from redist.executor import compile_plan
+from redist.hlo import collective_signature, parse_collectives
 from spmd_types.jax_interop import to_partition_spec
 
 CASES = {c.name: c for c in NAMED_CASES}

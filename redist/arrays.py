@@ -1,11 +1,11 @@
-"""Benchmark inputs laid out as a source type, their expected values, and the equality check.
+"""Test inputs laid out as a source type, their expected values, and the equality check.
 
 Values are small integers in every dtype, so sums of unreduced partials are exact in bf16 and the
 two sides' results can be compared for *equality*, not closeness: any difference is a bug.
 
 An unreduced source cannot be ``device_put`` (it is not a value but a pending sum): it is built
 with ``jax.make_array_from_single_device_arrays`` from per-device partials on an Explicit-axes
-mesh (JAX allows ``unreduced`` only on Explicit axes). Both sides then receive the very same
+mesh (JAX allows ``unreduced`` only on Explicit axes). Ours and XLA's programs then receive the very same
 array, so XLA and ours are measured identically.
 """
 

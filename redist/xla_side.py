@@ -7,7 +7,7 @@ Two ways to ask XLA for a redistribution, both measured:
 - ``reshard``: ``jax.sharding.reshard(x, dst)`` inside ``jit`` on an Explicit-axes mesh.
 
 Unreduced sources exist only on Explicit axes, so for them both variants run on the Explicit mesh.
-From each compiled program we read the collectives (``benchmarks.hlo``), its memory analysis,
+From each compiled program we read the collectives (``redist.hlo``), its memory analysis,
 and whether XLA logged an "Involuntary full rematerialization" (it then gathers the whole array
 and slices it). That warning is printed by C++ to file descriptor 2, so it is captured at the
 descriptor level, not through ``sys.stderr``.
@@ -27,7 +27,7 @@ from typing import Any
 import jax
 from jax.sharding import NamedSharding
 
-from benchmarks.hlo import HloCollectives, parse_collectives
+from redist.hlo import HloCollectives, parse_collectives
 from spmd_types import ShardingType
 from spmd_types.jax_interop import to_partition_spec
 
@@ -42,6 +42,11 @@ class MemoryStats:
     output_bytes: int
     temp_bytes: int
     alias_bytes: int
+
+    @property
+    def peak_bytes(self) -> int:
+        """Arguments + outputs + temporaries - aliased: what the program holds at once."""
+        return self.argument_bytes + self.output_bytes + self.temp_bytes - self.alias_bytes
 
     @staticmethod
     def of(compiled: Any) -> MemoryStats:

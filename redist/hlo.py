@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -118,6 +118,14 @@ class HloCollectives:
         """
         el = self.recv_elements
         return None if el is None else el * itemsize
+
+    def device_recv_bytes_as(self, itemsize: int) -> np.ndarray | None:
+        """Bytes each device receives over all collectives (counted as ``recv_bytes_as`` counts them);
+        ``None`` if any amount is data-dependent."""
+        per = [device_recv_elements(c, self.num_devices) for c in self.collectives]
+        if any(p is None for p in per):
+            return None
+        return sum((p for p in per if p is not None), np.zeros(self.num_devices)) * itemsize
 
     def kinds(self) -> tuple[str, ...]:
         return tuple(c.kind for c in self.collectives)
@@ -416,19 +424,38 @@ def parse_pairs(text: str) -> tuple[tuple[int, int], ...]:
 
 
 # -- the bytes formulas of docs/design.md section 4 ------------------------------------------------------
+PER_MEMBER: dict[str, Callable[[int, float], float]] = {
+    "all-gather": lambda p, operand: (p - 1) * operand,
+    "reduce-scatter": lambda p, operand: (p - 1) / p * operand,
+    "all-reduce": lambda p, operand: 2 * (p - 1) / p * operand,
+    "all-to-all": lambda p, operand: (p - 1) / p * operand,
+}
+"""What each member of a group of ``p`` receives from a ring collective of ``operand`` per device."""
+
+
 def ring_recv_bytes(kind: str, group_sizes: list[int], operand_bytes: int, num_devices: int) -> float:
     """Bytes received per device, averaged over ``num_devices``, for one group-based collective.
 
-    ``group_sizes`` lists every group; each member of a group of size ``p`` receives the amount
-    below, devices in no group receive nothing.
+    ``group_sizes`` lists every group; each member of a group of size ``p`` receives
+    ``PER_MEMBER[kind]``, devices in no group receive nothing.
     """
-    per_member = {
-        "all-gather": lambda p: (p - 1) * operand_bytes,
-        "reduce-scatter": lambda p: (p - 1) / p * operand_bytes,
-        "all-reduce": lambda p: 2 * (p - 1) / p * operand_bytes,
-        "all-to-all": lambda p: (p - 1) / p * operand_bytes,
-    }[kind]
-    return sum(p * per_member(p) for p in group_sizes) / num_devices
+    return sum(p * PER_MEMBER[kind](p, operand_bytes) for p in group_sizes) / num_devices
+
+
+def device_recv_elements(c: Collective, num_devices: int) -> np.ndarray | None:
+    """Elements each device receives from ``c`` (their mean is ``c.recv_elements``); ``None`` when
+    the amount is data-dependent. Why: the slowest device, not the mean, bounds a collective's time."""
+    if c.recv_elements is None:
+        return None
+    out = np.zeros(num_devices)
+    if c.kind == "collective-permute":
+        for s, t in c.groups:
+            if s != t:
+                out[t] += c.operand_elements
+        return out
+    for g in c.groups:
+        out[list(g)] += PER_MEMBER[c.kind](len(g), c.operand_elements)
+    return out
 
 
 def permute_recv_bytes(pairs: tuple[tuple[int, int], ...], operand_bytes: int, num_devices: int) -> float:
