@@ -28,3 +28,8 @@ class UnsummableDtypeError(RedistError):
 class CalibrationError(RedistError):
     """Calibration asked of what cannot give it: an unknown clock, fewer than 2 devices, profiles
     of different backends to refit together."""
+
+
+class CostModelError(RedistError):
+    """A cost model or objective argument that is not one: an unknown objective name, a cost
+    model given as a string, a class or a dict, or a model whose objective contradicts the one asked."""

@@ -64,7 +64,7 @@ class Profile:
     cross_kinds: tuple[tuple[str, KindCost], ...] = ()
     """Per kind, the fit over groups that span processes (empty for a one-process profile)."""
 
-    def cost_model(self, objective: str = "time", cross_axes: Sequence[Axis] | None = None) -> CostModel:
+    def cost_model(self, objective: str = "measured", cross_axes: Sequence[Axis] | None = None) -> CostModel:
         """The planner's model, ties within ``fit_error``. With cross-process costs, ``cross_axes``
         names the mesh axes whose groups span processes (``process_crossing_axes``); ``None``
         charges every axis as crossing."""
@@ -132,8 +132,9 @@ def load_profile(path: str | Path) -> Profile:
                            f"`redist calibrate --out {path}`") from None
 
 
-def load_cost_model(path: str | Path, objective: str = "time") -> CostModel:
-    """The cost model of a profile written by ``redist calibrate``: pass it to ``redistribute``."""
+def load_cost_model(path: str | Path, objective: str = "measured") -> CostModel:
+    """The cost model of a profile written by ``redist calibrate`` (objective ``measured``, or
+    ``bytes``: least bytes first, ties by the measured time): pass it to ``redistribute``."""
     return load_profile(path).cost_model(objective)
 
 
@@ -183,7 +184,7 @@ def process_crossing_axes(mesh: Any) -> tuple[Axis, ...]:
 def crossing_axes(procs: np.ndarray, names: Sequence[str]) -> tuple[Axis, ...]:
     """``process_crossing_axes`` of a layout given as its process per device (``procs``, one array
     dimension per axis of ``names``): planning studies of a multi-host mesh no process runs, such as
-    ``redist bench-plan --ladder --objective gloo``'s hosts of 8 devices."""
+    ``redist bench-plan --ladder --profile cpu-gloo``'s hosts of 8 devices."""
     if procs.ndim != len(names):
         raise RedistError(f"a process per device needs one array dimension per mesh axis: got shape "
                           f"{procs.shape} for axes {tuple(names)}; reshape it to the mesh's axis sizes")
@@ -214,16 +215,16 @@ def _crossing_factors(procs: np.ndarray, i: int, name: str) -> list[Axis]:
 def default_cost_model(mesh: Any = None) -> CostModel:
     """``redistribute``'s default: fastest under the measured model of the running backend (the
     shipped profile, ``runtime_profile_name``), memory bound hard, bytes the tie-break; the
-    unmeasured alpha-beta model with the same objective where no profile ships for the backend.
+    unmeasured alpha-beta model (objective ``alpha-beta``) where no profile ships for the backend.
     With ``mesh``, a cross-process profile charges its cross costs to the axes that span processes;
     without, to every axis."""
     prof = runtime_profile()
     if prof is None:
-        return CostModel(objective="time")
+        return CostModel(objective="alpha-beta")
     import jax
 
     known = mesh is not None and prof.cross_kinds and mesh.size <= jax.device_count()
-    return prof.cost_model("time", process_crossing_axes(mesh) if known else None)
+    return prof.cost_model("measured", process_crossing_axes(mesh) if known else None)
 
 
 def regressors(samples: Sequence[Sample]) -> np.ndarray:

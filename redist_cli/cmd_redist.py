@@ -40,9 +40,10 @@ def register(sub: Any, handlers: dict[str, Any]) -> None:
     p.add_argument("src", help="source type, e.g. 'f32[512@(x,y),128]'")
     p.add_argument("dst", help="destination type, e.g. 'f32[512,128@(y,x)]'")
     p.add_argument("--mesh", required=True, help="the mesh, e.g. x=2,y=4")
-    p.add_argument("--objective", choices=("time", "bytes"), default="time",
-                   help="time: fastest under the measured cost model (default); bytes: least traffic "
-                        "first, at the transfer lower bound")
+    p.add_argument("--objective", choices=("measured", "bytes", "alpha-beta"), default="measured",
+                   help="measured: least time under the backend's measured profile (default); bytes: least "
+                        "received bytes first, at the transfer lower bound; alpha-beta: least time under the "
+                        "unmeasured alpha-beta model")
     p.add_argument("--slow-axes", default="",
                    help="comma-separated mesh axes that cross hosts (10x less bandwidth, more latency)")
     p.add_argument("--picture", metavar="FILE.png", default=None,
@@ -62,19 +63,17 @@ def register(sub: Any, handlers: dict[str, Any]) -> None:
 # -- redist plan ----------------------------------------------------------------------------------------
 
 
-def _cost_model(mesh: Any, slow_axes: str, objective: str = "time") -> Any:
-    """``--objective time``: the library's default (fastest under the backend's measured profile);
-    ``bytes``: least traffic first (the transfer bound). ``--slow-axes`` keeps the objective."""
-    from redist import CostModel
+def _cost_model(mesh: Any, slow_axes: str, objective: str = "measured") -> Any:
+    """``--objective``'s model (``redist.cost_model_for``): ``measured``, the library's default;
+    ``bytes``: least traffic first (the transfer bound); ``alpha-beta``. ``--slow-axes`` keeps the objective."""
+    from redist import CostModel, cost_model_for
     from spmd_types import UnknownAxisError
 
     names = [a.strip() for a in slow_axes.split(",") if a.strip()]
     for a in names:
         if a not in mesh:
             raise UnknownAxisError(f"--slow-axes names unknown mesh axis {a!r}; the mesh has axes {list(mesh.names)}")
-    from redist.profile import default_cost_model
-
-    base = default_cost_model() if objective == "time" else CostModel(objective="bytes")
+    base = cost_model_for(objective)
     return CostModel.with_slow_axes(names, base=base) if names else base
 
 

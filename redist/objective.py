@@ -1,0 +1,69 @@
+"""The three objectives plans are ranked by, under one set of names (Python, CLI, docs).
+
+``measured``: least estimated time under the running backend's measured profile (the default of
+``redistribute``); ``bytes``: least received bytes (the transfer lower bound first), then time
+under the alpha-beta constants; ``alpha-beta``: least time under the unmeasured alpha-beta model.
+What each guarantees is in docs/design.md section 4.5; ``cost_model_for`` builds the model of each.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Any
+
+from redist.errors import CostModelError
+
+
+class Objective(str, Enum):
+    """What ``redistribute`` minimises. Accepted wherever an objective is: the member or its value."""
+
+    MEASURED = "measured"
+    BYTES = "bytes"
+    ALPHA_BETA = "alpha-beta"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+NAMES = tuple(o.value for o in Objective)
+
+HOW = ("'measured' (least time under the running backend's measured profile: the default; "
+       "redist.cost_model_for('measured', mesh) or redist.profile.load_cost_model(path) for your own "
+       "calibration), 'bytes' (least received bytes, the transfer lower bound first: "
+       "redist.cost_model_for('bytes')) or 'alpha-beta' (least time under the unmeasured alpha-beta "
+       "model: redist.cost_model_for('alpha-beta'))")
+"""The three objectives and how to get the cost model of each, for error messages."""
+
+
+def as_objective(value: Any, what: str = "objective") -> Objective:
+    """``value`` as an ``Objective``, or ``CostModelError`` naming ``what`` and the accepted names."""
+    if isinstance(value, Objective):
+        return value
+    if isinstance(value, str):
+        for o in Objective:
+            if value == o.value:
+                return o
+        hint = ""
+        if value == "time":
+            hint = ("; 'time' is ambiguous: least time under the measured profile is 'measured', under "
+                    "the unmeasured constants 'alpha-beta'")
+        raise CostModelError(f"{what} {value!r} is not one of {', '.join(NAMES)}{hint}; the objectives: {HOW}")
+    raise CostModelError(f"{what} must be a redist.Objective or one of the strings {', '.join(NAMES)}, "
+                         f"got {type(value).__name__}; the objectives: {HOW}")
+
+
+def cost_model_for(objective: Objective | str = Objective.MEASURED, mesh: Any = None) -> Any:
+    """The cost model ``redistribute`` uses for ``objective`` on ``mesh``: ``measured`` is the running
+    backend's shipped profile (``redist.profile.default_cost_model``; where none ships for the
+    backend, the alpha-beta model, and the model's objective says ``alpha-beta``), ``bytes`` and
+    ``alpha-beta`` the alpha-beta constants ranked by bytes or by time."""
+    from redist.cost import CostModel
+    from redist.profile import default_cost_model
+
+    o = as_objective(objective)
+    if o is Objective.MEASURED:
+        return default_cost_model(mesh)
+    return CostModel(objective=o)
+
+
+__all__ = ["NAMES", "Objective", "as_objective", "cost_model_for"]
