@@ -10,6 +10,7 @@ from redist.objective import HOW, Objective, as_objective, cost_model_for
 from redist.plan import Plan
 from redist.synth import cached_synthesize
 from spmd_types import Mesh, ShardingType, parse
+from spmd_types.layout import check_index_range
 
 UNSUMMABLE_DTYPES = frozenset({"pred"})
 """Dtypes without addition in JAX collectives (``psum`` of bool raises inside JAX)."""
@@ -158,4 +159,6 @@ def checked_pair(src: ShardingType | str, dst: ShardingType | str, mesh: Any = N
     if s.dtype != d.dtype:
         raise IncompatibleTypesError(f"dtypes differ: source {s.dtype}, destination {d.dtype}")
     check_summable(s, d)
+    check_index_range(s)  # sizes past int64: SizeLimitError naming the dimension, before any table
+    check_index_range(d)
     return s, d

@@ -1337,6 +1337,8 @@ def routing(old: ShardingType, new: ShardingType) -> Routing:
     no packing; rounds by König's theorem): cheap enough for the synthesizer to prune candidates
     whose optimistic floor is not tight (pending sums). Raises as ``schedule``; routes one class
     of devices (``redist.exchange_classes``): every class receives as many cells, in the same rounds."""
+    check_index_range(old)  # before any int64 table (SizeLimitError naming the dimension)
+    check_index_range(new)
     return _routing(old, new, merges(old, new))
 
 
@@ -1438,3 +1440,24 @@ def _route(old: ShardingType, new: ShardingType, offsets: bool = True, merged: b
     else:
         routed = _route_reduced(dev, rows, needs, sel, h, axes.n_reduced, codes.n_rep)
     return grid, dev.n_devices, routed
+
+
+class ClassSchedule(NamedTuple):
+    """One class's schedule of an exchange (``redist.exchange_classes``) and how many classes run it."""
+
+    schedule: Schedule
+    """The quotient's schedule: its device ids number the quotient mesh (the whole mesh where nothing factors)."""
+    n_classes: int
+
+
+def class_schedule(old: ShardingType, new: ShardingType) -> ClassSchedule:
+    """``schedule(old, new)`` before it is lifted to every class: what each device of a class
+    receives, and from how many peers, is what every device receives (each class runs the same
+    exchange), known without a table of the whole mesh (printing a plan on 65,536 devices or a
+    mesh too large to enumerate)."""
+    check_schedule(old, new)
+    merged = merges(old, new)
+    c = classes(old, new, merged)
+    if c is None:
+        return ClassSchedule(_schedule(old, new, merged), 1)
+    return ClassSchedule(_schedule(c.quotient_old, c.quotient_new, merged), c.n_classes)

@@ -8,21 +8,19 @@ What each guarantees is in docs/design.md section 4.5; ``cost_model_for`` builds
 
 from __future__ import annotations
 
-from enum import Enum
+from enum import StrEnum
 from typing import Any
 
 from redist.errors import CostModelError
 
 
-class Objective(str, Enum):
-    """What ``redistribute`` minimises. Accepted wherever an objective is: the member or its value."""
+class Objective(StrEnum):
+    """What ``redistribute`` minimises. Accepted wherever an objective is: the member or its value
+    (a ``str`` enum: ``Objective.BYTES == "bytes"``)."""
 
     MEASURED = "measured"
     BYTES = "bytes"
     ALPHA_BETA = "alpha-beta"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 NAMES = tuple(o.value for o in Objective)
