@@ -101,7 +101,7 @@ def redistribute(
         >>> plan = redistribute("f32[1024@x,1024@y]", "f32[1024@y,1024@x]", mesh, objective="bytes")
         >>> plan.objective.value, plan.recv_bytes == plan.lower_bound_bytes
         ('bytes', True)
-        >>> redistribute("f32[8@x]", "f32[8]", mesh).steps[0].kind
+        >>> redistribute("f32[1024@x]", "f32[1024]", mesh).steps[0].kind
         'all_gather'
     """
     s, d = checked_pair(src, dst, mesh)

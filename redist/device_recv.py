@@ -24,7 +24,7 @@ def step_recv_max(step: Step, before: ShardingType, after: ShardingType, m: Step
     """The bytes the busiest device receives in ``step`` (``m`` its measure: the mean)."""
     if m.recv_bytes == 0 or step.comm is Comm.LOCAL:
         return 0.0
-    if not isinstance(step, (Permute, Exchange)):
+    if type(step) not in (Permute, Exchange):  # exactly: an exchange run as one all-to-all is a collective
         return float(m.recv_bytes)  # every device of every (equal) group receives alike
     if not (before.unreduced or after.unreduced):
         return float(closed_form(before, after).max_missing * before.itemsize)

@@ -1448,6 +1448,27 @@ class ClassSchedule(NamedTuple):
     schedule: Schedule
     """The quotient's schedule: its device ids number the quotient mesh (the whole mesh where nothing factors)."""
     n_classes: int
+    classes: Classes | None
+    """The factoring (``None``: one class, the whole mesh)."""
+
+    def device(self, q: int) -> int:
+        """The device of the whole mesh that quotient device ``q`` is in the class of device 0,
+        by arithmetic on the device numbering (no table of the mesh)."""
+        c = self.classes
+        if c is None:
+            return q
+        qmesh = c.quotient_old.mesh
+        coord: dict[str, int] = {}
+        for name, size in reversed(qmesh.axes):
+            q, coord[name] = divmod(q, size)
+        device = 0
+        for name, n in c.mesh.axes:
+            digits, full = coord[name], 0
+            for a in sorted((a for a in c.rest if a.name == name), key=lambda a: -a.pre):  # minor first
+                digits, d = divmod(digits, a.size)
+                full += d * (n // (a.pre * a.size))
+            device = device * n + full
+        return device
 
 
 def class_schedule(old: ShardingType, new: ShardingType) -> ClassSchedule:
@@ -1459,5 +1480,5 @@ def class_schedule(old: ShardingType, new: ShardingType) -> ClassSchedule:
     merged = merges(old, new)
     c = classes(old, new, merged)
     if c is None:
-        return ClassSchedule(_schedule(old, new, merged), 1)
-    return ClassSchedule(_schedule(c.quotient_old, c.quotient_new, merged), c.n_classes)
+        return ClassSchedule(_schedule(old, new, merged), 1, None)
+    return ClassSchedule(_schedule(c.quotient_old, c.quotient_new, merged), c.n_classes, c)

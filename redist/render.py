@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 
 from redist.atoms import Atom, atoms_of_axes
-from redist.exchange import Schedule, schedule
+from redist.exchange import Schedule, class_schedule, schedule
 from redist.exchange_a2a import slots
 from redist.facets import FacetTable
 from redist.groups import coords as mesh_coords
@@ -296,7 +296,7 @@ def _multi_all_to_all(step: MultiAllToAll, before: ShardingType, after: Sharding
 def _permute(step: Permute, before: ShardingType, after: ShardingType, m: StepMeasure) -> StepText:
     if m.collectives == 0:
         return StepText("permute", "every device already holds what its new block needs: a local copy", 0, NOTHING_SENT)
-    moves = f"each device that lacks its new block receives it whole from one holder: {_pairs(schedule(before, after))}"
+    moves = f"each device that lacks its new block receives it whole from one holder: {_pairs(_described(before, after))}"
     return StepText("permute", moves, m.collectives,
                     "one collective-permute: every device sends and receives at most one block")
 
@@ -307,15 +307,16 @@ def _exchange(step: Exchange, before: ShardingType, after: ShardingType, m: Step
     if n == 0:
         return StepText("exchange", "every device already holds what its new block needs: a local copy",
                         0, NOTHING_SENT)
-    sch = schedule(before, after)
+    d = _described(before, after)
+    sch = d.schedule
     cell = "x".join(map(str, sch.cell)) or "1"
-    cells, senders = sch.recv_cells, _senders(sch, before.mesh.size)
+    cells, senders = sch.recv_cells, _senders(sch, len(sch.recv_cells))
     got = cells > 0
-    receivers = int(got.sum())
+    receivers = int(got.sum()) * d.n_classes
     every = receivers == before.mesh.size
     who = (f"{_range(cells[got], 'cell')} of {cell} elements ({fmt_size(math.prod(sch.cell) * before.itemsize)} "
            f"each) that {'its' if every else 'their'} new block lacks, from {_range(senders[got], 'other device')}, across "
-           f"{_axes_crossed(sch, before.mesh)}")
+           f"{_axes_crossed(sch, d.mesh)}")
     moves = ("each device receives " if every
              else f"{plural(receivers, 'device')} of {before.mesh.size} receive ") + who
     summed = sorted(set(before.unreduced) - set(after.unreduced), key=str)
@@ -327,6 +328,31 @@ def _exchange(step: Exchange, before: ShardingType, after: ShardingType, m: Step
                   f"the sum ({plural(forward, 'round')})")
     why = f"{plural(n, 'collective-permute')}, one per round: in a round each device sends and receives at most one cell"
     return StepText("exchange", moves, n, why)
+
+
+LIFTED_DEVICES = 1 << 12
+"""Meshes up to this size are described from the whole schedule; larger ones from one class of
+devices (``redist.exchange.class_schedule``): every class receives alike, so the counts are the
+same, and describing costs no more than planning (65,536 devices took 5 s lifting the schedule)."""
+
+
+class _Described(NamedTuple):
+    """The schedule a step is described from: the whole one, or one class's."""
+
+    schedule: Schedule
+    n_classes: int
+    mesh: Mesh
+    """The mesh its device ids number (the quotient's for one class)."""
+    device: Callable[[int], int]
+    """Its device id as a device of the whole mesh."""
+
+
+def _described(before: ShardingType, after: ShardingType) -> _Described:
+    if before.mesh.size <= LIFTED_DEVICES:
+        return _Described(schedule(before, after), 1, before.mesh, int)
+    cs = class_schedule(before, after)
+    mesh = before.mesh if cs.classes is None else cs.classes.quotient_old.mesh
+    return _Described(cs.schedule, cs.n_classes, mesh, cs.device)
 
 
 def _range(v: np.ndarray, word: str) -> str:
@@ -355,10 +381,13 @@ def _axes_crossed(sch: Schedule, mesh: Mesh) -> str:
     return ("axis " if len(names) == 1 else "axes ") + ",".join(names)
 
 
-def _pairs(sch: Schedule) -> str:
-    pairs = sorted(p for r in sch.rounds for p in r.pairs)
-    text = ", ".join(f"{s}->{d}" for s, d in pairs[:8])
-    return text + (f" and {len(pairs) - 8} more" if len(pairs) > 8 else "")
+def _pairs(d: _Described) -> str:
+    """The first 8 (sender, receiver) pairs, of one class where the schedule is one class's, and a
+    count of all of them."""
+    pairs = sorted(p for r in d.schedule.rounds for p in r.pairs)
+    text = ", ".join(f"{d.device(s)}->{d.device(t)}" for s, t in pairs[:8])
+    total = len(pairs) * d.n_classes
+    return text + (f" and {total - 8} more" if total > 8 else "")
 
 
 def step_texts(plan: Plan) -> list[StepText]:
