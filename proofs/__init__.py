@@ -14,5 +14,5 @@ register_verifier(plan_verify)
 
 __all__ = [
     "BudgetResult", "Certificate", "Outcome", "Property", "VerificationError", "VerifyArgumentError", "check_budget",
-    "prove_link", "verify_plan",
+    "plan_verify", "prove_link", "verify_plan",
 ]

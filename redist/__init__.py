@@ -18,8 +18,9 @@ from redist.errors import (
     StepError,
     UnsummableDtypeError,
 )
-from redist.objective import Objective, cost_model_for
+from redist.objective import Objective
 from redist.plan import Plan
+from redist.profile import cost_model_for
 from redist.reshard import reshard, reshard_local
 from redist.steps import (
     ALL_STEPS,

@@ -6,8 +6,9 @@ from typing import Any
 
 from redist.cost import CostModel
 from redist.errors import CostModelError, IncompatibleTypesError, UnsummableDtypeError
-from redist.objective import HOW, Objective, as_objective, cost_model_for
+from redist.objective import HOW, Objective, as_objective
 from redist.plan import Plan
+from redist.profile import cost_model_for
 from redist.synth import cached_synthesize
 from spmd_types import Mesh, ShardingType, parse
 from spmd_types.layout import check_index_range

@@ -3,7 +3,8 @@
 ``measured``: least estimated time under the running backend's measured profile (the default of
 ``redistribute``); ``bytes``: least received bytes (the transfer lower bound first), then time
 under the alpha-beta constants; ``alpha-beta``: least time under the unmeasured alpha-beta model.
-What each guarantees is in docs/design.md section 4.5; ``cost_model_for`` builds the model of each.
+What each guarantees is in docs/design.md section 4.4; ``redist.profile.cost_model_for`` builds the
+model of each.
 """
 
 from __future__ import annotations
@@ -50,18 +51,4 @@ def as_objective(value: Any, what: str = "objective") -> Objective:
                          f"got {type(value).__name__}; the objectives: {HOW}")
 
 
-def cost_model_for(objective: Objective | str = Objective.MEASURED, mesh: Any = None) -> Any:
-    """The cost model ``redistribute`` uses for ``objective`` on ``mesh``: ``measured`` is the running
-    backend's shipped profile (``redist.profile.default_cost_model``; where none ships for the
-    backend, the alpha-beta model, and the model's objective says ``alpha-beta``), ``bytes`` and
-    ``alpha-beta`` the alpha-beta constants ranked by bytes or by time."""
-    from redist.cost import CostModel
-    from redist.profile import default_cost_model
-
-    o = as_objective(objective)
-    if o is Objective.MEASURED:
-        return default_cost_model(mesh)
-    return CostModel(objective=o)
-
-
-__all__ = ["NAMES", "Objective", "as_objective", "cost_model_for"]
+__all__ = ["HOW", "NAMES", "Objective", "as_objective"]

@@ -28,6 +28,7 @@ import numpy as np
 from redist.atoms import primes
 from redist.cost import CostModel, KindCost
 from redist.errors import RedistError
+from redist.objective import Objective, as_objective
 from spmd_types import Axis, SubAxis
 from spmd_types.memo import Scope, memo
 
@@ -227,6 +228,17 @@ def default_cost_model(mesh: Any = None) -> CostModel:
     return prof.cost_model("measured", process_crossing_axes(mesh) if known else None)
 
 
+def cost_model_for(objective: Objective | str = Objective.MEASURED, mesh: Any = None) -> CostModel:
+    """The cost model ``redistribute`` uses for ``objective`` on ``mesh``: ``measured`` is the running
+    backend's shipped profile (``redist.profile.default_cost_model``; where none ships for the
+    backend, the alpha-beta model, and the model's objective says ``alpha-beta``), ``bytes`` and
+    ``alpha-beta`` the alpha-beta constants ranked by bytes or by time."""
+    o = as_objective(objective)
+    if o is Objective.MEASURED:
+        return default_cost_model(mesh)
+    return CostModel(objective=o)
+
+
 def regressors(samples: Sequence[Sample]) -> np.ndarray:
     """The fit's columns per sample: (1, latency terms, bytes, strided bytes, runs)."""
     return np.array([[1.0, s.latency_terms, s.recv_bytes, s.strided_bytes, s.runs]
@@ -289,5 +301,5 @@ def spearman(a: Sequence[float], b: Sequence[float]) -> float:
     return float(np.corrcoef(ra, rb)[0, 1])
 
 
-__all__ = ["Profile", "Sample", "default_cost_model", "fit_kind", "fit_profile", "predict", "ProfileError", "load_cost_model", "load_profile",
+__all__ = ["Profile", "Sample", "cost_model_for", "default_cost_model", "fit_kind", "fit_profile", "predict", "ProfileError", "load_cost_model", "load_profile",
            "packaged_profile", "process_crossing_axes", "runtime_profile", "runtime_profile_name", "spearman"]
