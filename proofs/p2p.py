@@ -1,4 +1,4 @@
-"""A point-to-point schedule run on atoms with NumPy (tracker issue 12).
+"""A point-to-point schedule run on atoms with NumPy.
 
 The generic state of ``before`` (``proofs.model.Space.generic``) holds, at a concrete device and
 local cell ``q``, a linear combination of *atoms*: ``G`` at a global cell, or a partial ``F`` of a

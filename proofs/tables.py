@@ -1,4 +1,4 @@
-"""Per-device NumPy tables for the concrete parts of the proofs (tracker issue 12).
+"""Per-device NumPy tables for the concrete parts of the proofs.
 
 The index math is re-derived here, as in ``proofs.model`` (not taken from ``spmd_types.layout`` or
 ``redist``): device ids are row-major over the mesh axes, a (sub-)axis ``(name, pre, size)`` of an

@@ -185,8 +185,8 @@ class CostModel:
     @cached_property
     def _lookup(self) -> _Lookup:
         """The per-axis and per-kind tuples as dicts, built once per model: planning prices a step
-        thousands of times a pair, and building them once took 0-4% off planning on the issue-12
-        ladder (3.5% on 13 axes of 2). Derived from the fields, so outside equality and hashing;
+        thousands of times a pair, and building them once took 0-4% off planning on the large-mesh
+        ladder (``redist bench-plan --ladder``; 3.5% on 13 axes of 2). Derived from the fields, so outside equality and hashing;
         a model made with ``replace`` builds its own, and a pickled one carries a copy of these."""
         return _Lookup(dict(self.axis_latency_s), {k: 1.0 / v for k, v in self.axis_bandwidth_Bps},
                        dict(self.kind_time_factor), dict(self.kind_costs), dict(self.cross_kind_costs), {},

@@ -59,8 +59,8 @@ scheduled unless each device handles at most ``MAX_DEVICE_CELLS`` of them; devic
 and by group where the routing tabulates one row per group (``_provider_rows``).
 Routing is NumPy passes over these triples, scheduling adds the edge colouring of the transfers
 (Euler splits in C) and rounds of ``devices x rank`` offsets. At this size, on one core of the
-2-core CI machine: routing 0.5-1.7 s and 0.25-0.35 GB for the reducing exchanges of the issue-12
-ladder on 65,536 devices, about 4 s for the worst (every triple a transfer:
+2-core CI machine: routing 0.5-1.7 s and 0.25-0.35 GB for the reducing exchanges of the large-mesh
+ladder (``redist bench-plan --ladder``) on 65,536 devices, about 4 s for the worst (every triple a transfer:
 ``f32[65536@(a0..a9)]{U:(a10..a15)} -> f32[65536@(a10..a15,a0..a9)]`` on 16 axes of 2); a
 schedule 3 s for the ladder's, 20 s and 1.8 GB where every triple moves (once per plan and mesh).
 A refusal is ``ExchangeTooFineError``, a ``StepError``: planning refuses what ``schedule`` would

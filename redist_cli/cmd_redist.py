@@ -82,18 +82,18 @@ def steps_table(plan: Any) -> Any:
     from rich.table import Table
     from rich.text import Text
 
-    from redist.render import fmt_bytes, step_texts
+    from redist.render import recv_text, step_texts
 
     table = Table(show_edge=False, pad_edge=False, expand=False)
     table.add_column("#", justify="right")
     table.add_column("step")
-    table.add_column("received per device", justify="right")
+    table.add_column("received (mean; busiest device)", justify="right")
     table.add_column("collectives", justify="right")
-    for i, (st, m, t) in enumerate(zip(step_texts(plan), plan.measures, plan.types)):
+    for i, (st, m, t, most) in enumerate(zip(step_texts(plan), plan.measures, plan.types, plan.step_recv_bytes_max)):
         body = Text.assemble((st.title, "bold"), " to ", (str(t), "cyan"), "\n", (st.moves, ""))
         if st.collectives:
             body.append("\n" + st.why_count, style="dim")
-        table.add_row(str(i + 1), body, fmt_bytes(m.recv_bytes) if st.collectives else "-", str(st.collectives))
+        table.add_row(str(i + 1), body, recv_text(m.recv_bytes, most) if st.collectives else "-", str(st.collectives))
     return table
 
 
@@ -130,13 +130,19 @@ def measures_table(plan: Any, slow_axes: str = "") -> Any:
     table.add_column(style="bold")
     table.add_column(justify="right")
     table.add_column()
-    table.add_row("received per device", fmt_bytes(plan.recv_bytes),
+    alike = met(plan.recv_bytes_max, plan.recv_bytes) == met(plan.lower_bound_bytes_max, plan.lower_bound_bytes) == "met"
+    table.add_row("received per device" + (" (every device alike)" if alike else " (mean)"), fmt_bytes(plan.recv_bytes),
                   f"lower bound {fmt_bytes(plan.lower_bound_bytes)}: {met(plan.recv_bytes, plan.lower_bound_bytes)}")
+    if not alike:
+        table.add_row("received by the busiest device", fmt_bytes(plan.recv_bytes_max),
+                      f"lower bound {fmt_bytes(plan.lower_bound_bytes_max)}: "
+                      f"{met(plan.recv_bytes_max, plan.lower_bound_bytes_max)} (each step's busiest, summed)")
     table.add_row("peak memory per device", fmt_bytes(plan.peak_bytes),
                   f"max(source, destination) {fmt_bytes(plan.memory_bound_bytes)}: "
                   f"{met(plan.peak_bytes, plan.memory_bound_bytes)}")
-    model = ("measured cost profile" if plan.cost_model.measured else "alpha-beta estimate") + (
-        f", slow axes {slow_axes}" if slow_axes else "")
+    model = (f"objective {plan.objective.value}, "
+             + ("measured cost profile" if plan.cost_model.measured else "alpha-beta estimate")
+             + (f", slow axes {slow_axes}" if slow_axes else ""))
     table.add_row("estimated time", fmt_time(plan.time_s), model)
     return table
 

@@ -300,3 +300,16 @@ def test_redistribute_docstring_examples_run() -> None:
     runner = doctest.DocTestRunner()
     runner.run(tests[0])
     assert runner.summarize(verbose=False).failed == 0
+
+
+def test_cli_plan_labels_the_mean_and_the_busiest_device(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", *ABOVE, "--mesh", "x=2,y=4"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "received (mean; busiest device)" in out
+    assert "1,048,576 B (1 MiB) per device on average," in out and "2,097,152 B (2 MiB) on the busiest device" in out
+    assert "received per device (mean) │ 2,097,152 B (2 MiB) │ lower bound 1,572,864 B (1.5 MiB): above" in out
+    assert "received by the busiest device │ 3,145,728 B (3 MiB) │ lower bound 2,097,152 B (2 MiB): above" in out
+    assert "objective measured, measured cost profile" in out
+    assert main(["plan", "f32[8@x]", "f32[8]", "--mesh", "x=2,y=4"]) == 0
+    out = capsys.readouterr().out
+    assert "received per device (every device alike)" in out and "busiest device │" not in out
