@@ -257,7 +257,8 @@ def ladder_table(pairs: int, seed: int, objective: str = "bytes") -> list[str]:
 def main(pairs: int = 500, seed: int = 0, gap_pairs: int = 150, ladder_pairs: int = 0,
          objective: str = "bytes") -> str:
     if ladder_pairs:
-        return "\n".join([f"Command: redist bench-plan --ladder {ladder_pairs} --seed {seed} --objective {objective}",
+        flags = "--objective measured --profile cpu-gloo" if objective == "gloo" else f"--objective {objective}"
+        return "\n".join([f"Command: redist bench-plan --ladder {ladder_pairs} --seed {seed} {flags}",
                           "", *ladder_table(ladder_pairs, seed, objective)])
     rng = random.Random(seed)
     mesh = Mesh({"a": 2, "b": 2, "c": 2, "d": 2})

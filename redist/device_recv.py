@@ -4,7 +4,7 @@
 compare with per-rank counters and wait for the slowest device, so plans also report, per step,
 the most any one device receives. Typed collectives run in groups of equal size, every device
 receiving alike (the mean is the max); a permute or exchange receives per device what its new
-block lacks (``redist.exchange.closed_form``'s ``max_missing``), or with pending sums what one
+block lacks (``most_lacking``), or with pending sums what one
 class of its schedule receives (``class_schedule``: every class receives alike), so no figure
 needs a table of the whole mesh.
 """
@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import math
 
-from redist.bounds import lower_bound_bytes
-from redist.exchange import class_schedule, closed_form
+from redist.bounds import lower_bound_bytes, overlap_figures
+from redist.exchange import class_schedule
 from redist.measure import StepMeasure
 from redist.steps import Comm, Exchange, Permute, Step
 from spmd_types import ShardingType
@@ -27,7 +27,7 @@ def step_recv_max(step: Step, before: ShardingType, after: ShardingType, m: Step
     if type(step) not in (Permute, Exchange):  # exactly: an exchange run as one all-to-all is a collective
         return float(m.recv_bytes)  # every device of every (equal) group receives alike
     if not (before.unreduced or after.unreduced):
-        return float(closed_form(before, after).max_missing * before.itemsize)
+        return float(most_lacking(before, after) * before.itemsize)
     cs = class_schedule(before, after)
     return float(int(cs.schedule.recv_cells.max()) * math.prod(cs.schedule.cell) * before.itemsize)
 
@@ -38,7 +38,14 @@ def lower_bound_bytes_max(src: ShardingType, dst: ShardingType) -> float:
     busiest device receives at least the mean."""
     if src.unreduced or dst.unreduced:
         return lower_bound_bytes(src, dst)
-    return float(closed_form(src, dst).max_missing * src.itemsize)
+    return float(most_lacking(src, dst) * src.itemsize)
 
 
-__all__ = ["lower_bound_bytes_max", "step_recv_max"]
+def most_lacking(before: ShardingType, after: ShardingType) -> int:
+    """The most elements of its new block any device lacks of its old one (``closed_form``'s
+    ``max_missing``), from the least overlap alone (``overlap_figures``: no per-device table,
+    so on meshes too large to enumerate too)."""
+    return after.local_size - overlap_figures(before, after)[1]
+
+
+__all__ = ["lower_bound_bytes_max", "most_lacking", "step_recv_max"]

@@ -256,6 +256,9 @@ def test_printing_on_a_mesh_too_large_to_enumerate() -> None:
     mesh = Mesh({f"a{i}": 2 for i in range(23)})  # 8,388,608 devices: past MAX_ENUMERATED_DEVICES
     text = str(redistribute("f32[65536@a0]{U:a1}", "f32[65536@a1]", mesh))
     assert "0->4194304, 4194304->2097152 and 4194296 more" in text
+    huge = Mesh({f"a{i}": 2 for i in range(47)})  # a plan that was built prints, whatever the mesh size
+    lines = str(redistribute("f32[65536@(a0,a1)]", "f32[65536@a0]", huge)).splitlines()
+    assert lines[-1].startswith("  receives 65,536 B (64 KiB) on every device (the lower bound); peak 131,072 B")
 
 
 @settings(max_examples=40, deadline=None)
