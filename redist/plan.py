@@ -124,6 +124,11 @@ class Plan:
         """``recv_bytes``, named for what it is beside ``recv_bytes_max``."""
         return self.recv_bytes
 
+    @property
+    def step_recv_bytes_mean(self) -> tuple[float, ...]:
+        """Per step, the bytes received per device, the mean over devices (``measures``)."""
+        return tuple(m.recv_bytes for m in self.measures)
+
     @cached_property
     def step_recv_bytes_max(self) -> tuple[float, ...]:
         """Per step, the bytes the busiest device receives (``redist.device_recv``); where it

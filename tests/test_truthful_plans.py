@@ -109,6 +109,7 @@ def test_the_busiest_device_is_reported_beside_the_mean() -> None:
     rows = [recv_matrix(s, plan.all_types[i], plan.all_types[i + 1]).sum(axis=1) for i, s in enumerate(plan.steps)]
     assert [r.tolist() for r in rows] == [[0, 0, 2 << 20, 2 << 20, 2 << 20, 2 << 20, 0, 0], [1 << 20] * 8]
     assert plan.step_recv_bytes_max == (2 << 20, 1 << 20) and plan.recv_bytes_max == 3 << 20
+    assert plan.step_recv_bytes_mean == (1 << 20, 1 << 20)
     assert plan.recv_bytes_mean == plan.recv_bytes == 2 << 20 and plan.lower_bound_bytes_max == 2 << 20
     lines = str(plan).splitlines()
     assert lines[1].endswith(": receives 1,048,576 B (1 MiB) per device on average, 2,097,152 B (2 MiB) on the "
