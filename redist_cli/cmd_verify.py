@@ -43,7 +43,7 @@ def register(sub: Any, handlers: dict[str, Any]) -> None:
     p.add_argument("--strict-recv", action="store_true",
                    help="check the transfer bound and fail also where it is known not tight (types sharing "
                         "an unreduced axis, sub-axes off the mesh's prime factors), instead of reporting 'exceeds'")
-    p.add_argument("--timeout-ms", type=int, default=20_000, help="z3 timeout per query (default 20000)")
+    p.add_argument("--timeout-ms", type=positive_ms, default=20_000, help="z3 timeout per query (default 20000)")
     handlers["verify"] = run_verify
 
     b = sub.add_parser("budget", help="prove or refute that a plan fits a per-device memory budget")
@@ -53,7 +53,7 @@ def register(sub: Any, handlers: dict[str, Any]) -> None:
     b.add_argument("--objective", choices=OBJECTIVES, default="measured", help="what the plan is ranked by")
     b.add_argument("--bytes", required=True, type=budget_bytes,
                    help="per-device memory budget: bytes (16e9, 1073741824) or with a unit (16GB, 512MiB, 64KB)")
-    b.add_argument("--max-shape", default=None,
+    b.add_argument("--max-shape", default=None, type=max_shape_arg,
                    help="largest global shape to consider, e.g. 4096,4096 ('*' = unbounded); default the types' shape")
     b.add_argument("--transient", action="store_true", help="count a step's input and output as live together")
     handlers["budget"] = run_budget
@@ -75,6 +75,28 @@ def budget_bytes(text: str) -> int:
     if n < 1 or n != int(n):
         raise argparse.ArgumentTypeError(f"{text!r} is {n:g} bytes: the budget must be a whole number of bytes >= 1")
     return int(n)
+
+
+def positive_ms(text: str) -> int:
+    """``--timeout-ms``: a whole number of milliseconds >= 1."""
+    if not text.strip().isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of milliseconds >= 1")
+    return int(text)
+
+
+def max_shape_arg(text: str) -> list[int | None]:
+    """``--max-shape``: comma-separated sizes >= 1, ``*`` for unbounded."""
+    out: list[int | None] = []
+    for x in text.split(","):
+        x = x.strip()
+        if x == "*":
+            out.append(None)
+        elif x.isdigit() and int(x) >= 1:
+            out.append(int(x))
+        else:
+            raise argparse.ArgumentTypeError(f"{text!r}: each size must be a whole number >= 1 or '*' (unbounded), "
+                                             f"e.g. 4096,4096 or *,4096")
+    return out
 
 
 def _plan(args: argparse.Namespace) -> Any:
@@ -103,9 +125,6 @@ def run_budget(args: argparse.Namespace) -> int:
     import proofs
 
     plan = _plan(args)
-    max_shape = None
-    if args.max_shape:
-        max_shape = [None if x.strip() == "*" else int(x) for x in args.max_shape.split(",")]
-    r = proofs.check_budget(plan, args.bytes, max_shape=max_shape, transient=args.transient)
+    r = proofs.check_budget(plan, args.bytes, max_shape=args.max_shape, transient=args.transient)
     print(r)
     return 0 if r.fits else 1

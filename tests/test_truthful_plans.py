@@ -99,6 +99,24 @@ def test_cli_budget_takes_units(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         main([*argv, "--bytes", "16 parsecs"])
     assert "is not a byte count" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main([*argv, "--bytes", "1e6", "--max-shape", "abc"])
+    assert "each size must be a whole number >= 1 or '*'" in capsys.readouterr().err
+    assert main([*argv, "--bytes", "1e6", "--max-shape", "*,4096,3"]) == 2
+    assert "max_shape must be a list of 2 sizes" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["verify", *ABOVE, "--mesh", "x=2,y=4", "--timeout-ms", "-1"])
+    captured = capsys.readouterr()
+    assert "not a whole number of milliseconds" in captured.err and captured.out == ""
+
+
+def test_misused_budget_arguments_are_typed_errors() -> None:
+    plan = redistribute("f32[8@x]", "f32[8]", XY)
+    for args, kw in [(("x",), {}), ((-5,), {}), ((1.5,), {}), ((100,), {"max_shape": [1, 2]}),
+                     ((100,), {"max_shape": [0]}), ((100,), {"transient": "yes"}), ((100,), {"timeout_ms": "x"})]:
+        with pytest.raises(VerifyArgumentError):
+            proofs.check_budget(plan, *args, **kw)  # type: ignore[arg-type]
+    assert proofs.check_budget(plan, 16e9).fits
 
 
 # -- 2. per-device figures ------------------------------------------------------------------------------
