@@ -72,7 +72,7 @@ def redistribute(
     cost_model: CostModel | None = None,
 ) -> Plan:
     """Plan the move of an array typed ``src`` to ``dst``: correct and within ``max(src, dst)``
-    local bytes, ranked by ``objective`` (docs/design.md section 4.5). Deterministic and cached.
+    local bytes, ranked by ``objective`` (docs/design.md section 4.4). Deterministic and cached.
 
     Args:
         src, dst: ``ShardingType`` values or type text such as ``'f32[8@x,4]'``.
@@ -93,6 +93,7 @@ def redistribute(
         UnsummableDtypeError: a pending sum of a dtype JAX cannot add (``pred``).
         CostModelError: ``objective`` is not one of the three, ``cost_model`` is not a ``CostModel``
             instance, or its objective differs from an ``objective`` given beside it.
+        SizeLimitError: a move of sizes past int64 (the planner's index math).
         ShardingTypeError: type text that does not parse or does not fit the mesh (a subclass).
 
     Examples:

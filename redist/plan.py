@@ -52,7 +52,9 @@ def measure_step(step: Step, before: ShardingType, after: ShardingType, cm: Cost
 @dataclass(frozen=True)
 class Plan:
     """A redistribution: ``steps`` take ``src`` to ``dst`` through ``types`` (the type after each
-    step). Call it on a ``jax.Array`` laid out as ``src``; its measures are per device."""
+    step), ranked under ``cost_model`` (its ``objective``). Call it on a ``jax.Array`` laid out as
+    ``src``; its measures are per device: ``recv_bytes`` the mean over devices, ``recv_bytes_max``
+    the busiest device's."""
 
     src: ShardingType
     dst: ShardingType
@@ -170,9 +172,9 @@ class Plan:
 
     def key(self) -> tuple[float, float, int, int, int]:
         """The order of preference between plans of one move, shared by the synthesizer, the
-        reference search and the tests: under the default objective least bytes, then least time
-        (``CostModel.objective`` may swap them), then fewest collectives; typed steps win the
-        remaining ties (fewest exchanges, then fewest steps)."""
+        reference search and the tests: under the bytes objective least bytes, then least time
+        (the time objectives, ``measured`` and ``alpha-beta``, swap them), then fewest collectives;
+        typed steps win the remaining ties (fewest exchanges, then fewest steps)."""
         return self._key
 
     @cached_property
