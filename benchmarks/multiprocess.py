@@ -91,7 +91,7 @@ def worker(index: int, processes: int, port: int, cases: Sequence[str], reps: in
         x, total = make_input(src, jm)  # pending sums: each process places its devices' partials
         # default: the shipped profile for this runtime (cpu-gloo across processes), cross costs on
         # the axes that span processes; --profile: a profile from `redist calibrate` instead
-        cm = load_profile(profile).cost_model("time", process_crossing_axes(case.mesh)) if profile else None
+        cm = load_profile(profile).cost_model("measured", process_crossing_axes(case.mesh)) if profile else None
         plan = redistribute(src, dst, case.mesh, cost_model=cm)
         tuned = autotune(src, dst, case.mesh, cost_model=cm).plan if tune else plan  # every process: process 0's pick
         changed = tuned.steps != plan.steps

@@ -146,7 +146,7 @@ def gloo_cost_model(mesh: Mesh, crossing: bool = True) -> CostModel:
     processes start. The workers price under their own runtime's profile instead."""
     gloo = packaged_profile("cpu-gloo")
     assert gloo is not None, "the Gloo profile ships with the package"
-    return gloo.cost_model("time", process_crossing_axes(mesh) if crossing else None)
+    return gloo.cost_model("measured", process_crossing_axes(mesh) if crossing else None)
 
 
 def _worker(index: int, processes: int, port: int, path: str, reps: int, seconds: float) -> int:

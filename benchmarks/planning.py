@@ -14,13 +14,14 @@ Reproduce: ``redist bench-plan`` (``--pairs N --seed S``). Prints markdown table
    by cause: the types share an unreduced axis (the bound is not tight there, docs/design.md
    13.2), the direct exchange is refused by its size limit (``redist.exchange.MAX_CELLS``, 13.3),
    or neither (under the bytes objective a planner miss; under a time objective a choice).
-   ``--objective`` picks the cost model plans are ranked by (``LADDER_OBJECTIVES``): ``bytes``
-   (the transfer guarantee; the default here, as in earlier reports), ``time`` (the unmeasured
-   alpha-beta model: ``redistribute``'s default on a backend without a shipped profile, e.g. a
-   GPU cluster not yet calibrated), ``measured`` (the shipped CPU profile: its default on CPU) or
-   ``gloo`` (the shipped cross-process profile, its default across processes, on hosts of
-   ``DEVICES_PER_HOST`` devices laid out row-major: the axes whose groups span hosts cost what a
-   socket costs, as on any multi-host mesh of this size).
+   ``--objective`` and ``--profile`` pick the cost model plans are ranked by (``LADDER_OBJECTIVES``,
+   ``ladder_model``): ``bytes`` (the transfer guarantee; the default here), ``alpha-beta`` (the
+   unmeasured alpha-beta model: ``redistribute``'s model on a backend without a shipped profile,
+   e.g. a GPU cluster not yet calibrated), ``measured`` (the shipped CPU profile: the default on
+   CPU) or ``measured`` with ``--profile cpu-gloo`` (label ``gloo``: the shipped cross-process
+   profile, the default across processes, on hosts of ``DEVICES_PER_HOST`` devices laid out
+   row-major: the axes whose groups span hosts cost what a socket costs, as on any multi-host
+   mesh of this size).
 """
 
 from __future__ import annotations
@@ -74,7 +75,7 @@ def random_type(rng: random.Random, mesh: Mesh, shape: tuple[int, ...], unreduce
 
 def time_plans(pairs: list[tuple[ShardingType, ShardingType]], label: str, level: str = "all") -> TimingRow:
     """Wall time per plan; ``level`` says which memo tables are cleared before each plan."""
-    cm = CostModel()
+    cm = CostModel(objective="bytes")
     times = []
     for s, d in pairs:
         clear_caches(level)
@@ -127,20 +128,38 @@ LADDER: tuple[dict[str, int], ...] = (
 """Rungs of the large-mesh ladder: realistic training meshes and binary meshes of 8-16 axes."""
 
 
-LADDER_OBJECTIVES = ("bytes", "time", "measured", "gloo")
+LADDER_OBJECTIVES = ("bytes", "alpha-beta", "measured", "gloo")
+"""The ladder's cost models by label: the three objectives, and ``gloo`` (``measured`` under the
+shipped cross-process profile, ``--objective measured --profile cpu-gloo``)."""
+
+LADDER_PROFILES = ("cpu", "cpu-gloo")
+"""``--profile``: the shipped profile a ``measured`` ladder is priced by."""
+
+
+def ladder_model(objective: str, profile: str = "cpu") -> str:
+    """The ``LADDER_OBJECTIVES`` label of ``--objective`` and ``--profile`` (a typed error where
+    ``--profile`` is given to an objective it does not apply to, or is not shipped)."""
+    if profile not in LADDER_PROFILES:
+        raise RedistError(f"--profile {profile!r} is not one of {', '.join(LADDER_PROFILES)}")
+    if profile == "cpu":
+        return objective
+    if objective != "measured":
+        raise RedistError(f"--profile {profile} prices the measured objective; got --objective {objective}: "
+                          f"pass --objective measured, or leave --profile out")
+    return "gloo"
 
 DEVICES_PER_HOST = 8
 """Devices per process of the ``gloo`` objective's layout (8 accelerators a host is common)."""
 
 
 def ladder_cost_model(objective: str, mesh: Mesh) -> CostModel:
-    """The cost model ``--objective`` names (``LADDER_OBJECTIVES``) on ``mesh``."""
+    """The cost model a ``LADDER_OBJECTIVES`` label names on ``mesh``."""
     if objective not in LADDER_OBJECTIVES:
         raise RedistError(f"objective {objective!r} is not one of {', '.join(LADDER_OBJECTIVES)}")
     if objective in ("measured", "gloo"):
         prof = packaged_profile("cpu" if objective == "measured" else "cpu-gloo")
         assert prof is not None, "the CPU profiles ship with the package"
-        return prof.cost_model("time", host_crossing_axes(mesh) if objective == "gloo" else None)
+        return prof.cost_model("measured", host_crossing_axes(mesh) if objective == "gloo" else None)
     return CostModel(objective=objective)
 
 
@@ -238,7 +257,8 @@ def ladder_table(pairs: int, seed: int, objective: str = "bytes") -> list[str]:
 def main(pairs: int = 500, seed: int = 0, gap_pairs: int = 150, ladder_pairs: int = 0,
          objective: str = "bytes") -> str:
     if ladder_pairs:
-        return "\n".join([f"Command: redist bench-plan --ladder {ladder_pairs} --seed {seed} --objective {objective}",
+        flags = "--objective measured --profile cpu-gloo" if objective == "gloo" else f"--objective {objective}"
+        return "\n".join([f"Command: redist bench-plan --ladder {ladder_pairs} --seed {seed} {flags}",
                           "", *ladder_table(ladder_pairs, seed, objective)])
     rng = random.Random(seed)
     mesh = Mesh({"a": 2, "b": 2, "c": 2, "d": 2})

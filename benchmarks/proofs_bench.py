@@ -85,8 +85,8 @@ class BenchResult:
 
 
 def certify_all(pairs: Sequence[tuple[ShardingType, ShardingType]], timeout_ms: int = 20_000,
-                progress: bool = False, objective: str = "time") -> BenchResult:
-    """Plans under ``objective``: ``"time"`` is ``redistribute``'s default (the measured profile;
+                progress: bool = False, objective: str = "measured") -> BenchResult:
+    """Plans under ``objective``: ``"measured"`` is ``redistribute``'s default (the measured profile;
     its certificates do not claim the transfer bound), ``"bytes"`` certifies the bound too."""
     import proofs
     from redist import CostModel, redistribute
@@ -133,14 +133,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--ranks", type=int, nargs="*", default=list(RANKS))
     ap.add_argument("--timeout-ms", type=int, default=20_000)
-    ap.add_argument("--objective", choices=("time", "bytes"), default="time",
+    ap.add_argument("--objective", choices=("measured", "bytes"), default="measured",
                     help="plan objective; 'bytes' also certifies received bytes against the transfer bound")
     args = ap.parse_args(argv)
     pairs = sample_pairs(args.sample, args.seed, ranks=tuple(args.ranks))
     t0 = time.perf_counter()
     res = certify_all(pairs, args.timeout_ms, progress=True, objective=args.objective)
     cmd = "python -m benchmarks.proofs_bench" + (f" --sample {args.sample}" if args.sample else "")
-    if args.objective != "time":
+    if args.objective != "measured":
         cmd += f" --objective {args.objective}"
     if tuple(args.ranks) != RANKS:
         cmd += " --ranks " + " ".join(map(str, args.ranks))

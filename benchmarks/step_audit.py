@@ -119,7 +119,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     named = "" if args.profile == default else " --profile " + " ".join(args.profile)
     print(f"Command: `python -m benchmarks.step_audit --count {args.count} --seed {args.seed} --reps {args.reps}{named}`\n")
     rows = audit(steps_of(PairSpec(seed=args.seed, count=args.count)), args.reps)
-    models = {os.path.basename(p): load_profile(p).cost_model("time") for p in args.profile}
+    models = {os.path.basename(p): load_profile(p).cost_model("measured") for p in args.profile}
     print("\n".join(table(rows, models)))
     return 0
 

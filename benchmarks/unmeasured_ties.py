@@ -1,7 +1,7 @@
 """Plans the unmeasured cost model picks on a tie, timed against the typed plans they tie with.
 
 Why: since 65b20d0 the exchange floors admit a pending-sum exchange run as one all-to-all
-(``ExchangeAllToAll``), and under the unmeasured models (``CostModel()``, ``CostModel(objective=
+(``ExchangeAllToAll``), and under the unmeasured models (``CostModel(objective="bytes")``, ``CostModel(objective=
 "time")``: ``redistribute``'s default on a backend without a shipped profile) it wins exact ties
 with typed plans (reduce-scatter + all-to-all, reduce-scatter + pad...) by having fewer collective
 ops. The model cannot tell them apart; this times them. Under the shipped CPU profile (the speed
@@ -10,7 +10,7 @@ the committed results (``benchmarks/results/2026-11-24-unmeasured-ties.md``).
 
 ``python -m benchmarks.unmeasured_ties [--reps N] [--rounds R]``: per pair (the 16 pairs of the
 golden cases and 200 seeded random pairs whose unmeasured plan changed at 65b20d0), the plan
-``synthesize`` returns under ``CostModel(objective="time")`` and the typed plan it replaced, timed
+``synthesize`` returns under ``CostModel(objective="alpha-beta")`` and the typed plan it replaced, timed
 interleaved on 8 simulated CPU devices (``redist.calibrate.samples``: each call paired with the
 empty program), the median over ``R`` rounds of ``N`` calls each.
 """
@@ -79,7 +79,7 @@ def _steps(p: Plan) -> str:
 
 
 def measure(reps: int, rounds: int) -> list[Row]:
-    cm = CostModel(objective="time")
+    cm = CostModel(objective="alpha-beta")
     rows = []
     for mesh_text, src, dst, typed_steps in PAIRS:
         mesh = Mesh.parse(mesh_text)

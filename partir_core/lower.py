@@ -83,7 +83,7 @@ class Lowered:
 
 
 _KINDS = ("all_reduce", "all_reduce_slice", "all_gather", "reduce_scatter", "all_to_all", "permute", "exchange")
-PARTITIONER_COST_MODEL = CostModel(latency_s=10e-6, objective="time", kind_costs=tuple(
+PARTITIONER_COST_MODEL = CostModel(latency_s=10e-6, objective="alpha-beta", kind_costs=tuple(
     (k, KindCost(10e-6, 0.0, 50e9)) for k in _KINDS))
 """A compiler wants the fastest move, not the fewest bytes at any latency (a scalar loss must not
 become a many-round exchange to save a byte): inside programs redist minimises estimated time.

@@ -16,7 +16,7 @@ from typing import Any
 
 import z3
 
-from proofs.errors import VerificationError
+from proofs.errors import VerificationError, VerifyArgumentError
 from proofs.link import DEFAULT_TIMEOUT_MS, _val
 from proofs.measures import local_cells
 from proofs.model import cells
@@ -83,10 +83,9 @@ def check_budget(plan: Plan, budget_bytes: int, max_shape: Sequence[int | None] 
     :raises VerificationError: (property ``budget``) when ``max_shape`` does not have the plan's rank."""
     types = plan.all_types
     rank, itemsize = plan.src.rank, plan.src.itemsize
+    budget_bytes = _check_arguments(plan, budget_bytes, max_shape, transient, timeout_ms)
     L = cells(list(types) + [plan.dst])
     bounds = list(plan.src.shape) if max_shape is None else list(max_shape)
-    if len(bounds) != rank:
-        raise VerificationError("budget", f"max_shape {bounds} has rank {len(bounds)}, the plan rank {rank}")
     ms = [z3.Int(f"m{d}") for d in range(rank)]
     M: Any = z3.IntVal(1)
     for m in ms:
@@ -127,6 +126,26 @@ def check_budget(plan: Plan, budget_bytes: int, max_shape: Sequence[int | None] 
         "global_shape": [Ld * m for Ld, m in zip(L, vals)],
         "bytes": worst[1] * itemsize * prod, "at": over[0] if over else worst[0],
     })
+
+
+def _check_arguments(plan: Plan, budget_bytes: object, max_shape: object, transient: object,
+                     timeout_ms: object) -> int:
+    """``check_budget``'s arguments, or ``VerifyArgumentError`` naming the one that is wrong; the
+    budget as an int (a float such as ``16e9`` is accepted when it is a whole number)."""
+    whole = isinstance(budget_bytes, float) and budget_bytes.is_integer()
+    if isinstance(budget_bytes, bool) or not (isinstance(budget_bytes, int) or whole) or budget_bytes < 0:  # type: ignore[operator]
+        raise VerifyArgumentError(f"budget_bytes must be a whole number of bytes >= 0 (e.g. 16 * 2**30), got {budget_bytes!r}")
+    if max_shape is not None:
+        dims = list(max_shape) if isinstance(max_shape, (list, tuple)) else None
+        if dims is None or len(dims) != plan.src.rank or not all(
+                d is None or (isinstance(d, int) and not isinstance(d, bool) and d >= 1) for d in dims):
+            raise VerifyArgumentError(f"max_shape must be a list of {plan.src.rank} sizes >= 1 or None (unbounded), "
+                                      f"one per dimension of {plan.src}, got {max_shape!r}")
+    if not isinstance(transient, bool):
+        raise VerifyArgumentError(f"transient must be True or False, got {transient!r}")
+    if isinstance(timeout_ms, bool) or not isinstance(timeout_ms, int) or timeout_ms <= 0:
+        raise VerifyArgumentError(f"timeout_ms must be a positive int (milliseconds for z3), got {timeout_ms!r}")
+    return int(budget_bytes)  # type: ignore[call-overload]
 
 
 def require_budget(plan: Plan, budget_bytes: int, **kwargs: Any) -> BudgetResult:

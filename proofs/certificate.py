@@ -3,16 +3,19 @@
 1. ``chain``: every step maps any data meeting its input type to data meeting its output type
    (index-level semantics, ``proofs.link``), and the last type means the destination;
 2. ``memory``: ``peak_bytes <= max(local_bytes(src), local_bytes(dst))``;
-3. ``recv``: ``recv_bytes <= lower_bound_bytes`` (so, the bound being a bound, equal),
+3. ``recv``: ``recv_bytes <= lower_bound_bytes`` (so, the bound being a bound, equal), checked
+   by default only for plans of the bytes objective (the one that promises it),
 
 with the global sizes symbolic (``n_d = L_d * m_d``, ``m_d >= 1``) and the byte counts derived
 symbolically by ``proofs.measures`` and cross-checked against the plan's own numbers. A refuted
 property raises ``VerificationError`` naming it with a concrete counterexample; a property z3
-cannot decide within the timeout is reported in the certificate (``undecided``), never hidden.
+cannot decide within the timeout is reported in the certificate (``undecided``), never hidden;
+a property not checked is listed as such (``Certificate.unchecked``), never counted as proved.
 """
 
 from __future__ import annotations
 
+import inspect
 import math
 import time
 from collections.abc import Sequence
@@ -22,7 +25,7 @@ from typing import Any, NamedTuple
 
 import z3
 
-from proofs.errors import VerificationError
+from proofs.errors import VerificationError, VerifyArgumentError
 from proofs.link import DEFAULT_TIMEOUT_MS, Outcome, Status, _val, prove_link
 from proofs.measures import local_cells, lower_bound_cells, shares_unreduced, step_recv_cells
 from proofs.model import cells, shards
@@ -43,11 +46,19 @@ class Property:
 
     def __str__(self) -> str:
         extra = f"  [{self.note}]" if self.note else ""
-        return f"{self.name:<8} {self.status:<9} {self.seconds * 1e3:8.1f} ms  {self.statement}{extra}"
+        return f"{self.name:<8} {self.status:<11} {self.seconds * 1e3:8.1f} ms  {self.statement}{extra}"
+
+
+TRANSFER_STATEMENT = "recv_bytes <= lower_bound_bytes"
+MEMORY_STATEMENT = "peak_bytes <= max(local_bytes(src), local_bytes(dst))"
 
 
 @dataclass(frozen=True)
 class Certificate:
+    """What z3 proved of one plan: ``properties`` are the properties checked (each proved,
+    undecided, or ``exceeds`` a bound known not tight), ``unchecked`` those not checked, with why.
+    ``recv_bytes`` and ``lower_bound_bytes`` are means over devices (docs/design.md section 4)."""
+
     src: str
     dst: str
     mesh: str
@@ -61,10 +72,14 @@ class Certificate:
     recv_bytes: str
     lower_bound_bytes: str
     solver_seconds: float
+    unchecked: tuple[Property, ...] = ()
+    objective: str = ""
+    """The objective the plan was ranked by (``redist.Objective``'s value)."""
 
     @property
     def ok(self) -> bool:
-        """Every property proved (none undecided)."""
+        """Every property checked is proved or above a bound known not tight (none undecided).
+        Says nothing of ``unchecked`` properties: ask ``recv_at_bound`` for the transfer bound."""
         return not self.undecided
 
     @property
@@ -72,17 +87,30 @@ class Certificate:
         return tuple(f"{p.name}: {p.note}" for p in self.links + self.properties if p.status is Status.UNDECIDED)
 
     @property
-    def recv_at_bound(self) -> bool:
-        """``recv_bytes <= lower_bound_bytes`` proved (False: above a bound known not to be tight)."""
-        return all(p.status is Status.PROVED for p in self.properties if p.name == "recv")
+    def proved(self) -> tuple[str, ...]:
+        """The names of the properties proved."""
+        return tuple(p.name for p in self.properties if p.status is Status.PROVED)
+
+    @property
+    def recv_at_bound(self) -> bool | None:
+        """The transfer property: ``True`` where ``recv_bytes <= lower_bound_bytes`` was proved,
+        ``False`` where it was refuted (above a bound known not tight, ``exceeds``), ``None`` where
+        it was not checked or z3 could not decide it. Test it with ``is True``; ``None`` is falsy."""
+        for p in self.properties:
+            if p.name == "recv":
+                return {Status.PROVED: True, Status.EXCEEDS: False}.get(p.status)
+        return None
 
     def _verdict(self) -> str:
         if not self.ok:
             return f"UNDECIDED: {'; '.join(self.undecided)}"
+        parts = [f"proved: {', '.join(self.proved) or 'nothing'}"]
         exceeds = [p.name for p in self.properties if p.status is Status.EXCEEDS]
         if exceeds:
-            return f"proved, except {', '.join(exceeds)} above a bound known not to be tight"
-        return "all properties proved"
+            parts.append(f"above a bound known not to be tight: {', '.join(exceeds)}")
+        if self.unchecked:
+            parts.append(f"not checked: {', '.join(p.name for p in self.unchecked)}")
+        return "; ".join(parts)
 
     def __str__(self) -> str:
         lines = [
@@ -93,12 +121,12 @@ class Certificate:
             lines.append(f"  step {i + 1}: {s:<44} {p.status} ({p.seconds * 1e3:.1f} ms)")
         for p in self.links[len(self.steps):]:
             lines.append(f"  final type = destination: {p.status} ({p.seconds * 1e3:.1f} ms)")
-        lines += [f"  {p}" for p in self.properties]
+        lines += [f"  {p}" for p in self.properties + self.unchecked]
         lines += [
-            f"  peak      = {self.peak_bytes}",
-            f"  mem bound = {self.memory_bound_bytes}",
-            f"  recv      = {self.recv_bytes}",
-            f"  lower bnd = {self.lower_bound_bytes}",
+            f"  peak      = {self.peak_bytes} per device",
+            f"  mem bound = {self.memory_bound_bytes} per device",
+            f"  recv      = {self.recv_bytes} (mean per device)",
+            f"  lower bnd = {self.lower_bound_bytes} (mean per device)",
             f"  solver time {self.solver_seconds * 1e3:.1f} ms; "
             + self._verdict(),
         ]
@@ -198,7 +226,7 @@ def prove_chain(plan: Plan, timeout_ms: int = DEFAULT_TIMEOUT_MS, replicas_agree
     proved = all(p.status is Status.PROVED for p in links)
     note = ("" if proved else "a link is undecided") + (" assuming replicas hold equal partials" if replicas_agree else "")
     chain = Property("chain", Status.PROVED if proved else Status.UNDECIDED,
-                     f"the {len(plan.steps)} steps take {plan.src} to {dst}", sum(p.seconds for p in links), note)
+                     f"the {len(plan.steps)} step{'' if len(plan.steps) == 1 else 's'} take{'s' if len(plan.steps) == 1 else ''} {plan.src} to {dst}", sum(p.seconds for p in links), note)
     return links, chain
 
 
@@ -234,7 +262,7 @@ def prove_memory(plan: Plan, timeout_ms: int = DEFAULT_TIMEOUT_MS) -> Property:
     types, rank, itemsize = plan.all_types, plan.src.rank, plan.src.itemsize
     peak_c, bound_c = memory_cells(plan)
     p, cex = prove_inequality("memory", rank, [Fraction(c) for c in peak_c], Fraction(bound_c),
-                              "peak_bytes <= max(local_bytes(src), local_bytes(dst))", _scale(plan).L, timeout_ms)
+                              MEMORY_STATEMENT, _scale(plan).L, timeout_ms)
     if p.status is Status.REFUTED:
         worst = max(range(len(types)), key=lambda j: peak_c[j])
         raise VerificationError("memory", f"type {types[worst]} after step {worst} holds "
@@ -271,8 +299,7 @@ def prove_transfer(plan: Plan, timeout_ms: int = DEFAULT_TIMEOUT_MS, strict_recv
     src, dst = plan.src, plan.dst
     rank, itemsize = src.rank, src.itemsize
     recv_c, lb_c = transfer_cells(plan)
-    p, cex = prove_inequality("recv", rank, [recv_c], lb_c, "recv_bytes <= lower_bound_bytes", _scale(plan).L,
-                              timeout_ms)
+    p, cex = prove_inequality("recv", rank, [recv_c], lb_c, TRANSFER_STATEMENT, _scale(plan).L, timeout_ms)
     if p.status is Status.REFUTED and not strict_recv:
         if shares_unreduced(src, dst):
             why = "the types share an unreduced axis, where the bound is not attainable (redist.bounds)"
@@ -283,11 +310,11 @@ def prove_transfer(plan: Plan, timeout_ms: int = DEFAULT_TIMEOUT_MS, strict_recv
         else:
             why = ""
         if why:
-            return Property("recv", Status.EXCEEDS, "recv_bytes <= lower_bound_bytes", p.seconds,
+            return Property("recv", Status.EXCEEDS, TRANSFER_STATEMENT, p.seconds,
                             f"refuted, gap {_mono(recv_c - lb_c, itemsize, rank)}: {why}")
     if p.status is Status.REFUTED:
-        raise VerificationError("recv", f"the plan receives {_mono(recv_c, itemsize, rank)} per device, more "
-                                f"than the lower bound {_mono(lb_c, itemsize, rank)}",
+        raise VerificationError("recv", f"the plan receives {_mono(recv_c, itemsize, rank)} per device on average, "
+                                f"more than the lower bound {_mono(lb_c, itemsize, rank)}",
                                 dict(cex or {}, recv_bytes=float(recv_c * itemsize), lower_bound_bytes=float(lb_c * itemsize)))
     return p
 
@@ -309,27 +336,69 @@ def verify_plan(plan: Plan, timeout_ms: int = DEFAULT_TIMEOUT_MS, check_recv: bo
     ``replicas_agree=True`` proves the chain under a narrower assumption on unreduced inputs
     (replicas hold equal partials, see ``proofs.model.Space.generic``); the certificate says so.
     ``check_recv`` defaults to the plan's objective: the transfer bound is the guarantee of the
-    bytes objective; a plan chosen for time may move more on purpose (then it is not claimed)."""
+    bytes objective; a plan chosen for time may move more on purpose, and then the certificate
+    lists ``recv`` as not checked (``recv_at_bound`` is ``None``). ``check_recv=True`` proves it
+    of any plan (a plan above the bound then raises, unless the bound is known not tight there);
+    ``strict_recv=True`` also raises there and implies ``check_recv`` unless it is ``False``.
+    Arguments of the wrong type or range raise ``VerifyArgumentError`` naming them."""
+    _check_arguments(timeout_ms, check_recv, check_memory, strict_recv, replicas_agree)
+    objective = plan.objective.value
     if check_recv is None:
-        check_recv = plan.cost_model.objective == "bytes"
+        check_recv = objective == "bytes" or strict_recv
     src, rank, itemsize = plan.src, plan.src.rank, plan.src.itemsize
     links, chain = prove_chain(plan, timeout_ms, replicas_agree)
     props = [chain]
+    unchecked = []
     sc = _scale(plan)
     peaks, bound_c = memory_cells(plan)
     if check_memory:
         props.append(prove_memory(plan, timeout_ms))
+    else:
+        unchecked.append(Property("memory", Status.NOT_CHECKED, MEMORY_STATEMENT, 0.0, "check_memory=False"))
     recv_c, lb_c = transfer_cells(plan)
     if check_recv:
         props.append(prove_transfer(plan, timeout_ms, strict_recv))
+    else:
+        why = (f"the {objective} objective does not promise it; check it with check_recv=True "
+               f"(redist verify --check-recv) or plan with objective='bytes'" if objective != "bytes"
+               else "check_recv=False")
+        unchecked.append(Property("recv", Status.NOT_CHECKED, TRANSFER_STATEMENT, 0.0, why))
     return Certificate(
         str(src), str(plan.dst), str(src.mesh), tuple(str(s) for s in plan.steps), sc.L, _shapes_text(plan, sc.L),
         tuple(links), tuple(props),
         _mono(Fraction(max(peaks)), itemsize, rank), _mono(Fraction(bound_c), itemsize, rank),
         _mono(recv_c, itemsize, rank), _mono(lb_c, itemsize, rank),
-        sum(p.seconds for p in props),
+        sum(p.seconds for p in props), tuple(unchecked), objective,
     )
 
 
-__all__ = ["Certificate", "Property", "prove_chain", "prove_inequality", "prove_memory", "prove_transfer",
-           "memory_cells", "transfer_cells", "verify_plan"]
+def plan_verify(plan: Plan, *args: Any, **kwargs: Any) -> Certificate:
+    """``plan.verify(**kw)``: ``verify_plan`` with its keywords only; a positional argument or an
+    unknown keyword is a ``VerifyArgumentError`` naming it and the keywords accepted."""
+    accepted = [n for n in inspect.signature(verify_plan).parameters if n != "plan"]
+    if args:
+        raise VerifyArgumentError(f"plan.verify() takes keyword arguments only, got {len(args)} positional "
+                                  f"({', '.join(map(repr, args))}); it accepts {', '.join(accepted)}")
+    unknown = sorted(set(kwargs) - set(accepted))
+    if unknown:
+        raise VerifyArgumentError(f"plan.verify() got unknown keyword(s) {', '.join(unknown)}; it accepts "
+                                  f"{', '.join(accepted)}")
+    return verify_plan(plan, **kwargs)
+
+
+def _check_arguments(timeout_ms: object, check_recv: object, check_memory: object, strict_recv: object,
+                     replicas_agree: object) -> None:
+    """``verify_plan``'s arguments, each of its type and range, or ``VerifyArgumentError`` naming it."""
+    if isinstance(timeout_ms, bool) or not isinstance(timeout_ms, int) or timeout_ms <= 0:
+        raise VerifyArgumentError(f"timeout_ms must be a positive int (milliseconds z3 may spend per query, "
+                                  f"default {DEFAULT_TIMEOUT_MS}), got {timeout_ms!r}")
+    if check_recv is not None and not isinstance(check_recv, bool):
+        raise VerifyArgumentError(f"check_recv must be True, False or None (the plan's objective decides), "
+                                  f"got {check_recv!r}")
+    for name, value in (("check_memory", check_memory), ("strict_recv", strict_recv), ("replicas_agree", replicas_agree)):
+        if not isinstance(value, bool):
+            raise VerifyArgumentError(f"{name} must be True or False, got {value!r}")
+
+
+__all__ = ["MEMORY_STATEMENT", "TRANSFER_STATEMENT", "Certificate", "Property", "prove_chain", "prove_inequality", "prove_memory", "prove_transfer",
+           "memory_cells", "plan_verify", "transfer_cells", "verify_plan"]

@@ -36,4 +36,9 @@ class VerificationError(RedistError):
         super().__init__(f"property '{prop}' violated: {message}" + (f"\n  counterexample: {detail}" if detail else ""))
 
 
-__all__ = ["VerificationError"]
+class VerifyArgumentError(RedistError):
+    """``verify_plan`` (``plan.verify``) called with an argument of the wrong type or range, or an
+    unknown keyword: the message names it and the accepted values."""
+
+
+__all__ = ["VerificationError", "VerifyArgumentError"]

@@ -29,6 +29,8 @@ class Status(StrEnum):
     """z3 gave up (timeout or an undecidable fragment): reported, never hidden."""
     EXCEEDS = "exceeds"
     """``recv <= bound`` refuted where the bound is documented not tight (shared unreduced axes)."""
+    NOT_CHECKED = "not checked"
+    """A property the certificate did not try to prove (``Certificate.unchecked``): never counted as proved."""
 
 
 @dataclass(frozen=True)

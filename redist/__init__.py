@@ -11,13 +11,16 @@ from redist.caches import clear_caches
 from redist.cost import CostModel
 from redist.errors import (
     CalibrationError,
+    CostModelError,
     ExecutionError,
     IncompatibleTypesError,
     RedistError,
     StepError,
     UnsummableDtypeError,
 )
+from redist.objective import Objective
 from redist.plan import Plan
+from redist.profile import cost_model_for
 from redist.reshard import reshard, reshard_local
 from redist.steps import (
     ALL_STEPS,
@@ -40,8 +43,8 @@ from redist.steps import (
 
 __all__ = [
     "Tuned", "autotune",
-    "ALL_STEPS", "KINDS", "AllGather", "AllReduce", "AllReduceSlice", "AllToAll", "CalibrationError", "Comm", "CostModel",
+    "ALL_STEPS", "KINDS", "AllGather", "AllReduce", "AllReduceSlice", "AllToAll", "CalibrationError", "Comm", "CostModel", "CostModelError",
     "Discard", "DynSlice", "Exchange", "ExchangeAllToAll", "ExecutionError", "IncompatibleTypesError", "MultiAllToAll", "PadUnreduced",
-    "Permute", "Plan", "RedistError", "ReduceScatter", "Step", "StepError", "UnsummableDtypeError",
-    "clear_caches", "redistribute", "reshard", "reshard_local",
+    "Objective", "Permute", "Plan", "RedistError", "ReduceScatter", "Step", "StepError", "UnsummableDtypeError",
+    "clear_caches", "cost_model_for", "redistribute", "reshard", "reshard_local",
 ]

@@ -5,11 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 from redist.cost import CostModel
-from redist.errors import IncompatibleTypesError, UnsummableDtypeError
+from redist.errors import CostModelError, IncompatibleTypesError, UnsummableDtypeError
+from redist.objective import HOW, Objective, as_objective
 from redist.plan import Plan
-from redist.profile import default_cost_model
+from redist.profile import cost_model_for
 from redist.synth import cached_synthesize
 from spmd_types import Mesh, ShardingType, parse
+from spmd_types.layout import check_index_range
 
 UNSUMMABLE_DTYPES = frozenset({"pred"})
 """Dtypes without addition in JAX collectives (``psum`` of bool raises inside JAX)."""
@@ -66,17 +68,82 @@ def redistribute(
     dst: ShardingType | str,
     mesh: Any = None,
     *,
+    objective: Objective | str = Objective.MEASURED,
     cost_model: CostModel | None = None,
 ) -> Plan:
     """Plan the move of an array typed ``src`` to ``dst``: correct and within ``max(src, dst)``
-    local bytes. By default the fastest such plan under the running backend's measured profile
-    (``redist.profile.default_cost_model``), fewest bytes among equally fast ones;
-    ``cost_model=CostModel(objective="bytes")`` gives the least traffic (the transfer bound) first.
-    Deterministic and cached.
+    local bytes, ranked by ``objective`` (docs/design.md section 4.4). Deterministic and cached.
 
-    ``mesh`` (needed for type text) may be ours, a ``jax.sharding.Mesh`` or an ``AbstractMesh``."""
+    Args:
+        src, dst: ``ShardingType`` values or type text such as ``'f32[8@x,4]'``.
+        mesh: needed for type text; ours, a ``jax.sharding.Mesh`` or an ``AbstractMesh``.
+        objective: a ``redist.Objective`` or its name: ``"measured"`` (the default: least estimated
+            time under the running backend's measured profile, bytes the tie-break), ``"bytes"``
+            (least received bytes, so the transfer lower bound where it is attainable, then time)
+            or ``"alpha-beta"`` (least time under the unmeasured alpha-beta model).
+        cost_model: a ``CostModel`` to plan under instead (a calibration of your own,
+            ``redist.profile.load_cost_model``; slow axes, ``CostModel.with_slow_axes``). Its own
+            objective ranks the plans; an ``objective`` given beside it must be that one.
+
+    Returns:
+        A ``Plan``; ``plan.objective`` names the objective it was ranked by.
+
+    Raises:
+        IncompatibleTypesError: ``src`` and ``dst`` differ in shape, dtype or mesh, or are not types.
+        UnsummableDtypeError: a pending sum of a dtype JAX cannot add (``pred``).
+        CostModelError: ``objective`` is not one of the three, ``cost_model`` is not a ``CostModel``
+            instance, or its objective differs from an ``objective`` given beside it.
+        SizeLimitError: a move of sizes past int64 (the planner's index math).
+        ShardingTypeError: type text that does not parse or does not fit the mesh (a subclass).
+
+    Examples:
+        >>> from redist import redistribute
+        >>> from spmd_types import Mesh
+        >>> mesh = Mesh({"x": 2, "y": 4})
+        >>> plan = redistribute("f32[1024@x,1024@y]", "f32[1024@y,1024@x]", mesh, objective="bytes")
+        >>> plan.objective.value, plan.recv_bytes == plan.lower_bound_bytes
+        ('bytes', True)
+        >>> redistribute("f32[1024@x]", "f32[1024]", mesh).steps[0].kind
+        'all_gather'
+    """
     s, d = checked_pair(src, dst, mesh)
-    return cached_synthesize(s, d, cost_model or default_cost_model(s.mesh))
+    return cached_synthesize(s, d, resolve_cost_model(objective, cost_model, s.mesh, objective_given=_given(objective)))
+
+
+def _given(objective: object) -> bool:
+    """Whether ``objective`` was passed (anything but the default member itself)."""
+    return objective is not Objective.MEASURED
+
+
+def resolve_cost_model(objective: Any, cost_model: Any, mesh: Any = None, objective_given: bool = True) -> CostModel:
+    """The model ``redistribute`` plans under: ``cost_model`` where given (a ``CostModel``
+    instance whose objective agrees with ``objective`` if that was given), else
+    ``cost_model_for(objective, mesh)``; anything else is a ``CostModelError`` naming the argument."""
+    o = as_objective(objective)
+    if cost_model is None:
+        return cost_model_for(o, mesh)
+    if not isinstance(cost_model, CostModel):
+        raise CostModelError(_not_a_model(cost_model))
+    if objective_given and cost_model.objective != o.value and not _measured_fallback(o, cost_model):
+        raise CostModelError(f"objective={o.value!r} conflicts with cost_model, whose objective is "
+                             f"{cost_model.objective!r}: pass one of them, or a cost model of that objective")
+    return cost_model
+
+
+def _measured_fallback(o: Objective, cm: CostModel) -> bool:
+    """``measured`` asked where no profile ships: its model is the alpha-beta one (``cost_model_for``)."""
+    return o is Objective.MEASURED and cm.objective == Objective.ALPHA_BETA.value and not cm.measured
+
+
+def _not_a_model(cm: object) -> str:
+    if isinstance(cm, str):
+        return (f"cost_model={cm!r} is a string, not a CostModel: to choose an objective pass "
+                f"objective={cm!r} instead ({HOW})")
+    if isinstance(cm, type):
+        return (f"cost_model={cm.__name__} is a class, not a CostModel instance: pass objective= "
+                f"instead, or an instance such as redist.cost_model_for('bytes') ({HOW})")
+    return (f"cost_model must be a redist.CostModel instance, got {type(cm).__name__}; pass objective= "
+            f"instead ({HOW}), or build one with redist.cost_model_for / redist.profile.load_cost_model")
 
 
 def checked_pair(src: ShardingType | str, dst: ShardingType | str, mesh: Any = None) -> tuple[ShardingType, ShardingType]:
@@ -94,4 +161,7 @@ def checked_pair(src: ShardingType | str, dst: ShardingType | str, mesh: Any = N
     if s.dtype != d.dtype:
         raise IncompatibleTypesError(f"dtypes differ: source {s.dtype}, destination {d.dtype}")
     check_summable(s, d)
+    if s != d:  # a move past int64 needs index math: SizeLimitError naming the dimension (moving nothing needs none)
+        check_index_range(s)
+        check_index_range(d)
     return s, d

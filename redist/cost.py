@@ -14,6 +14,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import NamedTuple
 
+from redist.errors import CostModelError
+from redist.objective import HOW, Objective, as_objective
 from spmd_types import Axis, axis_name
 from spmd_types.memo import HASH_KEY, cached_property, state_without_hash, store_hash
 
@@ -61,16 +63,21 @@ class _Lookup(NamedTuple):
 @dataclass(frozen=True)
 class CostModel:
     """Latency (s) and bandwidth (bytes/s) per collective, with per-axis overrides sorted by axis
-    name (build it with ``make`` or ``with_slow_axes``), and the objective plans are ranked by."""
+    name (build it with ``make`` or ``with_slow_axes``), and the objective plans are ranked by.
+
+    ``objective`` has no default: ``CostModel()`` raises ``CostModelError`` naming the three
+    objectives, since a bare model would silently rank by bytes under unmeasured constants. The
+    model ``redistribute`` uses for an objective is ``redist.cost_model_for(objective, mesh)``."""
 
     latency_s: float = 5e-6
     bandwidth_Bps: float = 50e9
     axis_latency_s: tuple[tuple[str, float], ...] = field(default=())
     axis_bandwidth_Bps: tuple[tuple[str, float], ...] = field(default=())
-    objective: str = "bytes"
-    """``"bytes"``: least received bytes, then least time (the synthesizer's contract: meet the
-    transfer bound). ``"time"``: least estimated time, then bytes (for compilers, where a few
-    latency-bound collectives on tiny arrays should not become many point-to-point rounds)."""
+    objective: str = ""
+    """A ``redist.Objective`` (stored as its string): ``"bytes"``: least received bytes, then least
+    time (the synthesizer's contract: meet the transfer bound). ``"measured"`` (needs measured
+    ``kind_costs``) and ``"alpha-beta"``: least estimated time, then bytes (for compilers, where a
+    few latency-bound collectives on tiny arrays should not become many point-to-point rounds)."""
     kind_time_factor: tuple[tuple[str, float], ...] = field(default=())
     """Per step kind (``"reduce_scatter"``, ...), a factor on the estimated time of its collective:
     where a backend runs one kind worse than the alpha-beta model says (a calibrated profile)."""
@@ -87,7 +94,7 @@ class CostModel:
     """Per step kind, (overhead, latency, bandwidth) measured over groups that span processes
     (``redist calibrate`` under ``jax.distributed``): another transport than ``kind_costs``'."""
     tie_tolerance: float = 0.0
-    """Objective ``"time"`` only: plans whose estimated time is within this fraction of the fastest
+    """Time objectives (``measured``, ``alpha-beta``) only: plans whose estimated time is within this fraction of the fastest
     candidate's are ties, ranked by fewest collective ops, then least bytes, then time
     (``redist.synth``). A measured profile sets it to its fit's typical error on its own samples
     (``Profile.fit_error``): inside that error the model cannot tell two plans apart, while every
@@ -95,30 +102,42 @@ class CostModel:
     ``0``: plain least time. The bytes objective ignores it (its transfer guarantee stands)."""
 
     def __post_init__(self) -> None:
-        if self.objective not in ("bytes", "time"):
-            raise ValueError(f"objective must be 'bytes' or 'time', got {self.objective!r}")
+        if not self.objective:
+            raise CostModelError(f"CostModel() needs an objective: {HOW}")
+        o = as_objective(self.objective, "CostModel objective")
+        object.__setattr__(self, "objective", o.value)  # a plain str: equal models hash alike
+        if o is Objective.MEASURED and not self.kind_costs and not self.cross_kind_costs:
+            raise CostModelError("CostModel(objective='measured') needs measured kind_costs: use "
+                                 "redist.cost_model_for('measured', mesh) (the backend's shipped profile) or "
+                                 "redist.profile.load_cost_model(path) (a `redist calibrate` profile); "
+                                 "objective='alpha-beta' ranks by time under the unmeasured constants")
         for kind, kc in (*self.kind_costs, *self.cross_kind_costs):
             if not (kc.bandwidth_Bps > 0 and kc.overhead_s >= 0 and kc.latency_s >= 0):
-                raise ValueError(f"kind_costs for {kind!r} need bandwidth > 0 and times >= 0, got {kc}")
+                raise CostModelError(f"kind_costs for {kind!r} need bandwidth > 0 and times >= 0, got {kc}")
         for kind, factor in self.kind_time_factor:
             if not factor > 0:
-                raise ValueError(f"kind_time_factor for {kind!r} must be > 0, got {factor}")
+                raise CostModelError(f"kind_time_factor for {kind!r} must be > 0, got {factor}")
         if not 0 <= self.tie_tolerance < 1:
-            raise ValueError(f"tie_tolerance must be in [0, 1), got {self.tie_tolerance}")
+            raise CostModelError(f"tie_tolerance must be in [0, 1), got {self.tie_tolerance}")
+
+    @property
+    def time_first(self) -> bool:
+        """Whether plans are ranked by time first (``measured`` and ``alpha-beta``), not bytes."""
+        return self.objective != Objective.BYTES.value
 
     def order(self, recv_bytes: float, time_s: float) -> tuple[float, float]:
         """The comparison key of a plan's (bytes, time) under this objective."""
         r, t = round(recv_bytes, 6), round(time_s, 15)
-        return (r, t) if self.objective == "bytes" else (t, r)
+        return (t, r) if self.time_first else (r, t)
 
     def key_time(self, key: tuple[float, float]) -> float:
         """The time of a key ``order`` made."""
-        return key[1] if self.objective == "bytes" else key[0]
+        return key[0] if self.time_first else key[1]
 
     def tie_window(self, time_s: float) -> float:
         """The longest time still tied with a plan of ``time_s`` (``tie_tolerance``; the time
-        objective only)."""
-        return time_s * (1 + self.tie_tolerance) if self.objective == "time" else time_s
+        objectives only)."""
+        return time_s * (1 + self.tie_tolerance) if self.time_first else time_s
 
     @staticmethod
     def make(
@@ -126,7 +145,7 @@ class CostModel:
         bandwidth_Bps: float = 50e9,
         axis_latency_s: Mapping[str, float] | None = None,
         axis_bandwidth_Bps: Mapping[str, float] | None = None,
-        objective: str = "bytes",
+        objective: str = "",
         kind_time_factor: Mapping[str, float] | None = None,
     ) -> CostModel:
         """A cost model from measured numbers: defaults plus per-axis overrides given as mappings."""
@@ -144,12 +163,14 @@ class CostModel:
     @staticmethod
     def with_slow_axes(axes: Iterable[str], factor: float = 10.0, base: CostModel | None = None) -> CostModel:
         """Axes that cross hosts: ``factor`` times less bandwidth and more latency; everything else
-        (objective, measured per-kind costs) is kept from ``base`` (default ``CostModel()``)."""
-        b = base or CostModel()
+        (objective, measured per-kind costs) is kept from ``base`` (default the bytes objective's
+        ``CostModel(objective="bytes")``)."""
+        b = base or DEFAULT_COST_MODEL
         axes = list(axes)
         slow = CostModel.make(
             b.latency_s, b.bandwidth_Bps,
             {a: b.latency_s * factor for a in axes}, {a: b.bandwidth_Bps / factor for a in axes},
+            objective=Objective.BYTES,
         )
         return replace(b, axis_latency_s=slow.axis_latency_s, axis_bandwidth_Bps=slow.axis_bandwidth_Bps)
 
@@ -164,8 +185,8 @@ class CostModel:
     @cached_property
     def _lookup(self) -> _Lookup:
         """The per-axis and per-kind tuples as dicts, built once per model: planning prices a step
-        thousands of times a pair, and building them once took 0-4% off planning on the issue-12
-        ladder (3.5% on 13 axes of 2). Derived from the fields, so outside equality and hashing;
+        thousands of times a pair, and building them once took 0-4% off planning on the large-mesh
+        ladder (``redist bench-plan --ladder``; 3.5% on 13 axes of 2). Derived from the fields, so outside equality and hashing;
         a model made with ``replace`` builds its own, and a pickled one carries a copy of these."""
         return _Lookup(dict(self.axis_latency_s), {k: 1.0 / v for k, v in self.axis_bandwidth_Bps},
                        dict(self.kind_time_factor), dict(self.kind_costs), dict(self.cross_kind_costs), {},
@@ -257,12 +278,12 @@ class CostModel:
     def measured(self) -> bool:
         return bool(self.kind_costs)
 
-    def with_objective(self, objective: str) -> CostModel:
+    def with_objective(self, objective: Objective | str) -> CostModel:
         return replace(self, objective=objective)
 
 
-
-DEFAULT_COST_MODEL = CostModel()
+DEFAULT_COST_MODEL = CostModel(objective=Objective.BYTES)
+"""The bytes objective under the alpha-beta constants: what a ``Plan`` built by hand is measured by."""
 
 
 def _entry(costs: dict[str, KindCost], kind: str) -> KindCost | None:

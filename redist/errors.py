@@ -100,3 +100,8 @@ class CalibrationError(RedistError):
 
     ```
     """
+
+
+class CostModelError(RedistError):
+    """A cost model or objective argument that is not one: an unknown objective name, a cost
+    model given as a string, a class or a dict, or a model whose objective contradicts the one asked."""

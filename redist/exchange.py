@@ -59,8 +59,8 @@ scheduled unless each device handles at most ``MAX_DEVICE_CELLS`` of them; devic
 and by group where the routing tabulates one row per group (``_provider_rows``).
 Routing is NumPy passes over these triples, scheduling adds the edge colouring of the transfers
 (Euler splits in C) and rounds of ``devices x rank`` offsets. At this size, on one core of the
-2-core CI machine: routing 0.5-1.7 s and 0.25-0.35 GB for the reducing exchanges of the issue-12
-ladder on 65,536 devices, about 4 s for the worst (every triple a transfer:
+2-core CI machine: routing 0.5-1.7 s and 0.25-0.35 GB for the reducing exchanges of the large-mesh
+ladder (``redist bench-plan --ladder``) on 65,536 devices, about 4 s for the worst (every triple a transfer:
 ``f32[65536@(a0..a9)]{U:(a10..a15)} -> f32[65536@(a10..a15,a0..a9)]`` on 16 axes of 2); a
 schedule 3 s for the ladder's, 20 s and 1.8 GB where every triple moves (once per plan and mesh).
 A refusal is ``ExchangeTooFineError``, a ``StepError``: planning refuses what ``schedule`` would
@@ -1337,6 +1337,8 @@ def routing(old: ShardingType, new: ShardingType) -> Routing:
     no packing; rounds by König's theorem): cheap enough for the synthesizer to prune candidates
     whose optimistic floor is not tight (pending sums). Raises as ``schedule``; routes one class
     of devices (``redist.exchange_classes``): every class receives as many cells, in the same rounds."""
+    check_index_range(old)  # before any int64 table (SizeLimitError naming the dimension)
+    check_index_range(new)
     return _routing(old, new, merges(old, new))
 
 
@@ -1438,3 +1440,45 @@ def _route(old: ShardingType, new: ShardingType, offsets: bool = True, merged: b
     else:
         routed = _route_reduced(dev, rows, needs, sel, h, axes.n_reduced, codes.n_rep)
     return grid, dev.n_devices, routed
+
+
+class ClassSchedule(NamedTuple):
+    """One class's schedule of an exchange (``redist.exchange_classes``) and how many classes run it."""
+
+    schedule: Schedule
+    """The quotient's schedule: its device ids number the quotient mesh (the whole mesh where nothing factors)."""
+    n_classes: int
+    classes: Classes | None
+    """The factoring (``None``: one class, the whole mesh)."""
+
+    def device(self, q: int) -> int:
+        """The device of the whole mesh that quotient device ``q`` is in the class of device 0,
+        by arithmetic on the device numbering (no table of the mesh)."""
+        c = self.classes
+        if c is None:
+            return q
+        qmesh = c.quotient_old.mesh
+        coord: dict[str, int] = {}
+        for name, size in reversed(qmesh.axes):
+            q, coord[name] = divmod(q, size)
+        device = 0
+        for name, n in c.mesh.axes:
+            digits, full = coord[name], 0
+            for a in sorted((a for a in c.rest if a.name == name), key=lambda a: -a.pre):  # minor first
+                digits, d = divmod(digits, a.size)
+                full += d * (n // (a.pre * a.size))
+            device = device * n + full
+        return device
+
+
+def class_schedule(old: ShardingType, new: ShardingType) -> ClassSchedule:
+    """``schedule(old, new)`` before it is lifted to every class: what each device of a class
+    receives, and from how many peers, is what every device receives (each class runs the same
+    exchange), known without a table of the whole mesh (printing a plan on 65,536 devices or a
+    mesh too large to enumerate)."""
+    check_schedule(old, new)
+    merged = merges(old, new)
+    c = classes(old, new, merged)
+    if c is None:
+        return ClassSchedule(_schedule(old, new, merged), 1, None)
+    return ClassSchedule(_schedule(c.quotient_old, c.quotient_new, merged), c.n_classes, c)

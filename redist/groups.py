@@ -51,18 +51,25 @@ def group_sums(mesh: Mesh, atoms: tuple[Atom, ...], values: np.ndarray) -> np.nd
     ``ndarray.sum`` over the atoms' digits of a reshaped view, broadcast back: a few array passes
     where a ``bincount`` over ``group_key`` costs a float cast, a gather and a cast back (several
     times as long on 8,192 devices)."""
-    shape: list[int] = []
-    summed: list[int] = []
+    parts: list[tuple[int, bool]] = []  # (digit size, summed), major first
     for name, n in mesh.axes:
         done = 1  # the product of this axis's digits split off so far
         for a in sorted((a for a in atoms if a.name == name), key=lambda a: a.pre):
             if a.pre % done:
                 raise ValueError(f"atoms of axis {name!r} overlap: {sorted(atoms)}")
-            shape.append(a.pre // done)
-            summed.append(len(shape))
-            shape.append(a.size)
+            parts += [(a.pre // done, False), (a.size, True)]
             done = a.pre * a.size
-        shape.append(n // done)
+        parts.append((n // done, False))
+    shape: list[int] = []
+    summed: list[int] = []
+    for size, is_summed in parts:  # runs of other digits merged: at most 2 * len(atoms) + 1 array
+        if is_summed:               # dimensions whatever the mesh's axis count (NumPy allows 64)
+            summed.append(len(shape))
+            shape.append(size)
+        elif shape and len(shape) - 1 not in summed:
+            shape[-1] *= size
+        else:
+            shape.append(size)
     if not summed:
         return values
     view = values.reshape(shape)

@@ -15,8 +15,10 @@ from typing import Any
 
 from redist.bounds import lower_bound_bytes
 from redist.cost import DEFAULT_COST_MODEL, CostModel
+from redist.device_recv import lower_bound_bytes_max, step_recv_max
 from redist.errors import RedistError
 from redist.measure import StepMeasure, measure
+from redist.objective import Objective
 from redist.render import format_plan
 from redist.steps import Exchange, Step
 from spmd_types import ShardingType
@@ -50,7 +52,9 @@ def measure_step(step: Step, before: ShardingType, after: ShardingType, cm: Cost
 @dataclass(frozen=True)
 class Plan:
     """A redistribution: ``steps`` take ``src`` to ``dst`` through ``types`` (the type after each
-    step). Call it on a ``jax.Array`` laid out as ``src``; its measures are per device."""
+    step), ranked under ``cost_model`` (its ``objective``). Call it on a ``jax.Array`` laid out as
+    ``src``; its measures are per device: ``recv_bytes`` the mean over devices, ``recv_bytes_max``
+    the busiest device's."""
 
     src: ShardingType
     dst: ShardingType
@@ -87,6 +91,11 @@ class Plan:
         return p
 
     @property
+    def objective(self) -> Objective:
+        """The objective the plan was ranked by: its ``cost_model``'s (``redist.Objective``)."""
+        return Objective(self.cost_model.objective)
+
+    @property
     def all_types(self) -> tuple[ShardingType, ...]:
         return (self.src,) + self.types
 
@@ -107,8 +116,39 @@ class Plan:
 
     @cached_property
     def recv_bytes(self) -> float:
-        """Bytes received per device over the whole plan (averaged over devices, docs/design.md section 4)."""
+        """Bytes received per device over the whole plan, the mean over devices (docs/design.md
+        section 4): what the objectives and the transfer bound count. ``recv_bytes_max`` is the
+        busiest device's."""
         return float(sum(m.recv_bytes for m in self.measures))
+
+    @property
+    def recv_bytes_mean(self) -> float:
+        """``recv_bytes``, named for what it is beside ``recv_bytes_max``."""
+        return self.recv_bytes
+
+    @property
+    def step_recv_bytes_mean(self) -> tuple[float, ...]:
+        """Per step, the bytes received per device, the mean over devices (``measures``)."""
+        return tuple(m.recv_bytes for m in self.measures)
+
+    @cached_property
+    def step_recv_bytes_max(self) -> tuple[float, ...]:
+        """Per step, the bytes the busiest device receives (``redist.device_recv``); where it
+        equals the step's mean every device receives alike."""
+        ts = self.all_types
+        return tuple(step_recv_max(s, ts[i], ts[i + 1], m) for i, (s, m) in enumerate(zip(self.steps, self.measures)))
+
+    @cached_property
+    def recv_bytes_max(self) -> float:
+        """The busiest device's bytes of each step, summed over the steps (each step lasts as long
+        as its busiest device): at least what any one device receives over the plan."""
+        return float(sum(self.step_recv_bytes_max))
+
+    @cached_property
+    def lower_bound_bytes_max(self) -> float:
+        """What the busiest device must receive at least (``redist.device_recv.lower_bound_bytes_max``):
+        the per-device bound ``recv_bytes_max`` is compared with."""
+        return lower_bound_bytes_max(self.src, self.dst)
 
     @cached_property
     def time_s(self) -> float:
@@ -117,7 +157,7 @@ class Plan:
 
     @cached_property
     def lower_bound_bytes(self) -> float:
-        """What a device must receive because it does not hold it, averaged (``redist.bounds``)."""
+        """What a device must receive because it does not hold it, the mean over devices (``redist.bounds``)."""
         return lower_bound_bytes(self.src, self.dst)
 
     @cached_property
@@ -132,9 +172,9 @@ class Plan:
 
     def key(self) -> tuple[float, float, int, int, int]:
         """The order of preference between plans of one move, shared by the synthesizer, the
-        reference search and the tests: under the default objective least bytes, then least time
-        (``CostModel.objective`` may swap them), then fewest collectives; typed steps win the
-        remaining ties (fewest exchanges, then fewest steps)."""
+        reference search and the tests: under the bytes objective least bytes, then least time
+        (the time objectives, ``measured`` and ``alpha-beta``, swap them), then fewest collectives;
+        typed steps win the remaining ties (fewest exchanges, then fewest steps)."""
         return self._key
 
     @cached_property
@@ -151,12 +191,13 @@ class Plan:
                               "JAX executor, or call redist.executor.run_plan(plan, x)")
         return _HOOKS["run"](self, x)
 
-    def verify(self, **kwargs: Any) -> Any:
-        """A z3 certificate of correctness and of the memory and transfer bounds (``proofs``)."""
+    def verify(self, *args: Any, **kwargs: Any) -> Any:
+        """A z3 certificate of correctness and the memory bound, and of the transfer bound where
+        the plan's objective promises it or ``check_recv=True`` (``proofs.verify_plan``)."""
         if "verify" not in _HOOKS:
             raise RedistError("plan.verify() needs the proofs layer: `import proofs` registers it "
                               "(or call proofs.verify_plan(plan))")
-        return _HOOKS["verify"](self, **kwargs)
+        return _HOOKS["verify"](self, *args, **kwargs)
 
     def __str__(self) -> str:
         """Each step in words with its bytes and collectives, then the totals (``redist.render``)."""

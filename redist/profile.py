@@ -28,6 +28,7 @@ import numpy as np
 from redist.atoms import primes
 from redist.cost import CostModel, KindCost
 from redist.errors import RedistError
+from redist.objective import Objective, as_objective
 from spmd_types import Axis, SubAxis
 from spmd_types.memo import Scope, memo
 
@@ -64,7 +65,7 @@ class Profile:
     cross_kinds: tuple[tuple[str, KindCost], ...] = ()
     """Per kind, the fit over groups that span processes (empty for a one-process profile)."""
 
-    def cost_model(self, objective: str = "time", cross_axes: Sequence[Axis] | None = None) -> CostModel:
+    def cost_model(self, objective: str = "measured", cross_axes: Sequence[Axis] | None = None) -> CostModel:
         """The planner's model, ties within ``fit_error``. With cross-process costs, ``cross_axes``
         names the mesh axes whose groups span processes (``process_crossing_axes``); ``None``
         charges every axis as crossing."""
@@ -132,8 +133,9 @@ def load_profile(path: str | Path) -> Profile:
                            f"`redist calibrate --out {path}`") from None
 
 
-def load_cost_model(path: str | Path, objective: str = "time") -> CostModel:
-    """The cost model of a profile written by ``redist calibrate``: pass it to ``redistribute``."""
+def load_cost_model(path: str | Path, objective: str = "measured") -> CostModel:
+    """The cost model of a profile written by ``redist calibrate`` (objective ``measured``, or
+    ``bytes``: least bytes first, ties by the measured time): pass it to ``redistribute``."""
     return load_profile(path).cost_model(objective)
 
 
@@ -183,7 +185,7 @@ def process_crossing_axes(mesh: Any) -> tuple[Axis, ...]:
 def crossing_axes(procs: np.ndarray, names: Sequence[str]) -> tuple[Axis, ...]:
     """``process_crossing_axes`` of a layout given as its process per device (``procs``, one array
     dimension per axis of ``names``): planning studies of a multi-host mesh no process runs, such as
-    ``redist bench-plan --ladder --objective gloo``'s hosts of 8 devices."""
+    ``redist bench-plan --ladder --profile cpu-gloo``'s hosts of 8 devices."""
     if procs.ndim != len(names):
         raise RedistError(f"a process per device needs one array dimension per mesh axis: got shape "
                           f"{procs.shape} for axes {tuple(names)}; reshape it to the mesh's axis sizes")
@@ -214,16 +216,27 @@ def _crossing_factors(procs: np.ndarray, i: int, name: str) -> list[Axis]:
 def default_cost_model(mesh: Any = None) -> CostModel:
     """``redistribute``'s default: fastest under the measured model of the running backend (the
     shipped profile, ``runtime_profile_name``), memory bound hard, bytes the tie-break; the
-    unmeasured alpha-beta model with the same objective where no profile ships for the backend.
+    unmeasured alpha-beta model (objective ``alpha-beta``) where no profile ships for the backend.
     With ``mesh``, a cross-process profile charges its cross costs to the axes that span processes;
     without, to every axis."""
     prof = runtime_profile()
     if prof is None:
-        return CostModel(objective="time")
+        return CostModel(objective="alpha-beta")
     import jax
 
     known = mesh is not None and prof.cross_kinds and mesh.size <= jax.device_count()
-    return prof.cost_model("time", process_crossing_axes(mesh) if known else None)
+    return prof.cost_model("measured", process_crossing_axes(mesh) if known else None)
+
+
+def cost_model_for(objective: Objective | str = Objective.MEASURED, mesh: Any = None) -> CostModel:
+    """The cost model ``redistribute`` uses for ``objective`` on ``mesh``: ``measured`` is the running
+    backend's shipped profile (``redist.profile.default_cost_model``; where none ships for the
+    backend, the alpha-beta model, and the model's objective says ``alpha-beta``), ``bytes`` and
+    ``alpha-beta`` the alpha-beta constants ranked by bytes or by time."""
+    o = as_objective(objective)
+    if o is Objective.MEASURED:
+        return default_cost_model(mesh)
+    return CostModel(objective=o)
 
 
 def regressors(samples: Sequence[Sample]) -> np.ndarray:
@@ -288,5 +301,5 @@ def spearman(a: Sequence[float], b: Sequence[float]) -> float:
     return float(np.corrcoef(ra, rb)[0, 1])
 
 
-__all__ = ["Profile", "Sample", "default_cost_model", "fit_kind", "fit_profile", "predict", "ProfileError", "load_cost_model", "load_profile",
+__all__ = ["Profile", "Sample", "cost_model_for", "default_cost_model", "fit_kind", "fit_profile", "predict", "ProfileError", "load_cost_model", "load_profile",
            "packaged_profile", "process_crossing_axes", "runtime_profile", "runtime_profile_name", "spearman"]

@@ -627,7 +627,7 @@ def _all_reduce_first_candidates(src: ShardingType, dst: ShardingType, cm: CostM
     ran 1.01 ms. Not under the bytes objective, which it never wins and whose planning time
     the extra sub-plans would cost; nor where only slices follow (that is ``AllReduceSlice``, a
     variant of every reduce-scatter already)."""
-    if cm.objective != "time":
+    if not cm.time_first:
         return []
     g = _Greedy(src, dst)
     dropped = tuple(sorted(g.unred - set(g.UD)))
@@ -672,7 +672,7 @@ def _park(
     0.62 ms). Only there: in every dimension they took the time objective's planning on 8 and 12
     axes of 2 from 16 and 52 ms a pair to 31 and 130 ms (18 and 62 ms as here), for four more
     faster plans in 440 random pairs, by 2-10%."""
-    wanted = {j for j, d in enumerate(dims_atoms(dst)) for a in d if a in atoms} if cm.objective == "time" else set()
+    wanted = {j for j, d in enumerate(dims_atoms(dst)) for a in d if a in atoms} if cm.time_first else set()
     out = []
     for dim in range(src.rank) if dims is None else dims:
         g = _Greedy(src, dst)
@@ -866,7 +866,7 @@ class _Best:
         holds it, and ``choice`` prefers fewer ops, then less time. So once a plan is fastest,
         nothing slower with as many ops is kept. Only under a tie tolerance (with none,
         ``beaten`` says all there is)."""
-        if cm.objective != "time" or not cm.tie_tolerance:
+        if not cm.time_first or not cm.tie_tolerance:
             return False
         t = round(time_floor, 15)
         return any((n < ops_floor and s <= t) or (n == ops_floor and s < t and not self.keep_slower)

@@ -7,9 +7,12 @@ import argparse
 import sys
 from typing import Any
 
-OBJECTIVES = ("bytes", "time", "measured", "gloo")
-"""``benchmarks.planning.LADDER_OBJECTIVES``, spelled here so ``redist --help`` imports no planner
-(a test keeps the two equal)."""
+OBJECTIVES = ("measured", "bytes", "alpha-beta")
+"""``redist.Objective``'s names, spelled here so ``redist --help`` imports no planner (a test keeps
+them equal)."""
+
+PROFILES = ("cpu", "cpu-gloo")
+"""``benchmarks.planning.LADDER_PROFILES`` (a test keeps the two equal)."""
 
 
 def register(sub: Any, handlers: dict[str, Any]) -> None:
@@ -21,10 +24,12 @@ def register(sub: Any, handlers: dict[str, Any]) -> None:
     p.add_argument("--ladder", type=int, default=0, metavar="N",
                    help="instead: the large-mesh ladder (256 to 65,536 devices), N random pairs per rung")
     p.add_argument("--objective", choices=OBJECTIVES, default="bytes",
-                   help="with --ladder, the cost model plans are ranked by: bytes (the transfer bound), "
-                        "time (the unmeasured alpha-beta model: the default where no profile ships), "
-                        "measured (the shipped CPU profile: the default on CPU) or gloo (the shipped "
-                        "cross-process profile, hosts of 8 devices: the default across processes)")
+                   help="with --ladder, what plans are ranked by: bytes (least received bytes, the transfer "
+                        "bound first; the default here), alpha-beta (least time under the unmeasured alpha-beta "
+                        "model) or measured (least time under a shipped measured profile, see --profile)")
+    p.add_argument("--profile", choices=PROFILES, default="cpu",
+                   help="with --objective measured, the shipped profile: cpu (one process, the default) or "
+                        "cpu-gloo (across processes, hosts of 8 devices)")
     handlers["bench-plan"] = _run
 
 
@@ -46,5 +51,7 @@ def _run(args: argparse.Namespace) -> int:
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         return 2
-    call = f"main({args.pairs!r}, {args.seed!r}, {args.gap_pairs!r}, {args.ladder!r}, {args.objective!r})"
-    return run_benchmark(["-c", f"from benchmarks.planning import main; print({call})"], "redist bench-plan")
+    call = (f"main({args.pairs!r}, {args.seed!r}, {args.gap_pairs!r}, {args.ladder!r}, "
+            f"ladder_model({args.objective!r}, {args.profile!r}))")
+    return run_benchmark(["-c", f"from benchmarks.planning import ladder_model, main; print({call})"],
+                         "redist bench-plan")

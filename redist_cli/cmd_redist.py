@@ -38,9 +38,10 @@ def register(sub: Any, handlers: dict[str, Any]) -> None:
     p.add_argument("src", help="source type, e.g. 'f32[512@(x,y),128]'")
     p.add_argument("dst", help="destination type, e.g. 'f32[512,128@(y,x)]'")
     p.add_argument("--mesh", required=True, help="the mesh, e.g. x=2,y=4")
-    p.add_argument("--objective", choices=("time", "bytes"), default="time",
-                   help="time: fastest under the measured cost model (default); bytes: least traffic "
-                        "first, at the transfer lower bound")
+    p.add_argument("--objective", choices=("measured", "bytes", "alpha-beta"), default="measured",
+                   help="measured: least time under the backend's measured profile (default); bytes: least "
+                        "received bytes first, at the transfer lower bound; alpha-beta: least time under the "
+                        "unmeasured alpha-beta model")
     p.add_argument("--slow-axes", default="",
                    help="comma-separated mesh axes that cross hosts (10x less bandwidth, more latency)")
     p.add_argument("--picture", metavar="FILE.png", default=None,
@@ -63,19 +64,17 @@ def register(sub: Any, handlers: dict[str, Any]) -> None:
 # -- redist plan ----------------------------------------------------------------------------------------
 
 
-def _cost_model(mesh: Any, slow_axes: str, objective: str = "time") -> Any:
-    """``--objective time``: the library's default (fastest under the backend's measured profile);
-    ``bytes``: least traffic first (the transfer bound). ``--slow-axes`` keeps the objective."""
-    from redist import CostModel
+def _cost_model(mesh: Any, slow_axes: str, objective: str = "measured") -> Any:
+    """``--objective``'s model (``redist.cost_model_for``): ``measured``, the library's default;
+    ``bytes``: least traffic first (the transfer bound); ``alpha-beta``. ``--slow-axes`` keeps the objective."""
+    from redist import CostModel, cost_model_for
     from spmd_types import UnknownAxisError
 
     names = [a.strip() for a in slow_axes.split(",") if a.strip()]
     for a in names:
         if a not in mesh:
             raise UnknownAxisError(f"--slow-axes names unknown mesh axis {a!r}; the mesh has axes {list(mesh.names)}")
-    from redist.profile import default_cost_model
-
-    base = default_cost_model() if objective == "time" else CostModel(objective="bytes")
+    base = cost_model_for(objective)
     return CostModel.with_slow_axes(names, base=base) if names else base
 
 
@@ -84,18 +83,18 @@ def steps_table(plan: Any) -> Any:
     from rich.table import Table
     from rich.text import Text
 
-    from redist.render import fmt_bytes, step_texts
+    from redist.render import recv_text, step_texts
 
     table = Table(show_edge=False, pad_edge=False, expand=False)
     table.add_column("#", justify="right")
     table.add_column("step")
-    table.add_column("received per device", justify="right")
+    table.add_column("received (mean; busiest device)", justify="right")
     table.add_column("collectives", justify="right")
-    for i, (st, m, t) in enumerate(zip(step_texts(plan), plan.measures, plan.types)):
+    for i, (st, m, t, most) in enumerate(zip(step_texts(plan), plan.measures, plan.types, plan.step_recv_bytes_max)):
         body = Text.assemble((st.title, "bold"), " to ", (str(t), "cyan"), "\n", (st.moves, ""))
         if st.collectives:
             body.append("\n" + st.why_count, style="dim")
-        table.add_row(str(i + 1), body, fmt_bytes(m.recv_bytes) if st.collectives else "-", str(st.collectives))
+        table.add_row(str(i + 1), body, recv_text(m.recv_bytes, most) if st.collectives else "-", str(st.collectives))
     return table
 
 
@@ -132,13 +131,19 @@ def measures_table(plan: Any, slow_axes: str = "") -> Any:
     table.add_column(style="bold")
     table.add_column(justify="right")
     table.add_column()
-    table.add_row("received per device", fmt_bytes(plan.recv_bytes),
+    alike = met(plan.recv_bytes_max, plan.recv_bytes) == met(plan.lower_bound_bytes_max, plan.lower_bound_bytes) == "met"
+    table.add_row("received per device" + (" (every device alike)" if alike else " (mean)"), fmt_bytes(plan.recv_bytes),
                   f"lower bound {fmt_bytes(plan.lower_bound_bytes)}: {met(plan.recv_bytes, plan.lower_bound_bytes)}")
+    if not alike:
+        table.add_row("received by the busiest device", fmt_bytes(plan.recv_bytes_max),
+                      f"lower bound {fmt_bytes(plan.lower_bound_bytes_max)}: "
+                      f"{met(plan.recv_bytes_max, plan.lower_bound_bytes_max)} (each step's busiest, summed)")
     table.add_row("peak memory per device", fmt_bytes(plan.peak_bytes),
                   f"max(source, destination) {fmt_bytes(plan.memory_bound_bytes)}: "
                   f"{met(plan.peak_bytes, plan.memory_bound_bytes)}")
-    model = ("measured cost profile" if plan.cost_model.measured else "alpha-beta estimate") + (
-        f", slow axes {slow_axes}" if slow_axes else "")
+    model = (f"objective {plan.objective.value}, "
+             + ("measured cost profile" if plan.cost_model.measured else "alpha-beta estimate")
+             + (f", slow axes {slow_axes}" if slow_axes else ""))
     table.add_row("estimated time", fmt_time(plan.time_s), model)
     return table
 

@@ -23,7 +23,7 @@ def test_same_typing_twice_the_ring_traffic() -> None:
     src = parse(SRC, MESH)
     rs, ars = ReduceScatter(0, ("y",)), AllReduceSlice(0, ("y",))
     assert rs.apply(src) == ars.apply(src) == parse(DST, MESH)
-    cm = CostModel()
+    cm = CostModel(objective="bytes")
     m_rs, m_ars = measure(rs, src, rs.apply(src), cm), measure(ars, src, ars.apply(src), cm)
     assert m_ars.recv_bytes == 2 * m_rs.recv_bytes == 2 * 3 / 4 * src.local_bytes
     assert m_rs.collectives == m_ars.collectives == 1
@@ -34,11 +34,11 @@ def test_never_chosen_for_bytes_chosen_where_reduce_scatter_is_slow() -> None:
         "reduce_scatter"]
     # e.g. a calibrated CPU profile: reduce-scatter, point-to-point rounds and all-to-alls (an
     # exchange run as one prices as all_to_all) slower than the model
-    slow_rs = CostModel.make(objective="time", kind_time_factor={"reduce_scatter": 4.0, "exchange": 4.0, "all_to_all": 4.0})
+    slow_rs = CostModel.make(objective="alpha-beta", kind_time_factor={"reduce_scatter": 4.0, "exchange": 4.0, "all_to_all": 4.0})
     plan = redistribute(SRC, DST, MESH, cost_model=slow_rs)
     assert [s.kind for s in plan.steps] == ["all_reduce_slice"]
     # the bytes objective keeps its transfer guarantee whatever the per-kind factors say
-    by_bytes = CostModel.make(kind_time_factor={"reduce_scatter": 4.0})
+    by_bytes = CostModel.make(objective="bytes", kind_time_factor={"reduce_scatter": 4.0})
     assert redistribute(SRC, DST, MESH, cost_model=by_bytes).recv_bytes == plan.recv_bytes / 2
 
 
@@ -56,4 +56,4 @@ def test_simulated_values_and_certificate() -> None:
 
 def test_bad_kind_time_factor_is_refused() -> None:
     with pytest.raises(ValueError, match="kind_time_factor for 'reduce_scatter' must be > 0"):
-        CostModel.make(kind_time_factor={"reduce_scatter": 0.0})
+        CostModel.make(objective="bytes", kind_time_factor={"reduce_scatter": 0.0})

@@ -62,7 +62,7 @@ def test_a_sub_axis_inside_processes_is_charged_inside() -> None:
     """On 4 processes of 2 devices ``y:(2)2`` of {x=2, y=4} stays in a process: an all-to-all over
     it costs the in-process fit; over ``y:(1)2``, ``y`` or ``x`` the cross one."""
     inside, across = KindCost(1e-4, 0.0, 1e9), KindCost(1e-3, 0.0, 1e8)
-    cm = CostModel(objective="time", kind_costs=(("all_to_all", inside),), cross_axes=("x", SubAxis("y", 1, 2)),
+    cm = CostModel(objective="measured", kind_costs=(("all_to_all", inside),), cross_axes=("x", SubAxis("y", 1, 2)),
                    cross_kind_costs=(("all_to_all", across),))
     assert cm.measured_kind("all_to_all", {SubAxis("y", 2, 2)}) == inside
     for axes in ({SubAxis("y", 1, 2)}, {"y"}, {"x"}, {SubAxis("y", 1, 4)}, {SubAxis("y", 2, 2), "x"}):
@@ -75,19 +75,19 @@ def test_cross_costs_charge_only_crossing_axes() -> None:
     prof = Profile("cpu", "cpu", (("all_to_all", inside),), 1e9,
                    (Sample("all_to_all", 1, 0, 1e-4), Sample("all_to_all", 1, 0, 1e-3, True)),
                    (("all_to_all", across),))
-    cm = prof.cost_model("time", ["x"])
+    cm = prof.cost_model("measured", ["x"])
     assert cm.kind_time("all_to_all", {"y"}, 1, 1e6) == pytest.approx(1e-4 + 1e-3)
     assert cm.kind_time("all_to_all", {"x", "y"}, 1, 1e6) == pytest.approx(1e-3 + 1e-2)
     assert cm.kind_time("all_to_all:2", {"x"}, 1, 1e6) == pytest.approx(1e-3 + 1e-2)  # the plain kind's
     # without the mesh's crossing axes every axis is charged as crossing
-    assert prof.cost_model("time").kind_time("all_to_all", {"y"}, 1, 1e6) == pytest.approx(1e-3 + 1e-2)
+    assert prof.cost_model("measured").kind_time("all_to_all", {"y"}, 1, 1e6) == pytest.approx(1e-3 + 1e-2)
     assert Profile.from_json(prof.to_json()) == prof
-    assert CostModel().measured_kind("all_to_all") is None
+    assert CostModel(objective="bytes").measured_kind("all_to_all") is None
 
 
 def test_a_kind_timed_only_across_processes_is_charged_inside_too() -> None:
     across = KindCost(1e-3, 0.0, 1e8)
-    cm = CostModel(objective="time", cross_axes=("x",), cross_kind_costs=(("permute", across),))
+    cm = CostModel(objective="measured", cross_axes=("x",), cross_kind_costs=(("permute", across),))
     assert cm.measured_kind("permute", {"y"}) == cm.measured_kind("permute", {"x"}) == across
 
 

@@ -51,9 +51,9 @@ def _reference(cm: CostModel, kind: str, names: tuple) -> tuple[float, float, Ki
 def _models() -> list[CostModel]:
     gloo = packaged_profile("cpu-gloo")
     assert gloo is not None
-    measured = gloo.cost_model("time", ("x",))
-    slow = CostModel.with_slow_axes(["y"], 10.0, CostModel.make(kind_time_factor={"exchange": 2.0}))
-    return [CostModel(), slow, measured,
+    measured = gloo.cost_model("measured", ("x",))
+    slow = CostModel.with_slow_axes(["y"], 10.0, CostModel.make(objective="bytes", kind_time_factor={"exchange": 2.0}))
+    return [CostModel(objective="bytes"), slow, measured,
             replace(measured, kind_costs=(("all_gather", KindCost(1e-3, 2e-3, 1e8)),), axis_latency_s=(("z", 1e-4),))]
 
 
@@ -74,7 +74,7 @@ def test_cached_tables_price_as_the_fields_read_directly(which: int) -> None:
 def test_a_derived_model_never_reads_the_tables_of_its_origin() -> None:
     gloo = packaged_profile("cpu-gloo")
     assert gloo is not None
-    cm = gloo.cost_model("time", ("x",))
+    cm = gloo.cost_model("measured", ("x",))
     before = (cm.least_round("all_gather"), cm.kind_time("all_gather", ("x",), 1, 1e6), cm.latency(("z",)))
     slower = KindCost(0.0, 1.0, 1.0)
     derived = replace(cm, kind_costs=(("all_gather", slower),), cross_kind_costs=(("all_gather", slower),),
@@ -109,7 +109,7 @@ def test_crosses_any_is_crosses() -> None:
     pieces = ("x", "y", "z", SubAxis("y", 1, 2), SubAxis("y", 2, 2), SubAxis("z", 1, 2), SubAxis("z", 2, 2))
     for k in range(4):
         for crossing in itertools.combinations(pieces, k):
-            cm = CostModel(cross_axes=crossing)
+            cm = CostModel(objective="bytes", cross_axes=crossing)
             for n in range(3):
                 for names in itertools.combinations(pieces, n):
                     want = _crosses_pairwise(crossing, names)

@@ -38,7 +38,7 @@ def test_cpu_profile_ships_and_is_the_default() -> None:
     assert {"all_gather", "all_to_all", "reduce_scatter", "all_reduce", "all_reduce_slice", "exchange",
             "permute"} <= kinds
     cm = default_cost_model()
-    assert cm.objective == "time" and cm.measured and cm == prof.cost_model("time")
+    assert cm.objective == "measured" and cm.measured and cm == prof.cost_model("measured")
 
 
 def test_profile_round_trips_through_json(tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -47,7 +47,7 @@ def test_profile_round_trips_through_json(tmp_path) -> None:  # type: ignore[no-
     path = tmp_path / "p.json"
     path.write_text(prof.to_json())
     assert Profile.from_json(path.read_text()) == prof
-    assert load_cost_model(path) == prof.cost_model("time")
+    assert load_cost_model(path) == prof.cost_model("measured")
     bad = json.loads(prof.to_json())
     bad["format"] = 99
     with pytest.raises(ValueError, match="format"):
@@ -71,7 +71,7 @@ def test_spearman() -> None:
 
 
 def test_measured_kind_costs_replace_the_defaults() -> None:
-    cm = CostModel(objective="time", kind_costs=(("all_gather", KindCost(1e-4, 0.0, 1e9)),))
+    cm = CostModel(objective="measured", kind_costs=(("all_gather", KindCost(1e-4, 0.0, 1e9)),))
     assert cm.collective_time(("x",), 4, 1e6, kind="all_gather") == pytest.approx(1e-4 + 1e-3)
     assert cm.collective_time(("x",), 4, 1e6, kind="all_gather:2") == pytest.approx(1e-4 + 1e-3)  # falls back
     assert cm.collective_time(("x",), 4, 1e6, kind="all_to_all") == pytest.approx(2 * 5e-6 + 1e6 / 50e9)

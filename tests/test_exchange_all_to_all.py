@@ -49,7 +49,7 @@ def test_same_values_as_the_exchange(mesh: Mesh, src: str, dst: str, static: boo
 def test_measure_counts_padding(mesh: Mesh, src: str, dst: str, static: bool) -> None:
     s, d = parse(src, mesh), parse(dst, mesh)
     u = d.sorted_unreduced() if d.unreduced != s.unreduced else None
-    cm = CostModel()
+    cm = CostModel(objective="bytes")
     ex = measure(Exchange(d.dims, u), s, d, cm)
     a2a = measure(ExchangeAllToAll(d.dims, u), s, d, cm)
     sl = slots(s, d)
@@ -65,12 +65,12 @@ def test_bytes_objective_stays_at_the_bound_and_time_picks_it_where_faster() -> 
     mesh, src, dst = XY, "s32[16@(x,y),8]", "s32[16,8@(y,x)]"
     by_bytes = redistribute(src, dst, mesh, cost_model=CostModel(objective="bytes"))
     assert by_bytes.recv_bytes == measure(Exchange(parse(dst, mesh).dims), parse(src, mesh), parse(dst, mesh),
-                                          CostModel()).recv_bytes
+                                          CostModel(objective="bytes")).recv_bytes
     # issue 11's "7 rounds where Shardy runs a permute and two all-to-alls": one all-to-all
     mesh, src, dst = X2Y2Z2, "s32[16@y,8@(x,z),8]", "s32[16,8,8@(x,y,z)]"
-    slow_p2p = CostModel.make(objective="time", kind_time_factor={"exchange": 8.0})
+    slow_p2p = CostModel.make(objective="alpha-beta", kind_time_factor={"exchange": 8.0})
     assert [st.kind for st in redistribute(src, dst, mesh, cost_model=slow_p2p).steps] == ["exchange_all_to_all"]
-    slow_a2a = CostModel.make(objective="time", kind_time_factor={"all_to_all": 8.0})
+    slow_a2a = CostModel.make(objective="alpha-beta", kind_time_factor={"all_to_all": 8.0})
     assert "exchange_all_to_all" not in [st.kind for st in redistribute(src, dst, mesh, cost_model=slow_a2a).steps]
     padded = X2Y2Z2, "s32[16,8@x]", "s32[16@x,8@z]"
     plan = redistribute(padded[1], padded[2], padded[0], cost_model=CostModel(objective="bytes"))

@@ -250,7 +250,7 @@ def _plan_pairs(draw: st.DrawFn) -> tuple[ShardingType, ShardingType]:
     return s, d
 
 
-@given(_plan_pairs(), st.sampled_from(["bytes", "time"]))
+@given(_plan_pairs(), st.sampled_from(["bytes", "alpha-beta"]))
 def test_exchange_starts_come_in_order_of_their_floors(pair: tuple[ShardingType, ShardingType], objective: str) -> None:
     """``_by_floor`` computes a floor only when its prefix reaches the top of a heap keyed by a
     cheaper key: that key must be at or below the floor, and the order must be that of sorting
@@ -272,9 +272,9 @@ def _priced_models(mesh: Mesh) -> list[CostModel]:
     axis spanning processes, and an unmeasured model with a factor on exchanges (below 1)."""
     cpu, gloo = packaged_profile("cpu"), packaged_profile("cpu-gloo")
     assert cpu is not None and gloo is not None
-    return [cpu.cost_model("time"), cpu.cost_model("bytes"), gloo.cost_model("time", (mesh.names[0],)),
-            CostModel.make(objective="time", kind_time_factor={"exchange": 0.5, "permute": 3.0}),
-            CostModel.with_slow_axes([mesh.names[-1]], 4.0, cpu.cost_model("time"))]
+    return [cpu.cost_model("measured"), cpu.cost_model("bytes"), gloo.cost_model("measured", (mesh.names[0],)),
+            CostModel.make(objective="alpha-beta", kind_time_factor={"exchange": 0.5, "permute": 3.0}),
+            CostModel.with_slow_axes([mesh.names[-1]], 4.0, cpu.cost_model("measured"))]
 
 
 @given(_plan_pairs(), st.integers(0, 4))
@@ -330,7 +330,7 @@ def test_measured_floors_prune_exchanges(rung: int, index: int) -> None:
     s, d = [ladder_pair(rng, mesh, k % 3 == 0) for k in range(12)][index]
     prof = packaged_profile("cpu")
     assert prof is not None
-    cm = prof.cost_model("time")
+    cm = prof.cost_model("measured")
     plan, routed = _plan_and_routings(s, d, cm)
     with mock.patch.object(CostModel, "least_round", _links_only):
         loose, routed_loose = _plan_and_routings(s, d, cm)
@@ -366,9 +366,9 @@ def test_exchanges_outranked_by_fewer_ops_are_skipped() -> None:
     s, d = parse("bf16[16,8,256@(x,y),16]{U:z}", mesh), parse("bf16[16@y,8,256,16@x]", mesh)
     prof = packaged_profile("cpu")
     assert prof is not None
-    plan, starts = _plan_and_starts(s, d, prof.cost_model("time"))
+    plan, starts = _plan_and_starts(s, d, prof.cost_model("measured"))
     with mock.patch.object(_Best, "outranked", _no_prune):
-        full, all_starts = _plan_and_starts(s, d, prof.cost_model("time"))
+        full, all_starts = _plan_and_starts(s, d, prof.cost_model("measured"))
     assert plan.steps == full.steps
     assert (starts, all_starts) == (14, 18)
 
@@ -383,11 +383,11 @@ def test_outranked_needs_fewer_ops_or_less_time() -> None:
     best.fastest_by_ops = {3: 1.0}
     prof = packaged_profile("cpu")
     assert prof is not None
-    cm = prof.cost_model("time")
+    cm = prof.cost_model("measured")
     assert best.outranked(1.0, 4, cm) and best.outranked(1.5, 3, cm)
     assert not best.outranked(1.0, 3, cm)
     assert not best.outranked(0.9, 9, cm) and not best.outranked(2.0, 2, cm)
-    assert not best.outranked(2.0, 4, CostModel(objective="time"))
+    assert not best.outranked(2.0, 4, CostModel(objective="alpha-beta"))
     kept = _Best(parse("f32[8@x]", mesh), parse("f32[8@y]", mesh), keep_slower=True)  # ``ranked``'s
     kept.fastest_by_ops = {3: 1.0}
     assert kept.outranked(1.0, 4, cm) and not kept.outranked(1.5, 3, cm)
@@ -402,7 +402,7 @@ def test_ranked_keeps_slower_plans_of_as_many_ops() -> None:
     s, d = parse("f32[24,24@x,48,24]", mesh), parse("f32[24,24,48@y,24]", mesh)
     prof = packaged_profile("cpu")
     assert prof is not None
-    cm = prof.cost_model("time")
+    cm = prof.cost_model("measured")
     plans = synth.ranked(s, d, cm, 4)
     assert [tuple(type(x) for x in p.steps) for p in plans] == [(DynSlice, AllGather), (Exchange,), (DynSlice, Exchange)]
     assert {p.n_collectives for p in plans} == {1} and synth.synthesize(s, d, cm).steps == plans[0].steps

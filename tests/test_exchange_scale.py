@@ -144,24 +144,28 @@ def test_ladder_names_why_a_plan_is_above_the_bound(monkeypatch: pytest.MonkeyPa
 
 
 def test_ladder_objectives_are_redistributes_cost_models() -> None:
-    """``bench-plan --ladder --objective``: ``measured`` is the shipped CPU profile under the time
-    objective (``redistribute``'s default on CPU), ``time`` the unmeasured model (its default
-    where no profile ships), ``bytes`` the transfer-bound objective, ``gloo`` the cross-process
-    profile with cross costs on the axes spanning hosts of 8 devices (its default across processes)."""
-    from benchmarks.planning import LADDER_OBJECTIVES, ladder_cost_model
-    from redist import CostModel
+    """``bench-plan --ladder --objective``: ``measured`` is the shipped CPU profile under the measured
+    objective (``redistribute``'s default on CPU), ``alpha-beta`` the unmeasured model (its default
+    where no profile ships), ``bytes`` the transfer-bound objective, ``gloo`` (``--objective
+    measured --profile cpu-gloo``) the cross-process profile with cross costs on the axes spanning
+    hosts of 8 devices (its default across processes)."""
+    from benchmarks.planning import LADDER_OBJECTIVES, LADDER_PROFILES, ladder_cost_model, ladder_model
+    from redist import CostModel, Objective
     from redist.profile import packaged_profile
-    from redist_cli.cmd_planbench import OBJECTIVES
+    from redist_cli.cmd_planbench import OBJECTIVES, PROFILES
 
-    assert OBJECTIVES == LADDER_OBJECTIVES
+    assert OBJECTIVES == tuple(o.value for o in Objective) and PROFILES == LADDER_PROFILES
+    assert {ladder_model(o) for o in OBJECTIVES} | {ladder_model("measured", "cpu-gloo")} == set(LADDER_OBJECTIVES)
+    with pytest.raises(RedistError, match="--profile cpu-gloo prices the measured objective"):
+        ladder_model("bytes", "cpu-gloo")
     mesh = Mesh({"data": 32, "fsdp": 16, "model": 8})
     models = {o: ladder_cost_model(o, mesh) for o in LADDER_OBJECTIVES}
     prof, gloo = packaged_profile("cpu"), packaged_profile("cpu-gloo")
-    assert prof is not None and models["measured"] == prof.cost_model("time") and models["measured"].measured
-    assert models["time"] == CostModel(objective="time") and models["bytes"] == CostModel()
+    assert prof is not None and models["measured"] == prof.cost_model("measured") and models["measured"].measured
+    assert models["alpha-beta"] == CostModel(objective="alpha-beta") and models["bytes"] == CostModel(objective="bytes")
     # hosts of 8 devices, row-major: model (8) stays in a host, data and fsdp span hosts
-    assert gloo is not None and models["gloo"] == gloo.cost_model("time", ("data", "fsdp"))
-    with pytest.raises(RedistError, match="objective 'fastest' is not one of bytes, time, measured, gloo"):
+    assert gloo is not None and models["gloo"] == gloo.cost_model("measured", ("data", "fsdp"))
+    with pytest.raises(RedistError, match="objective 'fastest' is not one of bytes, alpha-beta, measured, gloo"):
         ladder_cost_model("fastest", mesh)
 
 

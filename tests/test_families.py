@@ -21,7 +21,7 @@ def test_families_are_the_builders_and_the_mirrors() -> None:
 
 def test_dropping_a_family_removes_its_candidates_until_exit() -> None:
     src, dst = parse("s32[12]{U:(x,y,z)}", XYZ), parse("s32[12]{U:x}", XYZ)
-    cm = CostModel()
+    cm = CostModel(objective="bytes")
     every = synth._typed_candidates(src, dst, cm)
     early = synth.BUILDERS["reduce_early"](src, dst, cm)
     assert early and set(early) <= set(every)
@@ -39,7 +39,7 @@ def test_quality_counts_the_plan_only_reduce_early_finds() -> None:
     receives more."""
     mesh = Mesh({"x": 16, "y": 16, "z": 16})
     src, dst = parse("f32[256,256@x,8,256@y]{U:z}", mesh), parse("f32[256@(y,x),256,8,256]", mesh)
-    case = Case("bytes", src, dst, CostModel())
+    case = Case("bytes", src, dst, CostModel(objective="bytes"))
     with dropped(ALL):
         best = synth.synthesize(src, dst, case.cm)
     assert best.recv_bytes == best.lower_bound_bytes == 4_062_720

@@ -45,9 +45,9 @@ from spmd_types import Mesh, ShardingType, parse
 from spmd_types.layout import block_indices
 
 UNIFORM = (
-    CostModel(),
-    CostModel(latency_s=0.0, objective="time"),
-    CostModel(kind_costs=(("exchange", KindCost(3e-6, 7e-6, 11e9)),), kind_time_factor=(("exchange", 1.7),)),
+    CostModel(objective="bytes"),
+    CostModel(latency_s=0.0, objective="alpha-beta"),
+    CostModel(objective="bytes", kind_costs=(("exchange", KindCost(3e-6, 7e-6, 11e9)),), kind_time_factor=(("exchange", 1.7),)),
 )
 
 FORWARDING = [  # (mesh, src, dst): merge then forward, in one level (a star) or a doubling tree
@@ -133,8 +133,8 @@ def test_the_exchange_floor_bounds_the_exchange(pair: tuple[ShardingType, Shardi
     s, d = pair
     if not (s.unreduced or d.unreduced):
         return
-    assert group_missing_total(s, d) * s.itemsize / s.mesh.size <= _exchange_floor(s, d, CostModel())[0]
-    for cm in (CostModel(), CostModel(objective="time"), CostModel.with_slow_axes([s.mesh.names[0]])):
+    assert group_missing_total(s, d) * s.itemsize / s.mesh.size <= _exchange_floor(s, d, CostModel(objective="bytes"))[0]
+    for cm in (CostModel(objective="bytes"), CostModel(objective="alpha-beta"), CostModel.with_slow_axes([s.mesh.names[0]])):
         try:
             ex = Plan.build(s, (Exchange(d.dims, d.sorted_unreduced() if d.unreduced != s.unreduced else None),), cm)
         except StepError:

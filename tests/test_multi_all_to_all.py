@@ -39,7 +39,7 @@ def test_bad_moves_are_refused_naming_why(moves: tuple[AllToAll, ...], message: 
         MultiAllToAll(moves).apply(parse(SRC, XY))
 
 
-@pytest.mark.parametrize("objective", ["bytes", "time"])
+@pytest.mark.parametrize("objective", ["bytes", "alpha-beta"])
 def test_the_planner_fuses_two_moves_into_one_at_the_bound(objective: str) -> None:
     plan = redistribute(SRC, DST, XY, cost_model=CostModel(objective=objective))
     assert [type(s).__name__ for s in plan.steps] == ["MultiAllToAll"]

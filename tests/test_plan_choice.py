@@ -25,7 +25,7 @@ from redist.synth import synthesize
 from spmd_types import Mesh, SubAxis, parse
 from tests.test_executor import agree
 
-COPY = CostModel(objective="time", copy_Bps=1e9)
+COPY = CostModel(objective="alpha-beta", copy_Bps=1e9)
 """The unmeasured model with local passes priced (1 GB/s): only the copy term is nonzero for a
 move without rounds."""
 
@@ -66,7 +66,7 @@ def test_in_place_exchange_is_free() -> None:
     assert measure(_exchange("f32[64@x,8]", mesh), s, s, COPY).time_s == 0.0
 
 
-CPU_LIKE = CostModel(objective="time", copy_Bps=1.1e9, kind_costs=(
+CPU_LIKE = CostModel(objective="measured", copy_Bps=1.1e9, kind_costs=(
     ("all_to_all", KindCost(9.1e-7, 0.0, 3.0e8)),
     ("exchange", KindCost(0.0, 9.3e-5, 3.9e8)),
     ("permute", KindCost(5.3e-5, 5.3e-5, 2.0e9)),
@@ -88,7 +88,7 @@ def test_slice_before_permute(src: str, dst: str, mesh: str, first: type[Step]) 
     assert [type(s) for s in plan.steps[1:]] == [Permute]
 
 
-PRUNING = CostModel(objective="time", copy_Bps=1e9, kind_costs=tuple(sorted({
+PRUNING = CostModel(objective="measured", copy_Bps=1e9, kind_costs=tuple(sorted({
     "all_gather": KindCost(1e-3, 1e-5, 1e8),
     "all_reduce": KindCost(1e-3, 1e-4, 1e10),
     "all_reduce_slice": KindCost(0.0, 0.0, 1e10),
@@ -159,7 +159,7 @@ def test_all_to_all_then_one_permute_is_offered() -> None:
     assert [str(s) for s in plan.steps] == ["all_to_all(dim 2 -> 0, axes=(y))", "permute(-> [(y,x),(),()])"]
 
 
-GLOO4 = CostModel(objective="time", copy_Bps=1.3e10, tie_tolerance=0.2,
+GLOO4 = CostModel(objective="measured", copy_Bps=1.3e10, tie_tolerance=0.2,
                   cross_axes=("x", SubAxis("y", 1, 2)),
                   kind_costs=(("all_to_all", KindCost(1.3e-4, 1.3e-4, 2.8e8)),),
                   cross_kind_costs=(("all_to_all", KindCost(0.0, 7.9e-4, 2.9e8)),

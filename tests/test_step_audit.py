@@ -29,7 +29,7 @@ def test_u16_twin_moves_the_same_bytes_the_same_way() -> None:
 def test_table_reports_priced_over_measured_per_kind_and_width() -> None:
     prof = packaged_profile("cpu")
     assert prof is not None
-    cm = prof.cost_model("time")
+    cm = prof.cost_model("measured")
     plans = steps_of(PairSpec(count=12))
     rows = [Audited(p, p.time_s / 2, p.time_s / 4 if is_16bit_float(p.src.dtype) else None) for p in plans]
     lines = table(rows, {"shipped": cm})

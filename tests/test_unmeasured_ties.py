@@ -1,5 +1,5 @@
 """``benchmarks.unmeasured_ties`` times plans the unmeasured model cannot tell apart: each pair's
-typed plan reaches the destination, and the planner's choice under ``CostModel(objective="time")``
+typed plan reaches the destination, and the planner's choice under ``CostModel(objective="alpha-beta")``
 runs as one all-to-all exchange, no slower on the model and with no more collective ops; on 14
 of the 16 pairs the two are an exact tie there (time and bytes), on 2 the exchange is modelled
 9% faster. If the model starts to price them apart (the fix the results file names), these
@@ -17,7 +17,7 @@ from spmd_types import Mesh, parse
 
 
 def _plans(mesh_text: str, src: str, dst: str, typed_steps: tuple[Step, ...]) -> tuple[Plan, Plan]:
-    cm = CostModel(objective="time")
+    cm = CostModel(objective="alpha-beta")
     mesh = Mesh.parse(mesh_text)
     s, d = parse(src, mesh), parse(dst, mesh)
     typed = Plan.build(s, typed_steps, cm)
