@@ -59,6 +59,7 @@ from redist.profile import default_cost_model
 from spmd_types import Mesh, ShardingType, ShardingTypeError, parse
 from spmd_types.errors import UnknownLayoutError
 from spmd_types.jax_interop import (
+    from_named_sharding,
     from_partition_spec,
     to_partition_spec,
     type_of,
@@ -129,7 +130,13 @@ def record() -> Iterator[Recording]:
 
 
 def _note(plan: Plan | None, src: Any = None, dst: Any = None) -> None:
-    entry = Recorded(str(plan.src) if plan else str(src), str(plan.dst) if plan else str(dst), plan)
+    """Log a move to every open ``record()`` block (``src`` and ``dst``: the abstract value and
+    the JAX destination of a move handed to ``jax.sharding.reshard``)."""
+    if plan is None:
+        mesh = ",".join(f"{n}={k}" for n, k in dst.mesh.shape.items())
+        entry = Recorded(str(src), f"{dst.spec} on mesh {{{mesh}}}", None)
+    else:
+        entry = Recorded(str(plan.src), str(plan.dst), plan)
     for log in _RECORDINGS:
         log.entries.append(entry)
 
@@ -162,14 +169,21 @@ def _jax_destination(dst: Any, x: Any) -> NamedSharding:
     """The destination as ``jax.sharding.reshard`` reads it (abstract mesh, spec padded to the
     rank), with JAX's errors raised as ``UnknownLayoutError``. A ``PartitionSpec`` outside any
     ``jax.set_mesh`` is read on ``x``'s own mesh (where JAX would raise)."""
-    if isinstance(dst, PartitionSpec) and _context_mesh() is None and _aval_mesh(x) is not None:
+    if isinstance(dst, PartitionSpec) and _context_mesh() is None:
+        if _aval_mesh(x) is None:
+            raise UnknownLayoutError(
+                f"destination {dst} is a PartitionSpec but neither x nor the context has a mesh: pass "
+                f"NamedSharding(mesh, spec) or enter jax.set_mesh(mesh)")
         dst = NamedSharding(_aval_mesh(x), dst)
     try:
         ds = canonicalize_sharding(dst, "reshard", check_mesh_consistency=False)
     except ValueError as e:
         said = str(e).split(" This error occurs at source")[0]
-        raise UnknownLayoutError(f"{said} (reshard moves arrays over Explicit mesh axes, as jax.sharding.reshard "
-                                 f"does: name only Explicit axes in the destination)") from None
+        manual = "Manual" in said.rsplit("of type:", 1)[-1]
+        instead = ("inside shard_map a Manual axis indexes the local block: move blocks with "
+                   "redist.reshard_local(x, src, dst)" if manual else
+                   "name only Explicit axes in the destination; XLA lays out the Auto ones")
+        raise UnknownLayoutError(f"{said} ({instead}, as with jax.sharding.reshard)") from None
     if ds is None:
         raise UnknownLayoutError(f"reshard's destination {dst} has an empty mesh; pass NamedSharding(mesh, spec)")
     return ds.update(spec=ds.spec._normalized_spec_for_aval(len(getattr(x, "shape", ()))))
@@ -209,6 +223,22 @@ def _placed(x: Any, dst: Any) -> Any:
     return jax.device_put(x, NamedSharding(jmesh, PartitionSpec()))
 
 
+def _check_devices(x: Any, dst: Any) -> None:
+    """JAX's reshard refuses a destination over other devices, or the same in another order; we
+    refuse it with a typed error (a ``ValueError``, as JAX's) before JAX compiles anything."""
+    if isinstance(x, jax.core.Tracer) or not isinstance(dst, NamedSharding):
+        return
+    have, want = x.sharding.mesh, dst.mesh
+    if not isinstance(want, jax.sharding.Mesh) or have is want:
+        return
+    ids = [d.id for d in have.devices.flat]
+    if ids != [d.id for d in want.devices.flat]:
+        raise IncompatibleTypesError(
+            f"x is on devices {ids} but the destination's mesh is on {[d.id for d in want.devices.flat]}: "
+            f"reshard moves arrays within one list of devices, as jax.sharding.reshard does; move them "
+            f"between devices with jax.device_put(x, dst)")
+
+
 def _source_type(x: Any) -> ShardingType:
     """A placed array on an all-Explicit mesh is typed over the whole mesh; a tracer, or an array
     on a mesh with Auto axes, over its Explicit axes (the Auto ones are XLA's)."""
@@ -243,6 +273,7 @@ def reshard(x: Any, dst: Any, *, cost_model: CostModel | None = None) -> Any:
         ds = _jax_destination(dst, x)
         x = _placed(x, dst)
         xmesh = _aval_mesh(x)
+        _check_devices(x, dst)
         if xmesh != ds.mesh or all(t != jax.sharding.AxisType.Explicit for t in xmesh.axis_types):
             _note(None, jax.typeof(x), ds)
             return jax.sharding.reshard(x, dst if isinstance(dst, NamedSharding) or _context_mesh() else ds)
@@ -317,10 +348,10 @@ def _fast_entry(sharding: NamedSharding, shape: tuple[int, ...], dtype: Any, wea
             return None
         aval = jax.ShapeDtypeStruct(shape, dtype, sharding=sharding)
         ds = _jax_destination(dst if isinstance(dst, NamedSharding) else NamedSharding(sharding.mesh, dst), aval)
-        src = type_of(aval)
+        src = from_named_sharding(sharding, shape, dtype)
         d = from_partition_spec(ds.spec, shape, src.dtype, src.mesh)
     elif isinstance(dst, ShardingType | str):
-        src = type_of(jax.ShapeDtypeStruct(shape, dtype, sharding=sharding))
+        src = from_named_sharding(sharding, shape, dtype)
         d = dst if isinstance(dst, ShardingType) else parse(dst, src.mesh)
     else:
         return None
