@@ -483,7 +483,7 @@ mlir.register_lowering(reshard_p, mlir.lower_fun(_traced, multiple_results=False
 def _run(plan: Plan, x: Any) -> Any:
     """``plan(x)``: eagerly one compiled program; a tracer (under jit, grad, vmap...) goes through
     the ``redist_reshard`` primitive, so plans compose with JAX transformations."""
-    if isinstance(x, jax.core.Tracer):
+    if type(x) is not _ARRAY_IMPL and isinstance(x, jax.core.Tracer):
         return run_traced(plan, x)
     return run_plan(plan, x)
 
