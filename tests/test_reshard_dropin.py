@@ -344,3 +344,19 @@ def test_plan_call_runs_the_cached_executable() -> None:
     x = arange((8, 16), NamedSharding(mesh(), P("x", "y")))
     same(plan(x), jax.sharding.reshard(x, NamedSharding(mesh(), P("y", "x"))))
     same(plan(x), jax.jit(plan)(x))
+
+
+def test_the_per_call_benchmark_runs_and_leaves_the_caches_real(capsys: pytest.CaptureFixture[str]) -> None:
+    """At its smallest size (no figure is asserted: the benchmark is for the clock)."""
+    from benchmarks import per_call
+
+    assert per_call.main(["--reps", "2", "--cases", "gather"]) == 0
+    text = capsys.readouterr().out
+    assert "| gather | `f32[64@x,64] -> f32[64,64]` | yes |" in text  # both compile one all-gather
+    assert text.count("| gather |") == 3 and "python -m benchmarks.per_call --reps 2 --cases gather" in text
+    # the Python-side table swaps the executables for the identity: afterwards they are real again
+    x = arange((64, 64), NamedSharding(mesh(), P("x")))
+    dst = NamedSharding(mesh(), P())
+    same(redist.reshard(x, dst), jax.sharding.reshard(x, dst))
+    plan = redistribute("f32[64@x,64]", "f32[64,64]", "x=2,y=4")
+    same(plan(x), jax.sharding.reshard(x, dst))
