@@ -45,6 +45,7 @@ from typing import Any, NamedTuple
 import jax
 from jax._src import core as _jax_core
 from jax._src import dispatch as _jax_dispatch
+from jax._src.array import ArrayImpl
 from jax._src.sharding_impls import canonicalize_sharding
 from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
@@ -365,7 +366,7 @@ def _is_key_dtype(dtype: Any) -> bool:
     return jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key)
 
 
-_ARRAY_IMPL = type(jax.numpy.zeros(()))
+_ARRAY_IMPL = ArrayImpl  # not type(jnp.zeros(())): importing must not start the backend (jax.distributed)
 
 
 def run_traced(plan: Plan, x: Any) -> Any:

@@ -360,3 +360,18 @@ def test_the_per_call_benchmark_runs_and_leaves_the_caches_real(capsys: pytest.C
     same(redist.reshard(x, dst), jax.sharding.reshard(x, dst))
     plan = redistribute("f32[64@x,64]", "f32[64,64]", "x=2,y=4")
     same(plan(x), jax.sharding.reshard(x, dst))
+
+
+def test_importing_redist_does_not_start_the_backend() -> None:
+    """``jax.distributed.initialize`` must come before the backend starts: ``import redist`` (and
+    its eager fast paths' type tests) must not start it."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    code = "import redist\nfrom jax._src import xla_bridge\nprint(xla_bridge.backends_are_initialized())"
+    out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(root)},
+                         capture_output=True, text=True, timeout=120, cwd=root)
+    assert out.returncode == 0 and out.stdout.strip() == "False", out.stderr[-2000:]
