@@ -412,7 +412,7 @@ def _abstract_eval(aval: Any, *, plan: Plan, amesh: Any) -> Any:
 def _impl(x: Any, *, plan: Plan, amesh: Any) -> Any:
     if not isinstance(getattr(x, "sharding", None), NamedSharding):
         x = _place(x, plan, amesh)
-    if plan.src.mesh.size != x.sharding.mesh.size:  # Auto axes left to XLA: the jitted lowering
+    if len(plan.src.mesh.names) != len(x.sharding.mesh.axis_names):  # Auto axes left to XLA: the jitted lowering
         with jax.set_mesh(x.sharding.mesh):
             return _jax_dispatch.apply_primitive(reshard_p, x, plan=plan, amesh=amesh)
     return run_plan(plan, x)

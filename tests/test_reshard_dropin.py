@@ -187,6 +187,15 @@ def test_mixed_meshes_plan_the_explicit_axes(kinds: tuple[AxisType, AxisType], s
     assert s.mesh.names == t.mesh.names == (explicit,)  # typed over the Explicit axis only
 
 
+def test_eager_gradients_on_a_mixed_mesh_with_a_unit_auto_axis() -> None:
+    """Eagerly the primal runs through the jitted lowering whenever the plan's axes are not all of
+    the mesh's, a size-1 Auto axis included."""
+    m = mesh((E, A), (8, 1))
+    x = arange((8, 8), NamedSharding(m, P("x")))
+    with jax.set_mesh(m):
+        both_same(lambda r: (r(x, P(None, "x")), jax.grad(lambda a: jnp.sum(r(a, P(None, "x")) ** 2))(x)))
+
+
 def test_the_mixed_mesh_program_holds_the_plans_collectives() -> None:
     m = mesh((E, A))
     x = arange((8, 16), NamedSharding(m, P("x")))
