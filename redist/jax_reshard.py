@@ -265,6 +265,10 @@ def reshard(x: Any, dst: Any, *, cost_model: CostModel | None = None) -> Any:
     ``bool``) and JAX's destination errors (an Auto axis in the spec: ``UnknownLayoutError``)
     are raised here, at the call.
     """
+    if cost_model is not None and not isinstance(cost_model, CostModel):
+        raise IncompatibleTypesError(
+            f"reshard's cost_model must be a redist.CostModel instance (or None for the default), got "
+            f"{type(cost_model).__name__} {cost_model!r}")
     fast = _fast_path(x, dst, cost_model)
     if fast is not None:
         return fast

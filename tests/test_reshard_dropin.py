@@ -384,3 +384,11 @@ def test_importing_redist_does_not_start_the_backend() -> None:
     out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(root)},
                          capture_output=True, text=True, timeout=120, cwd=root)
     assert out.returncode == 0 and out.stdout.strip() == "False", out.stderr[-2000:]
+
+
+@pytest.mark.parametrize("bad", ["bytes", redist.CostModel, {"objective": "bytes"}, 3])
+def test_a_misused_cost_model_is_a_typed_error_naming_it(bad: Any) -> None:
+    x = arange((8, 8), NamedSharding(mesh(), P("x")))
+    for args in ((x, NamedSharding(mesh(), P("y"))), (np.ones((8, 8), np.float32), NamedSharding(mesh(), P("y")))):
+        with pytest.raises(IncompatibleTypesError, match="cost_model.*CostModel"):
+            redist.reshard(*args, cost_model=bad)
