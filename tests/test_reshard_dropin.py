@@ -259,10 +259,23 @@ def test_inside_a_scanned_minibatch_loop() -> None:
 # -- another mesh over the same devices -----------------------------------------------------------------
 
 
-@pytest.mark.parametrize("shape,names,spec", [((4, 2), ("a", "b"), P("a", "b")), ((4, 2), ("a", "b"), P("b", "a")),
-                                              ((8, 1), ("z", "w"), P("z")), ((2, 4), ("y", "x"), P("x", "y"))])
-def test_a_destination_on_another_mesh_goes_to_jax(shape: tuple[int, int], names: tuple[str, str], spec: P) -> None:
-    x = arange((8, 8), NamedSharding(mesh(), P("x", "y")))
+OTHER_MESHES = [  # (source spec on x=2,y=4; destination mesh shape, names, spec; eagerly viewed and planned?)
+    (P("x", "y"), (4, 2), ("a", "b"), P("a", "b"), False),  # a = x and the major half of y: a sub-axis
+    (P("x", "y"), (4, 2), ("a", "b"), P("b", "a"), False),
+    (P("x", "y"), (8, 1), ("z", "w"), P("z"), False),
+    (P("x", "y"), (2, 4), ("y", "x"), P("x", "y"), True),  # the names swapped: x's blocks are f32[8@y,8@x] there
+    (P(), (4, 2), ("a", "b"), P("b", "a"), True),  # replicated is replicated on any mesh
+    (P(("x", "y")), (8, 1), ("z", "w"), P(None, "z"), True),  # (x,y) is z, position for position
+    (P("x"), (2, 4), ("p", "q"), P("q"), True),
+]
+
+
+@pytest.mark.parametrize("src,shape,names,spec,viewed", OTHER_MESHES)
+def test_a_destination_on_another_mesh(src: P, shape: tuple[int, int], names: tuple[str, str], spec: P,
+                                       viewed: bool) -> None:
+    """Eagerly, where x's blocks are a type on the other mesh (same device list), x is seen as
+    that type, no copy, and our plan moves it there; otherwise, and under jax.jit, JAX's reshard."""
+    x = arange((8, 8), NamedSharding(mesh(), src))
     other = NamedSharding(mesh((E, E), shape, names), spec)
     both_same(lambda r: r(x, other))
     both_same(lambda r: jax.jit(lambda a: r(a, other))(x))
@@ -270,9 +283,16 @@ def test_a_destination_on_another_mesh_goes_to_jax(shape: tuple[int, int], names
         both_same(lambda r: jax.jit(lambda a: r(a, other))(x))
     with redist.record() as log:
         redist.reshard(x, other)
-    (entry,) = log.delegated
-    assert not log.plans and entry.src == "float32[8@x,8@y]"
-    assert entry.dst == f"{P(*spec, *[None] * (2 - len(spec)))} on mesh {{{names[0]}={shape[0]},{names[1]}={shape[1]}}}"
+        jax.jit(lambda a: redist.reshard(a, other))(x)
+    assert len(log.entries) == 2 and log.entries[1].plan is None
+    entry = log.entries[0]
+    assert (entry.plan is not None) == viewed
+    if viewed:
+        assert entry.plan.src.mesh.names == names and entry.dst == str(entry.plan.dst)
+    else:
+        assert entry.src == f"float32[8{'@x' if 'x' in str(src) else ''},8{'@y' if src == P('x', 'y') else ''}]"
+        full = P(*spec, *[None] * (2 - len(spec)))
+        assert entry.dst == f"{full} on mesh {{{names[0]}={shape[0]},{names[1]}={shape[1]}}}"
 
 
 def test_other_devices_fail_as_in_jax() -> None:
