@@ -9,10 +9,13 @@ what through JAX's own ``reshard`` (docs/design.md section 8.3):
   (names, sizes and axis types; eagerly also the same devices). On a mesh mixing Auto and
   Explicit axes (``jax.sharding.auto_axes`` regions included) the plan moves the Explicit axes
   and leaves the Auto ones to XLA, as JAX does. PRNG key arrays are moved as their key data
-  (``jax.random.key_data``, trailing dimension unsharded) and wrapped again;
-- JAX's ``reshard``: a destination on another mesh (other axis names or sizes, other axis types,
-  other devices), and a value whose mesh has no Explicit axis. Its result, and its errors, are
-  JAX's own;
+  (``jax.random.key_data``, trailing dimension unsharded) and wrapped again. Eagerly, a
+  destination on another all-Explicit mesh over the same device list, where every device's block
+  of ``x`` is its block of one type on that mesh (``same_blocks``): ``x`` is seen as that type
+  (the same buffers) and our plan moves it there;
+- JAX's ``reshard``: any other destination on another mesh (other axis names or sizes, other
+  axis types; under ``jax.jit`` every one, as the device lists are not known while tracing), and
+  a value whose mesh has no Explicit axis. Its result, and its errors, are JAX's own;
 - errors JAX raises for the destination (a spec naming an Auto or Manual axis, a PartitionSpec
   with no mesh in context) are raised as ``UnknownLayoutError`` (a ``ValueError``, as JAX's).
 
