@@ -51,6 +51,7 @@ import jax
 import numpy as np
 from jax._src import core as _jax_core
 from jax._src import dispatch as _jax_dispatch
+from jax._src.api_util import flatten_axis_resources
 from jax._src.array import ArrayImpl
 from jax._src.sharding_impls import canonicalize_sharding
 from jax.extend.core import Primitive
@@ -315,7 +316,8 @@ def _is_key(x: Any) -> bool:
 def reshard(x: Any, dst: Any, *, cost_model: CostModel | None = None) -> Any:
     """``x`` laid out as ``dst`` (a ``NamedSharding``, a ``PartitionSpec`` on the ``jax.set_mesh``
     mesh or ``x``'s, or type text on ``x``'s mesh), moved by our plan; the result, its sharding
-    and its abstract value are those ``jax.sharding.reshard(x, dst)`` gives.
+    and its abstract value are those ``jax.sharding.reshard(x, dst)`` gives. As there, ``x`` may
+    be a pytree, with one destination for every leaf or a tree prefix of destinations.
 
     Works eagerly and under ``jax.jit``, ``jax.grad`` / ``jax.vjp``, ``jax.jvp``, ``jax.vmap``,
     ``jax.lax.scan`` and ``jax.custom_vjp``, and inside ``shard_map`` (over its non-manual axes)
@@ -332,6 +334,18 @@ def reshard(x: Any, dst: Any, *, cost_model: CostModel | None = None) -> Any:
     fast = _fast_path(x, dst, cost_model)
     if fast is not None:
         return fast
+    leaves, tree = jax.tree.flatten(x)
+    if not jax.tree_util.treedef_is_leaf(tree):  # a pytree: one destination, or a tree prefix of them
+        try:
+            dsts = flatten_axis_resources("reshard out_shardings", tree, dst, tupled_args=True)
+        except ValueError as e:
+            raise IncompatibleTypesError(f"{e} (as in jax.sharding.reshard)") from None
+        return tree.unflatten([_reshard_leaf(a, d, cost_model) for a, d in zip(leaves, dsts)])
+    return _reshard_leaf(x, dst, cost_model)
+
+
+def _reshard_leaf(x: Any, dst: Any, cost_model: CostModel | None) -> Any:
+    """``reshard`` of one array, tracer, NumPy array or Python scalar."""
     if _is_key(x):
         return _reshard_keys(x, dst, cost_model)
     if isinstance(dst, (NamedSharding, PartitionSpec)):
@@ -370,8 +384,8 @@ def _reshard_keys(x: Any, dst: Any, cost_model: CostModel | None) -> Any:
             f"PartitionSpec (type text has no key dtypes)")
     ds = _jax_destination(dst, x)
     spec = PartitionSpec(*ds.spec, None, unreduced=ds.spec.unreduced)
-    data = reshard(jax.random.key_data(x), NamedSharding(ds.mesh, spec) if isinstance(dst, PartitionSpec)
-                   else NamedSharding(dst.mesh, spec), cost_model=cost_model)
+    data = _reshard_leaf(jax.random.key_data(x), NamedSharding(ds.mesh, spec) if isinstance(dst, PartitionSpec)
+                         else NamedSharding(dst.mesh, spec), cost_model)
     return jax.random.wrap_key_data(data, impl=jax.random.key_impl(x))
 
 

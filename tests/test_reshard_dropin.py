@@ -27,7 +27,7 @@ import redist
 from benchmarks.hlo import parse_collectives
 from redist import IncompatibleTypesError, redistribute
 from redist.caches import clear_caches
-from spmd_types import UnknownLayoutError
+from spmd_types import ShardingTypeError
 
 E, A = AxisType.Explicit, AxisType.Auto
 
@@ -75,7 +75,20 @@ def both_raise(run: Callable[[Callable[..., Any]], Any], error: type[Exception],
         run(jax.sharding.reshard)
     with pytest.raises(error, match=match) as ours:
         run(redist.reshard)
-    assert isinstance(ours.value, UnknownLayoutError) == typed, type(ours.value)
+    assert isinstance(ours.value, ShardingTypeError) == typed, type(ours.value)
+
+
+# -- pytrees ------------------------------------------------------------------------------------------
+
+
+def test_pytrees_take_one_destination_or_a_tree_prefix_of_them() -> None:
+    x = arange((8, 8), NamedSharding(mesh(), P("x", "y")))
+    tree = {"a": x, "b": (x, np.ones((8, 4), np.float32)), "c": keys(P("x"))}
+    with jax.set_mesh(mesh()):
+        both_same(lambda r: r(tree, P("y")))
+        both_same(lambda r: jax.jit(lambda t: r(t, {"a": P(None, "x"), "b": P("y"), "c": P()}))(tree))
+        both_same(lambda r: r((x, x), (P("y"), NamedSharding(mesh(), P(None, ("x", "y"))))))
+        both_raise(lambda r: r((x, x), (P("y"), P("x"), P())), ValueError, "reshard out_shardings")
 
 
 # -- PRNG key arrays -----------------------------------------------------------------------------------
