@@ -340,7 +340,7 @@ def reshard(x: Any, dst: Any, *, cost_model: CostModel | None = None) -> Any:
             dsts = flatten_axis_resources("reshard out_shardings", tree, dst, tupled_args=True)
         except ValueError as e:
             raise IncompatibleTypesError(f"{e} (as in jax.sharding.reshard)") from None
-        return tree.unflatten([_reshard_leaf(a, d, cost_model) for a, d in zip(leaves, dsts)])
+        return jax.tree.unflatten(tree, [_reshard_leaf(a, d, cost_model) for a, d in zip(leaves, dsts)])
     return _reshard_leaf(x, dst, cost_model)
 
 
