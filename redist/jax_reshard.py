@@ -322,8 +322,9 @@ def reshard(x: Any, dst: Any, *, cost_model: CostModel | None = None) -> Any:
     Works eagerly and under ``jax.jit``, ``jax.grad`` / ``jax.vjp``, ``jax.jvp``, ``jax.vmap``,
     ``jax.lax.scan`` and ``jax.custom_vjp``, and inside ``shard_map`` (over its non-manual axes)
     and ``auto_axes`` / ``explicit_axes`` regions (over the Explicit axes). PRNG key arrays move
-    as their key data. A destination on another mesh, or a value on a mesh without Explicit
-    axes, goes to ``jax.sharding.reshard`` (module docstring). Planning errors (a pending sum of
+    as their key data. A destination on another mesh goes through our plan eagerly where ``x``'s
+    blocks are a type there (same device list), else, like a value on a mesh without Explicit
+    axes, to ``jax.sharding.reshard`` (module docstring; ``redist.record()`` shows which). Planning errors (a pending sum of
     ``bool``) and JAX's destination errors (an Auto axis in the spec: ``UnknownLayoutError``)
     are raised here, at the call.
     """
