@@ -953,7 +953,8 @@ _ARRAY_IMPL = ArrayImpl  # not type(jnp.zeros(())): importing must not start the
 @memo(Scope.PROGRAM, maxsize=1)
 def _by_plan() -> dict[int, tuple[Plan, dict[Any, Callable[[Any], Any]]]]:
     """Executables by plan identity, then (sharding, shape, dtype): hashing a ``Plan`` hashes its
-    types and steps (about 10 us a call), looking up its ``id`` does not. A registered table, so
+    types and steps (1.8-3.0 us a call on one- and two-step plans, warm; more right after a
+    blocking wait), looking up its ``id`` does not. A registered table, so
     ``clear_caches`` empties it with the compiled programs."""
     return {}
 
