@@ -6,7 +6,6 @@ Importing ``redist`` imports the JAX executor, which registers itself as the run
 
 from redist import executor as _executor  # noqa: F401  (registers the runner of ``plan(x)``)
 from redist.api import redistribute
-from redist.autotune import Tuned, autotune
 from redist.caches import clear_caches
 from redist.cost import CostModel
 from redist.errors import (
@@ -18,10 +17,10 @@ from redist.errors import (
     StepError,
     UnsummableDtypeError,
 )
+from redist.jax_reshard import Recorded, Recording, record, reshard, reshard_local
 from redist.objective import Objective
 from redist.plan import Plan
 from redist.profile import cost_model_for
-from redist.reshard import reshard, reshard_local
 from redist.steps import (
     ALL_STEPS,
     KINDS,
@@ -40,11 +39,12 @@ from redist.steps import (
     ReduceScatter,
     Step,
 )
+from redist.tuning import Tuned, autotune
 
 __all__ = [
     "Tuned", "autotune",
     "ALL_STEPS", "KINDS", "AllGather", "AllReduce", "AllReduceSlice", "AllToAll", "CalibrationError", "Comm", "CostModel", "CostModelError",
     "Discard", "DynSlice", "Exchange", "ExchangeAllToAll", "ExecutionError", "IncompatibleTypesError", "MultiAllToAll", "PadUnreduced",
     "Objective", "Permute", "Plan", "RedistError", "ReduceScatter", "Step", "StepError", "UnsummableDtypeError",
-    "clear_caches", "cost_model_for", "redistribute", "reshard", "reshard_local",
+    "Recorded", "Recording", "clear_caches", "cost_model_for", "record", "redistribute", "reshard", "reshard_local",
 ]
