@@ -169,8 +169,8 @@ def _check_autotune(args: argparse.Namespace, mesh: Any) -> str | None:
     from redist_cli import devices
 
     devices.ask_for(mesh.size, cpu=False)  # before ``redist`` imports JAX
-    from redist.tuning import check_top
     from redist.errors import RedistError
+    from redist.tuning import check_top
 
     try:
         check_top(args.autotune, "--autotune")

@@ -19,12 +19,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from benchmarks.hlo import parse_collectives
 from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 from test_executor import _expected_kinds
 
 import redist
-from benchmarks.hlo import parse_collectives
 from redist import IncompatibleTypesError, redistribute
 from redist.caches import clear_caches
 from spmd_types import ShardingTypeError
