@@ -8,6 +8,7 @@ from redist.cost import CostModel
 from redist.errors import IncompatibleTypesError, UnsummableDtypeError
 from redist.plan import Plan
 from redist.profile import default_cost_model
+from redist.reduced import plan_through_data
 from redist.synth import cached_synthesize
 from spmd_types import Mesh, ShardingType, parse
 
@@ -76,7 +77,8 @@ def redistribute(
 
     ``mesh`` (needed for type text) may be ours, a ``jax.sharding.Mesh`` or an ``AbstractMesh``."""
     s, d = checked_pair(src, dst, mesh)
-    return cached_synthesize(s, d, cost_model or default_cost_model(s.mesh))
+    cm = cost_model or default_cost_model(s.mesh)
+    return plan_through_data(s, d, lambda a, b: cached_synthesize(a, b, cm))  # reduced axes: data as replicated
 
 
 def checked_pair(src: ShardingType | str, dst: ShardingType | str, mesh: Any = None) -> tuple[ShardingType, ShardingType]:
