@@ -26,8 +26,8 @@ from benchmarks.markdown import md_table  # noqa: E402
 from benchmarks.random_pairs import PairSpec, random_pairs  # noqa: E402
 from benchmarks.speed import _at_least, _steps, _xla, geomean, round_robin, thunk  # noqa: E402
 from redist import autotune, redistribute  # noqa: E402
-from redist.autotune import DEFAULT_MARGIN, DEFAULT_REPS, DEFAULT_TOP  # noqa: E402
 from redist.executor import compile_plan  # noqa: E402
+from redist.tuning import DEFAULT_MARGIN, DEFAULT_REPS, DEFAULT_TOP  # noqa: E402
 from spmd_types.jax_interop import mesh_to_jax  # noqa: E402
 
 

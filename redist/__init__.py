@@ -6,7 +6,6 @@ Importing ``redist`` imports the JAX executor, which registers itself as the run
 
 from redist import executor as _executor  # noqa: F401  (registers the runner of ``plan(x)``)
 from redist.api import redistribute
-from redist.autotune import Tuned, autotune
 from redist.caches import clear_caches
 from redist.cost import CostModel
 from redist.errors import (
@@ -17,8 +16,8 @@ from redist.errors import (
     StepError,
     UnsummableDtypeError,
 )
+from redist.jax_reshard import reshard, reshard_local
 from redist.plan import Plan
-from redist.reshard import reshard, reshard_local
 from redist.steps import (
     ALL_STEPS,
     KINDS,
@@ -37,6 +36,7 @@ from redist.steps import (
     ReduceScatter,
     Step,
 )
+from redist.tuning import Tuned, autotune
 
 __all__ = [
     "Tuned", "autotune",

@@ -144,8 +144,8 @@ def measures_table(plan: Any, slow_axes: str = "") -> Any:
 
 def run_plan_command(args: argparse.Namespace) -> int:
     if args.autotune is not None:
-        from redist.autotune import check_top
         from redist.errors import RedistError
+        from redist.tuning import check_top
         try:
             check_top(args.autotune, "--autotune")
         except RedistError as e:

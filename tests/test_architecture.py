@@ -212,3 +212,17 @@ def test_cached_property_computes_once_and_stores_in_the_instance() -> None:
     assert b.__dict__["double"] == 6
     assert isinstance(Box.double, memo.cached_property) and Box.double.__doc__ == "twice n"
     assert Box(4).double == 8 and calls == [3, 4]
+
+
+def test_no_public_function_shadows_a_submodule() -> None:
+    """``redist.reshard`` and ``redist.autotune`` are functions; a submodule of the same name would
+    make ``import redist.reshard`` ambiguous and hide both from the API reference."""
+    import importlib
+    import pkgutil
+
+    for package in ("redist", "spmd_types", "proofs"):
+        pkg = importlib.import_module(package)
+        modules = {m.name for m in pkgutil.iter_modules(pkg.__path__)}
+        shadowed = sorted(n for n in getattr(pkg, "__all__", ()) if n in modules
+                          and not isinstance(getattr(pkg, n), type(pkg)))
+        assert not shadowed, f"{package}: public names {shadowed} shadow submodules of the same name"

@@ -36,7 +36,7 @@ from redist import (
     reshard_local,
 )
 from redist.caches import clear_caches
-from redist.reshard import plan_for
+from redist.jax_reshard import plan_for
 from spmd_types import Mesh, ShardingType, UnknownLayoutError
 from spmd_types.dtypes import numpy_dtype
 from spmd_types.jax_interop import to_partition_spec
