@@ -1,6 +1,6 @@
 """Plans between types with ``reduced`` axes: the data move of ``without_reduced()``, retyped.
 
-A reduced axis holds the value replicated (docs/design.md section 2.4): only the cotangent's type
+A reduced axis holds the value replicated (docs/design.md section 2.6): only the cotangent's type
 tells it from an unnamed axis. So the plan between two types is the plan between their data
 layouts, with the endpoints typed as asked: the steps and intermediate types are the data plan's
 (step rules build types without ``reduced``), and the certificate proves the last intermediate

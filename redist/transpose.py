@@ -3,7 +3,7 @@
 JAX types a value's cotangent by swapping its unreduced and reduced axes (``to_ct_aval``): the
 cotangent of a pending sum is replicated over its axes (reduced), and that of a reduced value is a
 pending sum. A move ``src -> dst`` is linear, so its transpose is the move
-``dst.cotangent() -> src.cotangent()``, planned like any other (docs/design.md section 2.4).
+``dst.cotangent() -> src.cotangent()``, planned like any other (docs/design.md section 2.6).
 """
 
 from __future__ import annotations
