@@ -3,11 +3,11 @@
 Every row of ``CASES`` states what JAX (0.10.2, Explicit mesh axes) does with one move: the output's
 type as ``jax.typeof`` prints it and its value (each device's block is the NumPy slice of the global
 array; over unreduced axes the blocks of a group sum to it), the type and value of the gradient of
-``sum(reshard(reshard(x, dst), P()) * w)`` (its value is ``w`` whatever the layouts), or the error
-JAX raises. Both implementations must meet every row, eagerly and under ``jax.jit``.
+``sum(reshard(reshard(x, dst), P()) * w)`` (its value is ``w`` whatever the layouts) and of the
+tangent (``jax.jvp``), or the error JAX raises. Both implementations must meet every row, eagerly and under ``jax.jit``.
 
 To add a class of inputs, append ``Case`` rows here, or build rows in your own module and call
-``check_value`` / ``check_grad`` / ``check_error`` with each implementation of ``IMPLS``.
+``check_value`` / ``check_grad`` / ``check_jvp`` / ``check_error`` with each implementation of ``IMPLS``.
 """
 
 from __future__ import annotations
@@ -168,6 +168,23 @@ def check_grad(case: Case, reshard: Callable[..., Any], mode: str) -> None:
         g = staged(jax.grad(loss), mode)(x)
     assert str(jax.typeof(g)) == case.grad
     assert_means(g, w, jm)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("case", GRAD_CASES, ids=lambda c: c.name)
+def test_jvp(case: Case, impl: str, mode: str) -> None:
+    check_jvp(case, IMPLS[impl], mode)
+
+
+def check_jvp(case: Case, reshard: Callable[..., Any], mode: str) -> None:
+    """The move is linear: its tangent is the same move of the tangent, typed as the output."""
+    jm = mesh()
+    with jax.set_mesh(jm):
+        x = make_input(case, jm)
+        y, dy = staged(lambda a: jax.jvp(lambda b: reshard(b, destination(case, jm)), (a,), (a,)), mode)(x)
+    assert str(jax.typeof(y)) == str(jax.typeof(dy)) == case.out
+    assert_means(dy, global_value(case), jm)
 
 
 @pytest.mark.parametrize("mode", MODES)
