@@ -218,7 +218,7 @@ class ShardingType:
 
     def without_reduced(self) -> ShardingType:
         """The data layout: this type with its reduced axes read as plain replication. Plans are
-        planned and proved between these (docs/design.md section 2.4)."""
+        planned and proved between these (docs/design.md section 2.6)."""
         if not self.reduced:
             return self
         return ShardingType.trusted(self.shape, self.dtype, self.dims, self.mesh, self.unreduced, self.local_shape)
