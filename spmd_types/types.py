@@ -120,7 +120,7 @@ class ShardingType:
     dims: tuple[tuple[Axis, ...], ...]
     unreduced: frozenset[Axis]
     mesh: Mesh
-    reduced: frozenset[Axis]
+    reduced: frozenset[Axis] = frozenset()  # a class default: the planner's types skip the store
 
     def __init__(
         self,
@@ -186,12 +186,16 @@ class ShardingType:
         object.__setattr__(t, "dims", dims)
         object.__setattr__(t, "unreduced", unreduced)
         object.__setattr__(t, "mesh", mesh)
-        object.__setattr__(t, "reduced", reduced)
+        if reduced:
+            object.__setattr__(t, "reduced", reduced)
         return t
 
     def __hash__(self) -> int:
         h = self.__dict__.get(HASH_KEY)
-        return store_hash(self, (self.shape, self.dtype, self.dims, self.unreduced, self.mesh, self.reduced)) if h is None else h
+        if h is not None:
+            return h
+        parts = (self.shape, self.dtype, self.dims, self.unreduced, self.mesh)
+        return store_hash(self, parts + (self.reduced,) if self.reduced else parts)
 
     __getstate__ = state_without_hash
 
