@@ -14,7 +14,7 @@ from collections.abc import Callable
 from redist.plan import Plan
 from spmd_types import ShardingType
 
-__all__ = ["plan_through_data"]
+__all__ = ["plan_through_data", "with_endpoints"]
 
 
 def plan_through_data(src: ShardingType, dst: ShardingType, plan_data: Callable[[ShardingType, ShardingType], Plan]) -> Plan:
@@ -22,7 +22,14 @@ def plan_through_data(src: ShardingType, dst: ShardingType, plan_data: Callable[
     endpoints; types without reduced axes go to ``plan_data`` as they are."""
     if not (src.reduced or dst.reduced):
         return plan_data(src, dst)
-    p = plan_data(src.without_reduced(), dst.without_reduced())
+    return with_endpoints(plan_data(src.without_reduced(), dst.without_reduced()), src, dst)
+
+
+def with_endpoints(p: Plan, src: ShardingType, dst: ShardingType) -> Plan:
+    """The data plan ``p`` typed from ``src`` to ``dst`` (which differ from its own endpoints in
+    reduced axes only), sharing its measures."""
+    if (p.src, p.dst) == (src, dst):
+        return p
     out = Plan(src, dst, p.steps, p.types, p.cost_model)
     if "measures" in p.__dict__:
         out.__dict__["measures"] = p.measures

@@ -18,7 +18,7 @@ from strategies import jax_meshes, mesh_and_type, sharding_types
 
 import proofs  # noqa: F401  (registers plan.verify)
 from proofs.errors import VerificationError
-from redist import redistribute
+from redist import autotune, redistribute
 from redist.plan import Plan
 from redist.transpose import cotangent_move
 from spmd_types import DuplicateAxisError, Mesh, ShardingType, UnknownAxisError, parse
@@ -159,3 +159,10 @@ def test_a_plan_that_drops_a_pending_sum_is_refuted_even_if_the_destination_is_r
 )
 def test_cotangent_move_is_the_reverse_move_with_unreduced_and_reduced_swapped(src, dst, back):
     assert cotangent_move(T(src), T(dst)) == (T(back[0]), T(back[1]))
+
+
+def test_autotune_times_the_data_plans_typed_as_asked():
+    tuned = autotune("f32[8,4]{U:(x,y)}", "f32[8@y,4]{R:x}", XY, top=2, reps=1)
+    assert tuned.trials and all((t.plan.src, t.plan.dst) == (T("f32[8,4]{U:(x,y)}"), T("f32[8@y,4]{R:x}"))
+                                for t in tuned.trials)
+    assert tuned.trials[0].plan.steps == redistribute("f32[8,4]{U:(x,y)}", "f32[8@y,4]{R:x}", XY).steps
