@@ -16,7 +16,7 @@ from redist.errors import (
     StepError,
     UnsummableDtypeError,
 )
-from redist.jax_reshard import reshard, reshard_local
+from redist.jax_reshard import Recorded, Recording, record, reshard, reshard_local
 from redist.plan import Plan
 from redist.steps import (
     ALL_STEPS,
@@ -43,5 +43,5 @@ __all__ = [
     "ALL_STEPS", "KINDS", "AllGather", "AllReduce", "AllReduceSlice", "AllToAll", "CalibrationError", "Comm", "CostModel",
     "Discard", "DynSlice", "Exchange", "ExchangeAllToAll", "ExecutionError", "IncompatibleTypesError", "MultiAllToAll", "PadUnreduced",
     "Permute", "Plan", "RedistError", "ReduceScatter", "Step", "StepError", "UnsummableDtypeError",
-    "clear_caches", "redistribute", "reshard", "reshard_local",
+    "Recorded", "Recording", "clear_caches", "record", "redistribute", "reshard", "reshard_local",
 ]

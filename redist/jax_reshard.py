@@ -2,7 +2,19 @@
 
 It reads the source type from ``x`` (its ``NamedSharding``, or its abstract value ``jax.typeof(x)``
 while tracing), plans the move once per (source, destination) pair and runs the plan as one
-``shard_map`` of JAX collectives (``redist.executor.apply_local``).
+``shard_map`` of JAX collectives (``redist.executor.apply_local``). What goes through our plans and
+what through JAX's own ``reshard`` (docs/design.md section 8.3):
+
+- our plans: arrays and tracers on a mesh with Explicit axes, to a destination on the same mesh
+  (names, sizes and axis types; eagerly also the same devices). On a mesh mixing Auto and
+  Explicit axes (``jax.sharding.auto_axes`` regions included) the plan moves the Explicit axes
+  and leaves the Auto ones to XLA, as JAX does. PRNG key arrays are moved as their key data
+  (``jax.random.key_data``, trailing dimension unsharded) and wrapped again;
+- JAX's ``reshard``: a destination on another mesh (other axis names or sizes, other axis types,
+  other devices), and a value whose mesh has no Explicit axis. Its result, and its errors, are
+  JAX's own;
+- errors JAX raises for the destination (a spec naming an Auto or Manual axis, a PartitionSpec
+  with no mesh in context) are raised as ``UnknownLayoutError`` (a ``ValueError``, as JAX's).
 
 Why a primitive (``redist_reshard``) rather than a ``jax.custom_vjp``: JAX refuses forward-mode
 differentiation of a ``custom_vjp`` function, and vmap of one would batch the ``shard_map`` body
@@ -15,6 +27,10 @@ differentiation of a ``custom_vjp`` function, and vmap of one would batch the ``
 - it lowers (``jax.jit``) to the ``shard_map`` over the value's mesh and runs eagerly through
   ``redist.executor.compile_plan``.
 
+An eager call on a placed array skips the primitive: the plan and the compiled executable are
+cached per (input sharding, shape, dtype, destination, context mesh, cost model), so a repeated
+call is one dictionary lookup and the executable's dispatch (``python -m benchmarks.per_call``).
+
 Inside a user's ``shard_map`` the axes it made Manual are not part of the type: the value is the
 manual block and ``reshard`` moves it over the remaining Explicit axes. Over all-manual axes the
 value's global type is unknown to JAX; ``reshard_local(x, src, dst)`` is then the local-view form.
@@ -22,9 +38,14 @@ value's global type is unknown to JAX; ``reshard_local(x, src, dst)`` is then th
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, NamedTuple
 
 import jax
+from jax._src import core as _jax_core
+from jax._src import dispatch as _jax_dispatch
+from jax._src.sharding_impls import canonicalize_sharding
 from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
 from jax.sharding import NamedSharding, PartitionSpec
@@ -32,21 +53,23 @@ from jax.sharding import NamedSharding, PartitionSpec
 from redist.api import redistribute
 from redist.cost import CostModel
 from redist.errors import ExecutionError, IncompatibleTypesError
-from redist.executor import apply_local, run_plan
+from redist.executor import _executable, apply_local, run_plan
 from redist.plan import Plan, register_runner
 from redist.profile import default_cost_model
 from redist.transpose import cotangent_move
 from spmd_types import Mesh, ShardingType, ShardingTypeError, parse
 from spmd_types.errors import UnknownLayoutError
 from spmd_types.jax_interop import (
+    from_named_sharding,
     from_partition_spec,
     to_partition_spec,
     type_of,
+    type_of_aval,
     typed_mesh,
 )
 from spmd_types.memo import Scope, memo
 
-__all__ = ["plan_for", "reshard", "reshard_local", "reshard_p", "run_traced"]
+__all__ = ["Recorded", "Recording", "plan_for", "record", "reshard", "reshard_local", "reshard_p", "run_traced"]
 
 
 @memo(Scope.TYPE)
@@ -54,6 +77,69 @@ def plan_for(src: ShardingType, dst: ShardingType, cost_model: CostModel | None 
     """The plan ``reshard`` runs (cached: a traced function resharding twice plans once); the cost
     model defaults to ``redistribute``'s (fastest under the backend's measured profile)."""
     return redistribute(src, dst, cost_model=cost_model or default_cost_model(src.mesh))
+
+
+# -- recording what ran --------------------------------------------------------------------------------
+
+
+class Recorded(NamedTuple):
+    """One move ``reshard`` made: the source and destination as text, and the plan it ran
+    (``None`` where the move went to ``jax.sharding.reshard``, see the module docstring)."""
+
+    src: str
+    dst: str
+    plan: Plan | None
+
+
+class Recording:
+    """What ``reshard`` did inside a ``with redist.record() as log:`` block, in call order."""
+
+    def __init__(self) -> None:
+        self.entries: list[Recorded] = []
+
+    @property
+    def plans(self) -> list[tuple[ShardingType, ShardingType, Plan]]:
+        """(source type, destination type, plan) of every move our plans made."""
+        return [(e.plan.src, e.plan.dst, e.plan) for e in self.entries if e.plan is not None]
+
+    @property
+    def delegated(self) -> list[Recorded]:
+        """The moves handed to ``jax.sharding.reshard`` (``plan`` is ``None``)."""
+        return [e for e in self.entries if e.plan is None]
+
+    def __str__(self) -> str:
+        return "\n".join(str(e.plan) if e.plan is not None else f"jax.sharding.reshard {e.src} -> {e.dst}"
+                         for e in self.entries)
+
+
+_RECORDINGS: list[Recording] = []
+
+
+@contextmanager
+def record() -> Iterator[Recording]:
+    """Record every move ``redist.reshard`` makes inside the block, as DTensor's ``CommDebugMode``
+    does: ``with redist.record() as log: ...`` then ``log.plans`` lists (source type, destination
+    type, plan). A move inside ``jax.jit`` is recorded when it is traced (a cached trace is not
+    traced again); the reverse moves of ``jax.grad`` and the re-planned moves of ``jax.vmap``
+    are recorded as they are planned. Blocks nest; each sees every move made inside it."""
+    log = Recording()
+    _RECORDINGS.append(log)
+    try:
+        yield log
+    finally:
+        _RECORDINGS.remove(log)
+
+
+def _note(plan: Plan | None, src: Any = None, dst: Any = None) -> None:
+    """Log a move to every open ``record()`` block (``src`` and ``dst``: the abstract value and
+    the JAX destination of a move handed to ``jax.sharding.reshard``)."""
+    if plan is None:
+        mesh = ",".join(f"{n}={k}" for n, k in dst.mesh.shape.items())
+        entry = Recorded(str(src), f"{dst.spec} on mesh {{{mesh}}}", None)
+    else:
+        entry = Recorded(str(plan.src), str(plan.dst), plan)
+    for log in _RECORDINGS:
+        log.entries.append(entry)
 
 
 # -- reading the source and destination ----------------------------------------------------------------
@@ -69,70 +155,218 @@ def _abstract(mesh: Any) -> Any:
     return getattr(mesh, "abstract_mesh", mesh)
 
 
-def _jax_mesh_of(x: Any) -> Any:
-    """The JAX mesh ``x`` is laid out on (concrete for arrays, abstract for tracers), or ``None``."""
-    if isinstance(x, jax.core.Tracer):
-        s = getattr(jax.typeof(x), "sharding", None)
-    else:
-        s = getattr(x, "sharding", None)
-    return s.mesh if isinstance(s, NamedSharding) and not s.mesh.empty else None
+def _aval_mesh(x: Any) -> Any:
+    """The abstract mesh ``x`` is laid out on (its aval's for tracers), or ``None``."""
+    s = getattr(jax.typeof(x) if isinstance(x, jax.core.Tracer) else x, "sharding", None)
+    return _abstract(s.mesh) if isinstance(s, NamedSharding) and not s.mesh.empty else None
 
 
-def _dst_type(dst: Any, src: ShardingType, xmesh: Any) -> tuple[ShardingType, Any]:
-    """(destination type, JAX mesh it names) from a NamedSharding, PartitionSpec or type text."""
-    if isinstance(dst, NamedSharding):
-        return from_partition_spec(dst.spec, src.shape, src.dtype, typed_mesh(dst.mesh)), dst.mesh
-    jmesh = xmesh if xmesh is not None else _context_mesh()
-    if isinstance(dst, PartitionSpec):
-        if jmesh is None:
+def _explicit(amesh: Any) -> bool:
+    """Whether every axis of ``amesh`` is Explicit (the eager path types over the whole mesh)."""
+    return all(t == jax.sharding.AxisType.Explicit for t in amesh.axis_types)
+
+
+def _jax_destination(dst: Any, x: Any) -> NamedSharding:
+    """The destination as ``jax.sharding.reshard`` reads it (abstract mesh, spec padded to the
+    rank), with JAX's errors raised as ``UnknownLayoutError``. A ``PartitionSpec`` outside any
+    ``jax.set_mesh`` is read on ``x``'s own mesh (where JAX would raise)."""
+    if isinstance(dst, PartitionSpec) and _context_mesh() is None:
+        if _aval_mesh(x) is None:
             raise UnknownLayoutError(
-                f"destination {dst} is a PartitionSpec but neither x nor the context has a mesh: "
-                f"pass NamedSharding(mesh, spec) or enter jax.set_mesh(mesh)"
-            )
-        return from_partition_spec(dst, src.shape, src.dtype, typed_mesh(jmesh)), jmesh
+                f"destination {dst} is a PartitionSpec but neither x nor the context has a mesh: pass "
+                f"NamedSharding(mesh, spec) or enter jax.set_mesh(mesh)")
+        dst = NamedSharding(_aval_mesh(x), dst)
+    try:
+        ds = canonicalize_sharding(dst, "reshard", check_mesh_consistency=False)
+    except ValueError as e:
+        said = str(e).split(" This error occurs at source")[0]
+        manual = "Manual" in said.rsplit("of type:", 1)[-1]
+        instead = ("inside shard_map a Manual axis indexes the local block: move blocks with "
+                   "redist.reshard_local(x, src, dst)" if manual else
+                   "name only Explicit axes in the destination; XLA lays out the Auto ones")
+        raise UnknownLayoutError(f"{said} ({instead}, as with jax.sharding.reshard)") from None
+    if ds is None:
+        raise UnknownLayoutError(f"reshard's destination {dst} has an empty mesh; pass NamedSharding(mesh, spec)")
+    return ds.update(spec=ds.spec._normalized_spec_for_aval(len(getattr(x, "shape", ()))))
+
+
+def _dst_type(dst: Any, src: ShardingType, x: Any) -> tuple[ShardingType, Any]:
+    """(destination type, abstract mesh of the result) from type text or a ``ShardingType``."""
     if isinstance(dst, ShardingType):
-        return dst, jmesh
+        return dst, _aval_mesh(x)
     if isinstance(dst, str):
-        return parse(dst, src.mesh), jmesh
+        return parse(dst, src.mesh), _aval_mesh(x)
     raise IncompatibleTypesError(
         f"reshard's destination must be a NamedSharding, a PartitionSpec, a ShardingType or type "
         f"text such as 'f32[8@x,4]'; got {type(dst).__name__}"
     )
 
 
-def _source(x: Any, dst: Any) -> tuple[Any, ShardingType]:
-    """(x, its type); a concrete array without a NamedSharding (one device, numpy) is first placed
-    replicated on the destination's mesh, which is what ``jax.sharding.reshard`` does with it."""
+def _placed(x: Any, dst: Any) -> Any:
+    """``x`` laid out on a mesh. A value without a ``NamedSharding`` (NumPy, a Python scalar, a
+    one-device array) is placed replicated on the destination's mesh, as ``jax.sharding.reshard``
+    places it: eagerly on the concrete mesh, while tracing as a constant of the context mesh."""
     if isinstance(x, jax.core.Tracer) or isinstance(getattr(x, "sharding", None), NamedSharding):
-        return x, type_of(x)
+        return x
+    if not _jax_core.trace_state_clean():  # under jax.jit: JAX places the constant
+        mesh = dst.mesh if isinstance(dst, NamedSharding) else _context_mesh()
+        if mesh is None:
+            raise UnknownLayoutError(
+                f"x ({type(x).__name__}) is not laid out on a mesh and the destination names none; pass "
+                f"NamedSharding(mesh, spec), or a PartitionSpec inside jax.set_mesh(mesh)")
+        return jax.sharding.reshard(x, NamedSharding(_abstract(mesh), PartitionSpec()))
     jmesh = dst.mesh if isinstance(dst, NamedSharding) else jax.sharding.get_mesh()
-    if jmesh.empty:
+    if jmesh.empty or not isinstance(jmesh, jax.sharding.Mesh):
         raise UnknownLayoutError(
             f"x ({type(x).__name__}) is not laid out on a mesh and the destination names none; pass "
             f"NamedSharding(mesh, spec), or a PartitionSpec inside jax.set_mesh(mesh)"
         )
-    x = jax.device_put(x, NamedSharding(jmesh, PartitionSpec()))
-    return x, type_of(x)
+    return jax.device_put(x, NamedSharding(jmesh, PartitionSpec()))
+
+
+def _check_devices(x: Any, dst: Any) -> None:
+    """JAX's reshard refuses a destination over other devices, or the same in another order; we
+    refuse it with a typed error (a ``ValueError``, as JAX's) before JAX compiles anything."""
+    if isinstance(x, jax.core.Tracer) or not isinstance(dst, NamedSharding):
+        return
+    have, want = x.sharding.mesh, dst.mesh
+    if not isinstance(want, jax.sharding.Mesh) or have is want:
+        return
+    ids = [d.id for d in have.devices.flat]
+    if ids != [d.id for d in want.devices.flat]:
+        raise IncompatibleTypesError(
+            f"x is on devices {ids} but the destination's mesh is on {[d.id for d in want.devices.flat]}: "
+            f"reshard moves arrays within one list of devices, as jax.sharding.reshard does; move them "
+            f"between devices with jax.device_put(x, dst)")
+
+
+def _source_type(x: Any) -> ShardingType:
+    """A placed array on an all-Explicit mesh is typed over the whole mesh; a tracer, or an array
+    on a mesh with Auto axes, over its Explicit axes (the Auto ones are XLA's)."""
+    if not isinstance(x, jax.core.Tracer) and _explicit(x.sharding.mesh):
+        return type_of(x)
+    return type_of_aval(jax.typeof(x), skip_auto=True)
+
+
+def _is_key(x: Any) -> bool:
+    return jax.dtypes.issubdtype(getattr(x, "dtype", None), jax.dtypes.prng_key)
 
 
 def reshard(x: Any, dst: Any, *, cost_model: CostModel | None = None) -> Any:
-    """``x`` laid out as ``dst`` (a ``NamedSharding``, a ``PartitionSpec`` on ``x``'s mesh or the
-    ``jax.set_mesh`` mesh, or type text on ``x``'s mesh), moved by our plan.
+    """``x`` laid out as ``dst`` (a ``NamedSharding``, a ``PartitionSpec`` on the ``jax.set_mesh``
+    mesh or ``x``'s, or type text on ``x``'s mesh), moved by our plan; the result, its sharding
+    and its abstract value are those ``jax.sharding.reshard(x, dst)`` gives.
 
-    Works eagerly and under ``jax.jit``, ``jax.grad`` / ``jax.vjp``, ``jax.jvp``, ``jax.vmap`` and
-    inside ``shard_map`` (over its non-manual axes). Planning errors (a pending sum of ``bool``,
-    a mesh mismatch) are raised here, at the call, not inside JAX.
+    Works eagerly and under ``jax.jit``, ``jax.grad`` / ``jax.vjp``, ``jax.jvp``, ``jax.vmap``,
+    ``jax.lax.scan`` and ``jax.custom_vjp``, and inside ``shard_map`` (over its non-manual axes)
+    and ``auto_axes`` / ``explicit_axes`` regions (over the Explicit axes). PRNG key arrays move
+    as their key data. A destination on another mesh, or a value on a mesh without Explicit
+    axes, goes to ``jax.sharding.reshard`` (module docstring). Planning errors (a pending sum of
+    ``bool``) and JAX's destination errors (an Auto axis in the spec: ``UnknownLayoutError``)
+    are raised here, at the call.
     """
-    x, src = _source(x, dst)
-    cm = cost_model or default_cost_model(src.mesh)
-    d, dmesh = _dst_type(dst, src, _jax_mesh_of(x))
+    fast = _fast_path(x, dst, cost_model)
+    if fast is not None:
+        return fast
+    if _is_key(x):
+        return _reshard_keys(x, dst, cost_model)
+    if isinstance(dst, (NamedSharding, PartitionSpec)):
+        ds = _jax_destination(dst, x)
+        x = _placed(x, dst)
+        xmesh = _aval_mesh(x)
+        _check_devices(x, dst)
+        if xmesh != ds.mesh or all(t != jax.sharding.AxisType.Explicit for t in xmesh.axis_types):
+            _note(None, jax.typeof(x), ds)
+            return jax.sharding.reshard(x, dst if isinstance(dst, NamedSharding) or _context_mesh() else ds)
+        src = _source_type(x)
+        d = from_partition_spec(ds.spec, src.shape, src.dtype, typed_mesh(ds.mesh, skip_auto=True))
+        amesh = ds.mesh
+    else:
+        x = _placed(x, None)
+        src = _source_type(x)
+        d, amesh = _dst_type(dst, src, x)
     if d.mesh != src.mesh:
         raise IncompatibleTypesError(
             f"x is on mesh {src.mesh} but the destination {dst} is on {d.mesh}; reshard does not "
             f"move arrays between meshes (use jax.device_put)"
         )
-    plan = plan_for(src, d, cm)  # plan now: errors point at the caller
-    return reshard_p.bind(x, plan=plan, amesh=_abstract(_jax_mesh_of(x) or dmesh))
+    plan = plan_for(src, d, cost_model or default_cost_model(src.mesh))  # plan now: errors point at the caller
+    _note(plan)
+    return reshard_p.bind(x, plan=plan, amesh=amesh)
+
+
+def _reshard_keys(x: Any, dst: Any, cost_model: CostModel | None) -> Any:
+    """A PRNG key array moved as its key data (one more, unsharded, trailing dimension)."""
+    if not isinstance(dst, (NamedSharding, PartitionSpec)):
+        raise IncompatibleTypesError(
+            f"x is a PRNG key array ({x.dtype}); give its destination as a NamedSharding or a "
+            f"PartitionSpec (type text has no key dtypes)")
+    ds = _jax_destination(dst, x)
+    spec = PartitionSpec(*ds.spec, None, unreduced=ds.spec.unreduced)
+    data = reshard(jax.random.key_data(x), NamedSharding(ds.mesh, spec) if isinstance(dst, PartitionSpec)
+                   else NamedSharding(dst.mesh, spec), cost_model=cost_model)
+    return jax.random.wrap_key_data(data, impl=jax.random.key_impl(x))
+
+
+# -- the eager fast path ------------------------------------------------------------------------------
+
+
+class _Fast(NamedTuple):
+    plan: Plan
+    run: Callable[[Any], Any]
+
+
+def _fast_path(x: Any, dst: Any, cost_model: CostModel | None) -> Any:
+    """``reshard(x, dst)`` for a placed array on an all-Explicit mesh, without the primitive: the
+    plan and the executable cached per (input sharding, shape, dtype, destination, context mesh,
+    cost model). ``None`` where the slow path must decide (tracers, keys, other meshes)."""
+    if type(x) is not _ARRAY_IMPL:
+        return None
+    sharding = x.sharding
+    if type(sharding) is not NamedSharding:
+        return None
+    ctx = jax.sharding.get_abstract_mesh() if isinstance(dst, PartitionSpec) else None
+    try:
+        entry = _fast_entry(sharding, x.shape, x.dtype, x.weak_type, dst, ctx, cost_model)
+    except (TypeError, ValueError):  # unhashable or wrong: the slow path says what is wrong with it
+        return None
+    if entry is None:
+        return None
+    if _RECORDINGS:
+        _note(entry.plan)
+    return entry.run(x)
+
+
+@memo(Scope.TYPE, maxsize=1024)
+def _fast_entry(sharding: NamedSharding, shape: tuple[int, ...], dtype: Any, weak: bool, dst: Any, ctx: Any,
+                cost_model: CostModel | None) -> _Fast | None:
+    if weak or _is_key_dtype(dtype) or not _explicit(sharding.mesh):
+        return None
+    if isinstance(dst, NamedSharding | PartitionSpec):
+        if isinstance(dst, NamedSharding) and (dst.mesh != sharding.mesh):
+            return None
+        if isinstance(dst, PartitionSpec) and ctx is not None and not ctx.empty and ctx != sharding.mesh.abstract_mesh:
+            return None
+        aval = jax.ShapeDtypeStruct(shape, dtype, sharding=sharding)
+        ds = _jax_destination(dst if isinstance(dst, NamedSharding) else NamedSharding(sharding.mesh, dst), aval)
+        src = from_named_sharding(sharding, shape, dtype)
+        d = from_partition_spec(ds.spec, shape, src.dtype, src.mesh)
+    elif isinstance(dst, ShardingType | str):
+        src = from_named_sharding(sharding, shape, dtype)
+        d = dst if isinstance(dst, ShardingType) else parse(dst, src.mesh)
+    else:
+        return None
+    if d.mesh != src.mesh:
+        return None
+    plan = plan_for(src, d, cost_model or default_cost_model(src.mesh))
+    return _Fast(plan, _executable(plan, sharding, shape, dtype))
+
+
+def _is_key_dtype(dtype: Any) -> bool:
+    return jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key)
+
+
+_ARRAY_IMPL = type(jax.numpy.zeros(()))
 
 
 def run_traced(plan: Plan, x: Any) -> Any:
@@ -140,7 +374,7 @@ def run_traced(plan: Plan, x: Any) -> Any:
     have = type_of(x)
     if have != plan.src:
         raise ExecutionError(f"the traced value is typed {have}, the plan's source is {plan.src}")
-    return reshard_p.bind(x, plan=plan, amesh=_abstract(_jax_mesh_of(x)))
+    return reshard_p.bind(x, plan=plan, amesh=_aval_mesh(x))
 
 
 def reshard_local(x_local: Any, src: ShardingType | str, dst: ShardingType | str, mesh: Any = None) -> Any:
@@ -178,6 +412,9 @@ def _abstract_eval(aval: Any, *, plan: Plan, amesh: Any) -> Any:
 def _impl(x: Any, *, plan: Plan, amesh: Any) -> Any:
     if not isinstance(getattr(x, "sharding", None), NamedSharding):
         x = _place(x, plan, amesh)
+    if plan.src.mesh.size != x.sharding.mesh.size:  # Auto axes left to XLA: the jitted lowering
+        with jax.set_mesh(x.sharding.mesh):
+            return _jax_dispatch.apply_primitive(reshard_p, x, plan=plan, amesh=amesh)
     return run_plan(plan, x)
 
 
@@ -207,6 +444,7 @@ def _traced(x: Any, *, plan: Plan, amesh: Any) -> Any:
 def _transpose(ct: Any, x: Any, *, plan: Plan, amesh: Any) -> Any:
     """The cotangent goes back by the reverse move (unreduced and reduced swapped), planned by us."""
     back = plan_for(*cotangent_move(plan.src, plan.dst), plan.cost_model)
+    _note(back)
     return [reshard_p.bind(ct, plan=back, amesh=amesh)]
 
 
@@ -216,7 +454,7 @@ def _batch(axis_data: Any, vals: Any, dims: Any, *, plan: Plan, amesh: Any) -> A
     (x,), (d,) = vals, dims
     if d is None:
         return reshard_p.bind(x, plan=plan, amesh=amesh), d
-    bsrc = type_of(x) if isinstance(x, jax.core.Tracer) or hasattr(x, "sharding") else None
+    bsrc = _source_type(x) if isinstance(x, jax.core.Tracer) or hasattr(x, "sharding") else None
     if bsrc is None:  # pragma: no cover - batched values are arrays or tracers
         raise UnknownLayoutError(f"cannot read the layout of the batched value {x!r}")
     axes = getattr(axis_data, "explicit_mesh_axis", None)
@@ -226,7 +464,9 @@ def _batch(axis_data: Any, vals: Any, dims: Any, *, plan: Plan, amesh: Any) -> A
         bsrc.shape, dst.dtype, list(dst.dims[:d]) + [entry] + list(dst.dims[d:]), dst.mesh, dst.unreduced,
         dst.reduced,
     )
-    return reshard_p.bind(x, plan=plan_for(bsrc, bdst, plan.cost_model), amesh=amesh), d
+    batched = plan_for(bsrc, bdst, plan.cost_model)
+    _note(batched)
+    return reshard_p.bind(x, plan=batched, amesh=amesh), d
 
 
 reshard_p.def_impl(_impl)
@@ -239,7 +479,7 @@ mlir.register_lowering(reshard_p, mlir.lower_fun(_traced, multiple_results=False
 def _run(plan: Plan, x: Any) -> Any:
     """``plan(x)``: eagerly one compiled program; a tracer (under jit, grad, vmap...) goes through
     the ``redist_reshard`` primitive, so plans compose with JAX transformations."""
-    if isinstance(x, jax.core.Tracer):
+    if type(x) is not _ARRAY_IMPL and isinstance(x, jax.core.Tracer):
         return run_traced(plan, x)
     return run_plan(plan, x)
 

@@ -106,19 +106,23 @@ def mesh_axis_kinds(mesh: Any) -> dict[str, str]:
     return {str(n): str(getattr(k, "name", k)) for n, k in zip(mesh.axis_names, mesh.axis_types)}
 
 
-def typed_mesh(mesh: Any) -> Mesh:
+def typed_mesh(mesh: Any, skip_auto: bool = False) -> Mesh:
     """Our mesh of a JAX (abstract) mesh's non-Manual axes: the axes a type inside ``shard_map``
-    ranges over (the manual ones index the block the value is)."""
+    ranges over (the manual ones index the block the value is). With ``skip_auto`` the Auto axes
+    are left out too: while tracing, their layout is XLA's choice, not part of the value's type."""
     kinds = mesh_axis_kinds(mesh)
-    return Mesh([(n, int(s)) for n, s in mesh.shape.items() if kinds[str(n)] != "Manual"])
+    skip = {"Manual", "Auto"} if skip_auto else {"Manual"}
+    return Mesh([(n, int(s)) for n, s in mesh.shape.items() if kinds[str(n)] not in skip])
 
 
-def type_of_aval(aval: Any) -> ShardingType:
+def type_of_aval(aval: Any, skip_auto: bool = False) -> ShardingType:
     """The type of an abstract value (``jax.typeof(x)``, what a tracer knows about its layout).
 
     Its mesh is the JAX mesh's non-Manual axes: inside a ``shard_map`` the value is the block of
     the manual axes, typed over the axes left. Auto axes have no layout while tracing (XLA picks
-    it later), so a mesh with any is refused with a message saying what to use instead.
+    it later), so a mesh with any is refused with a message saying what to use instead; with
+    ``skip_auto`` the type ranges over the Explicit axes only (``redist.reshard`` leaves the Auto
+    ones to JAX), and only a mesh with no Explicit axis is refused.
     """
     sharding = getattr(aval, "sharding", None)
     if not isinstance(sharding, NamedSharding) or sharding.mesh.empty:
@@ -128,7 +132,7 @@ def type_of_aval(aval: Any) -> ShardingType:
         )
     kinds = mesh_axis_kinds(sharding.mesh)
     auto = [n for n, k in kinds.items() if k == "Auto"]
-    if auto:
+    if auto and not (skip_auto and "Explicit" in kinds.values()):
         raise UnknownLayoutError(
             f"mesh axes {auto} of {aval} are Auto: while tracing their layout is XLA's choice, not "
             f"a type; make them Explicit (jax.make_mesh(..., axis_types=(AxisType.Explicit,) * n)), "
@@ -139,7 +143,7 @@ def type_of_aval(aval: Any) -> ShardingType:
             f"every mesh axis of {aval} is Manual (inside shard_map): the value is a local block "
             f"whose global type JAX does not track; call redist.reshard_local(x, src, dst)"
         )
-    return from_partition_spec(sharding.spec, aval.shape, aval.dtype, typed_mesh(sharding.mesh))
+    return from_partition_spec(sharding.spec, aval.shape, aval.dtype, typed_mesh(sharding.mesh, skip_auto))
 
 
 def type_of(x: jax.Array) -> ShardingType:

@@ -120,13 +120,15 @@ def test_unreduced_destinations_match_jax() -> None:
         same(reshard(ours, back), jax.sharding.reshard(ref, back))  # the pending sums agree
 
 
-def test_auto_axes_eager_works_traced_refused() -> None:
+def test_auto_axes_in_the_destination_are_refused_eagerly_and_traced_as_jax_refuses_them() -> None:
     am = jmesh(XY, explicit=False)
     x = jax.device_put(global_array(redistribute("f32[8,8]", "f32[8,8]", XY).src), NamedSharding(am, P("x", "y")))
-    y = reshard(x, NamedSharding(am, P("y", "x")))
-    assert y.sharding == NamedSharding(am, P("y", "x")) and np.array_equal(np.asarray(y), np.asarray(x))
-    with pytest.raises(UnknownLayoutError, match="Auto.*Explicit"):
-        jax.jit(lambda a: reshard(a, NamedSharding(am, P("y", "x"))))(x)
+    for fn in (lambda a: reshard(a, NamedSharding(am, P("y", "x"))),
+               jax.jit(lambda a: reshard(a, NamedSharding(am, P("y", "x"))))):
+        with pytest.raises(ValueError, match="Auto"):
+            jax.sharding.reshard(x, NamedSharding(am, P("y", "x")))
+        with pytest.raises(UnknownLayoutError, match="Auto.*Explicit"):
+            fn(x)
 
 
 # -- gradients ----------------------------------------------------------------------------------------
@@ -247,10 +249,17 @@ def test_reshard_local_inside_a_fully_manual_shard_map() -> None:
     body = jax.shard_map(lambda b: reshard_local(b, str(plan.src), str(plan.dst)), mesh=jmesh(XY),
                          in_specs=to_partition_spec(plan.src), out_specs=to_partition_spec(plan.dst), check_vma=False)
     same(jax.jit(body)(x), jax.sharding.reshard(x, ns(plan.dst)))
-    # over all-manual axes the global type is unknown: reshard says what to call instead
-    inside = jax.shard_map(lambda b: reshard(b, P()), mesh=jmesh(XY), in_specs=P("x", "y"), out_specs=P("x", "y"))
-    with pytest.raises(UnknownLayoutError, match="reshard_local"):
-        jax.jit(inside)(x)
+    # over all-manual axes JAX's reshard leaves the block as it is (ours hands it to JAX), and a
+    # Manual axis in the destination is refused, naming what to call instead
+    def inside(fn: Any, spec: P) -> jax.Array:
+        return jax.jit(jax.shard_map(lambda b: fn(b, spec), mesh=jmesh(XY), in_specs=P("x", "y"),
+                                     out_specs=P("x", "y")))(x)
+
+    same(inside(reshard, P()), inside(jax.sharding.reshard, P()))
+    with pytest.raises(ValueError, match="Manual"):
+        inside(jax.sharding.reshard, P("y"))
+    with pytest.raises(UnknownLayoutError, match="Manual.*reshard_local"):
+        inside(reshard, P("y"))
 
 
 # -- dtypes --------------------------------------------------------------------------------------------

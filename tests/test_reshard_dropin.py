@@ -1,0 +1,362 @@
+"""``redist.reshard`` as a drop-in where user programs leave the common path: PRNG key arrays,
+NumPy and Python inputs under ``jax.jit``, Auto and mixed meshes, ``auto_axes`` /
+``explicit_axes`` regions, ``jax.custom_vjp`` and ``jax.lax.scan``, destinations on another mesh,
+``redist.record()`` and the eager fast path.
+
+Each case runs the same program with ``jax.sharding.reshard`` and with ``redist.reshard`` and
+compares values, output sharding, abstract value (``jax.typeof``: spec, mesh and axis types),
+gradients, and the class of error where JAX raises.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from functools import cache
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import AxisType, NamedSharding
+from jax.sharding import PartitionSpec as P
+from test_executor import _expected_kinds
+
+import redist
+from benchmarks.hlo import parse_collectives
+from redist import IncompatibleTypesError, redistribute
+from redist.caches import clear_caches
+from spmd_types import UnknownLayoutError
+
+E, A = AxisType.Explicit, AxisType.Auto
+
+
+@cache
+def mesh(kinds: tuple[AxisType, AxisType] = (E, E), shape: tuple[int, int] = (2, 4),
+         names: tuple[str, str] = ("x", "y")) -> jax.sharding.Mesh:
+    return jax.make_mesh(shape, names, axis_types=kinds)
+
+
+def arange(shape: tuple[int, ...], sharding: Any) -> jax.Array:
+    return jax.device_put(jnp.arange(int(np.prod(shape)), dtype=jnp.float32).reshape(shape), sharding)
+
+
+def same(a: Any, b: Any, exact: bool = True) -> None:
+    """Equal abstract values (shape, dtype, weak type, spec, mesh with axis types), equal
+    concrete shardings and equal values (key arrays: equal key data). ``exact=False`` for values
+    computed after the move: XLA may sum in another order around another program."""
+    assert jax.typeof(a) == jax.typeof(b), (jax.typeof(a), jax.typeof(b))
+    if hasattr(a, "sharding") and not isinstance(a, jax.core.Tracer):
+        assert a.sharding == b.sharding, (a.sharding, b.sharding)
+    if jax.dtypes.issubdtype(a.dtype, jax.dtypes.prng_key):
+        a, b = jax.random.key_data(a), jax.random.key_data(b)
+    if exact:
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    else:
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6, atol=1e-6)
+
+
+def both(run: Callable[[Callable[..., Any]], Any]) -> tuple[Any, Any]:
+    """``run`` with JAX's reshard and with ours."""
+    return run(jax.sharding.reshard), run(redist.reshard)
+
+
+def both_same(run: Callable[[Callable[..., Any]], Any], exact: bool = True) -> None:
+    ref, ours = both(run)
+    jax.tree.map(lambda a, b: same(a, b, exact), ours, ref)
+
+
+def both_raise(run: Callable[[Callable[..., Any]], Any], error: type[Exception], match: str,
+               typed: bool = True) -> None:
+    """JAX raises ``error``; so do we: a typed error of that class, or (``typed=False``, a move
+    handed to ``jax.sharding.reshard``) JAX's own."""
+    with pytest.raises(error, match=match):
+        run(jax.sharding.reshard)
+    with pytest.raises(error, match=match) as ours:
+        run(redist.reshard)
+    assert isinstance(ours.value, UnknownLayoutError) == typed, type(ours.value)
+
+
+# -- PRNG key arrays -----------------------------------------------------------------------------------
+
+
+def keys(spec: P, n: int = 8) -> jax.Array:
+    with jax.set_mesh(mesh()):
+        return jax.device_put(jax.random.split(jax.random.key(0), n), spec)
+
+
+@pytest.mark.parametrize("spec,dst", [(P("x"), P("y")), (P("x"), P(("y", "x"))), (P(("x", "y")), P()),
+                                      (P(), P("x"))])
+def test_key_arrays_move_as_their_key_data(spec: P, dst: P) -> None:
+    k = keys(spec)
+    with jax.set_mesh(mesh()):
+        both_same(lambda r: r(k, dst))
+        both_same(lambda r: jax.jit(lambda a: r(a, dst))(k))
+        both_same(lambda r: r(k, NamedSharding(mesh(), dst)))
+        # the keys are the same keys: the random numbers drawn from them agree
+        both_same(lambda r: jax.jit(lambda a: jax.vmap(lambda q: jax.random.normal(q, (3,)))(r(a, dst)))(k))
+
+
+def test_key_arrays_under_vmap_and_with_a_gradient_elsewhere() -> None:
+    k = keys(P("x"))
+    w = arange((8, 4), NamedSharding(mesh(), P("y")))
+    with jax.set_mesh(mesh()):
+        both_same(lambda r: jax.vmap(lambda q: r(q, P()))(k))
+        loss = lambda r: (lambda a, q: jnp.sum(a * jax.vmap(lambda z: jax.random.normal(z, (4,)))(r(q, P("y")))))
+        both_same(lambda r: jax.jit(jax.grad(loss(r)))(w, k))
+
+
+def test_key_arrays_refuse_type_text_destinations() -> None:
+    with pytest.raises(IncompatibleTypesError, match="PRNG key.*NamedSharding"):
+        redist.reshard(keys(P("x")), "u32[8@y,2]")
+
+
+def test_the_key_move_is_our_plan_on_the_key_data() -> None:
+    k = keys(P("x"))
+    with jax.set_mesh(mesh()), redist.record() as log:
+        jax.jit(lambda a: redist.reshard(a, P("y")))(k)
+    (src, dst, plan), = log.plans
+    assert (str(src), str(dst)) == ("u32[8@x,2]", "u32[8@y,2]")
+    assert plan == redistribute("u32[8@x,2]", "u32[8@y,2]", "x=2,y=4")
+
+
+# -- NumPy and Python inputs ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", [np.arange(8, dtype=np.int32), np.ones((8, 4), np.float32), 3.0, 7])
+def test_numpy_and_python_inputs_under_jit_are_placed_as_jax_places_them(value: Any) -> None:
+    dst = P("x") if np.ndim(value) else P()
+    with jax.set_mesh(mesh()):
+        both_same(lambda r: jax.jit(lambda: r(value, dst))())
+        both_same(lambda r: jax.jit(lambda a: a + r(value, dst))(jnp.zeros_like(jnp.asarray(value))))
+        both_same(lambda r: r(value, dst))  # eagerly
+    if np.ndim(value):
+        both_same(lambda r: r(value, NamedSharding(mesh(), P(None, "y") if np.ndim(value) == 2 else P("y"))))
+
+
+def test_auto_axes_in_the_destination_are_refused_as_jax_refuses_them() -> None:
+    am = mesh((A, A))
+    spec = NamedSharding(am, P("x"))
+    both_raise(lambda r: r(np.arange(8), spec), ValueError, "Auto")
+    with jax.set_mesh(am):
+        both_raise(lambda r: jax.jit(lambda: r(np.arange(8), spec))(), ValueError, "Auto")
+    xa = arange((8, 8), NamedSharding(am, P("x", "y")))
+    both_raise(lambda r: r(xa, NamedSharding(am, P("y", "x"))), ValueError, "Auto")
+    with jax.set_mesh(am):
+        both_raise(lambda r: jax.jit(lambda a: r(a, P("y", "x")))(xa), ValueError, "Auto")
+    mm = mesh((E, A))
+    xm = arange((8, 8), NamedSharding(mm, P("x")))
+    with jax.set_mesh(mm):
+        both_raise(lambda r: jax.jit(lambda a: r(a, P("y")))(xm), ValueError, "Auto")
+
+
+# -- Auto and mixed meshes, auto_axes / explicit_axes regions ------------------------------------------
+
+
+def test_an_all_auto_mesh_goes_to_jax() -> None:
+    am = mesh((A, A))
+    xa = arange((8, 8), NamedSharding(am, P("x", "y")))
+    both_same(lambda r: r(xa, NamedSharding(am, P())))
+    with jax.set_mesh(am):
+        both_same(lambda r: jax.jit(lambda a: r(a, P()) * 2)(xa))
+        with redist.record() as log:
+            jax.jit(lambda a: redist.reshard(a, P()) * 3)(xa)
+    assert not log.plans and len(log.delegated) == 1
+
+
+MIXED = [((E, A), P("x"), P(None, "x")), ((E, A), P(), P("x")), ((E, A), P("x"), P()),
+         ((A, E), P("y"), P(None, "y")), ((A, E), P(None, "y"), P()), ((A, E), P(), P("y"))]
+
+
+@pytest.mark.parametrize("kinds,src,dst", MIXED)
+def test_mixed_meshes_plan_the_explicit_axes(kinds: tuple[AxisType, AxisType], src: P, dst: P) -> None:
+    """The Explicit axis is ours to plan, the Auto one XLA's; the next JAX op (which checks the
+    aval's mesh against the context's) runs, and so do gradients."""
+    m = mesh(kinds)
+    x = arange((8, 8), NamedSharding(m, src))
+    w = arange((8, 8), NamedSharding(m, dst))
+    with jax.set_mesh(m):
+        both_same(lambda r: jax.jit(lambda a: r(a, dst) * 2)(x))
+        both_same(lambda r: r(x, dst))
+        both_same(lambda r: jax.jit(jax.grad(lambda a: jnp.sum(jnp.sin(r(a, dst)) * w)))(x))
+        with redist.record() as log:
+            jax.jit(lambda a: redist.reshard(a, dst) * 5)(x)
+    (s, t, _), = log.plans
+    explicit = "x" if kinds[0] == E else "y"
+    assert s.mesh.names == t.mesh.names == (explicit,)  # typed over the Explicit axis only
+
+
+def test_the_mixed_mesh_program_holds_the_plans_collectives() -> None:
+    m = mesh((E, A))
+    x = arange((8, 16), NamedSharding(m, P("x")))
+    with jax.set_mesh(m):
+        hlo = jax.jit(lambda a: redist.reshard(a, P(None, "x"))).lower(x).compile().as_text()
+    plan = redistribute("f32[8@x,16]", "f32[8,16@x]", "x=2")
+    assert Counter(parse_collectives(hlo).kinds()) == _expected_kinds(plan)
+
+
+def test_inside_auto_axes_and_explicit_axes_regions() -> None:
+    x = arange((8, 8), NamedSharding(mesh(), P("x", "y")))
+    with jax.set_mesh(mesh()):
+        both_same(lambda r: jax.jit(jax.sharding.auto_axes(lambda a: r(a, P("y")) * 2, axes="x",
+                                                           out_sharding=P("y", None)))(x))
+        both_same(lambda r: jax.jit(jax.sharding.auto_axes(lambda a: r(a, P(None, "y")) + 1, axes="x",
+                                                           out_sharding=P(None, "y")))(x))
+    am = mesh((A, A))
+    xa = arange((8, 8), NamedSharding(am, P("x", "y")))
+    with jax.set_mesh(am):
+        both_same(lambda r: jax.jit(jax.sharding.explicit_axes(lambda a: r(a, P("y", "x")) * 2, axes=("x", "y"),
+                                                               in_sharding=P("x", "y")))(xa))
+        both_same(lambda r: jax.jit(jax.sharding.explicit_axes(lambda a: jnp.sin(r(a, P(None, "x"))), axes="x",
+                                                               in_sharding=P("x", None)))(xa))
+
+
+# -- custom_vjp and scan -------------------------------------------------------------------------------
+
+
+def test_inside_custom_vjp() -> None:
+    x = arange((8, 8), NamedSharding(mesh(), P("x", "y")))
+
+    def run(r: Callable[..., Any]) -> Any:
+        @jax.custom_vjp
+        def f(a: Any) -> Any:
+            return r(a, P("y", "x")) * 2
+
+        f.defvjp(lambda a: (r(a, P("y", "x")) * 2, None), lambda _, g: (r(g * 2, P("x", "y")),))
+        loss = lambda a: jnp.sum(jnp.sin(f(a)))
+        return jax.jit(loss)(x), jax.jit(jax.grad(loss))(x), jax.grad(loss)(x)
+
+    with jax.set_mesh(mesh()):
+        both_same(run)
+
+
+def test_inside_a_scanned_minibatch_loop() -> None:
+    xs = arange((4, 8, 8), NamedSharding(mesh(), P(None, "x", "y")))
+    w = np.linspace(0, 1, 64, dtype=np.float32).reshape(8, 8)
+
+    def run(r: Callable[..., Any]) -> Any:
+        def body(c: Any, b: Any) -> Any:
+            y = r(b, P("y", "x")) * r(w, P("y", "x"))  # a NumPy constant inside the body too
+            return c + jnp.sum(jnp.sin(y)), r(y, P(None, "y"))
+
+        loss = lambda s: jax.lax.scan(body, jnp.float32(0), s)
+        return jax.jit(loss)(xs), jax.jit(jax.grad(lambda s: loss(s)[0]))(xs)
+
+    with jax.set_mesh(mesh()):
+        both_same(run, exact=False)
+
+
+# -- another mesh over the same devices -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("shape,names,spec", [((4, 2), ("a", "b"), P("a", "b")), ((4, 2), ("a", "b"), P("b", "a")),
+                                              ((8, 1), ("z", "w"), P("z")), ((2, 4), ("y", "x"), P("x", "y"))])
+def test_a_destination_on_another_mesh_goes_to_jax(shape: tuple[int, int], names: tuple[str, str], spec: P) -> None:
+    x = arange((8, 8), NamedSharding(mesh(), P("x", "y")))
+    other = NamedSharding(mesh((E, E), shape, names), spec)
+    both_same(lambda r: r(x, other))
+    both_same(lambda r: jax.jit(lambda a: r(a, other))(x))
+    with jax.set_mesh(mesh()):
+        both_same(lambda r: jax.jit(lambda a: r(a, other))(x))
+    with redist.record() as log:
+        redist.reshard(x, other)
+    (entry,) = log.delegated
+    assert not log.plans and entry.src == "float32[8@x,8@y]"
+    assert entry.dst == f"{P(*spec, *[None] * (2 - len(spec)))} on mesh {{{names[0]}={shape[0]},{names[1]}={shape[1]}}}"
+
+
+def test_other_devices_fail_as_in_jax() -> None:
+    x = arange((8, 8), NamedSharding(mesh(), P("x", "y")))
+    small = NamedSharding(mesh((E, E), (2, 2)), P("y"))
+    reverse = jax.sharding.Mesh(np.array(jax.devices()[::-1]).reshape(2, 4), ("x", "y"), axis_types=(E, E))
+    for other in (small, NamedSharding(reverse, P("y"))):
+        with pytest.raises(ValueError, match="devices"):
+            jax.sharding.reshard(x, other)
+        with pytest.raises(IncompatibleTypesError, match="devices.*device_put"):
+            redist.reshard(x, other)
+
+
+# -- recording what ran ---------------------------------------------------------------------------------
+
+
+def test_record_lists_the_plans_run_inside_jit_grad_and_vmap() -> None:
+    x = arange((8, 16), NamedSharding(mesh(), P("x", "y")))
+    with jax.set_mesh(mesh()), redist.record() as log:
+        f = jax.jit(lambda a: redist.reshard(a, P("y", "x")) * 2)
+        f(x)
+        f(x)  # a cached trace: not traced again, not recorded again
+        jax.jit(jax.grad(lambda a: jnp.sum(redist.reshard(a, P(None, "x")))))(x)
+        with redist.record() as inner:
+            jax.vmap(lambda a: redist.reshard(a, P("x")), in_axes=1)(x)
+    pairs = [(str(s), str(d)) for s, d, _ in log.plans]
+    assert pairs == [("f32[8@x,16@y]", "f32[8@y,16@x]"),
+                     ("f32[8@x,16@y]", "f32[8,16@x]"), ("f32[8,16@x]", "f32[8@x,16@y]"),  # forward, reverse
+                     ("f32[8@x]", "f32[8@x]"), ("f32[8@x,16@y]", "f32[8@x,16@y]")]  # vmap: per example, batched
+    assert [p for _, _, p in log.plans] == [e.plan for e in log.entries]
+    assert inner.entries == log.entries[-2:]
+    assert log.plans[0][2] == redistribute("f32[8@x,16@y]", "f32[8@y,16@x]", "x=2,y=4")
+    assert "all_to_all" in str(log) or "permute" in str(log) or "exchange" in str(log)
+
+
+def test_record_sees_eager_calls_on_the_fast_path() -> None:
+    x = arange((8, 16), NamedSharding(mesh(), P("x", "y")))
+    dst = NamedSharding(mesh(), P("y", "x"))
+    redist.reshard(x, dst)  # warm
+    with redist.record() as log:
+        redist.reshard(x, dst)
+        redist.reshard(x, dst)
+    assert len(log.plans) == 2 and log.plans[0] == log.plans[1]
+    redist.reshard(x, dst)
+    assert len(log.entries) == 2  # the block is closed
+
+
+# -- the eager fast path --------------------------------------------------------------------------------
+
+
+def test_the_eager_fast_path_agrees_with_the_primitive_and_keys_on_the_context() -> None:
+    from redist.jax_reshard import _fast_entry, reshard_p
+
+    x = arange((8, 16), NamedSharding(mesh(), P("x", "y")))
+    dst = NamedSharding(mesh(), P("y", "x"))
+    clear_caches("plans")
+    first = redist.reshard(x, dst)
+    hits = _fast_entry.cache_info().hits
+    again = redist.reshard(x, dst)
+    assert _fast_entry.cache_info().hits == hits + 1
+    plan = redistribute("f32[8@x,16@y]", "f32[8@y,16@x]", "x=2,y=4")
+    by_primitive = reshard_p.bind(x, plan=plan, amesh=mesh().abstract_mesh)
+    for y in (first, again):
+        same(y, by_primitive)
+        same(y, jax.sharding.reshard(x, dst))
+    # a PartitionSpec is read on the context mesh: another context is another entry
+    swapped = mesh((E, E), (2, 4), ("y", "x"))
+    xs = arange((8, 16), NamedSharding(swapped, P("x", "y")))
+    for m, a in ((mesh(), x), (swapped, xs), (mesh(), x)):
+        with jax.set_mesh(m):
+            same(redist.reshard(a, P("y")), jax.sharding.reshard(a, P("y")))
+    with jax.set_mesh(mesh()):  # x's mesh is not the context's: the move goes to JAX's reshard
+        both_same(lambda r: r(xs, P("y")))
+
+
+def test_plan_call_runs_the_cached_executable() -> None:
+    plan = redistribute("f32[8@x,16@y]", "f32[8@y,16@x]", "x=2,y=4")
+    x = arange((8, 16), NamedSharding(mesh(), P("x", "y")))
+    same(plan(x), jax.sharding.reshard(x, NamedSharding(mesh(), P("y", "x"))))
+    same(plan(x), jax.jit(plan)(x))
+
+
+def test_the_per_call_benchmark_runs_and_leaves_the_caches_real(capsys: pytest.CaptureFixture[str]) -> None:
+    """At its smallest size (no figure is asserted: the benchmark is for the clock)."""
+    from benchmarks import per_call
+
+    assert per_call.main(["--reps", "2", "--cases", "gather"]) == 0
+    text = capsys.readouterr().out
+    assert "| gather | `f32[64@x,64] -> f32[64,64]` | yes |" in text  # both compile one all-gather
+    assert text.count("| gather |") == 3 and "python -m benchmarks.per_call --reps 2 --cases gather" in text
+    # the Python-side table swaps the executables for the identity: afterwards they are real again
+    x = arange((64, 64), NamedSharding(mesh(), P("x")))
+    dst = NamedSharding(mesh(), P())
+    same(redist.reshard(x, dst), jax.sharding.reshard(x, dst))
+    plan = redistribute("f32[64@x,64]", "f32[64,64]", "x=2,y=4")
+    same(plan(x), jax.sharding.reshard(x, dst))
