@@ -138,6 +138,16 @@ def test_reduced_plans_are_proved(src, dst, kinds):
     assert cert.ok and cert.src == src and cert.dst == dst
 
 
+@settings(max_examples=8)
+@given(st.data())
+def test_random_reduced_plans_are_proved(data):
+    mesh = data.draw(jax_meshes(max_devices=8))
+    src = data.draw(sharding_types(mesh, max_rank=2, unreduced=True, reduced=True, dtypes=("f32",)))
+    dst = data.draw(sharding_types(mesh, shape=src.shape, dtype="f32", unreduced=True, reduced=True))
+    cert = redistribute(src, dst).verify()
+    assert cert.ok and (cert.src, cert.dst) == (str(src), str(dst))
+
+
 def test_a_plan_that_drops_a_pending_sum_is_refuted_even_if_the_destination_is_reduced():
     """``U:x`` does not mean ``R:x``: a plan claiming it with no step is refuted (the reduced
     endpoint is proved, not assumed)."""
