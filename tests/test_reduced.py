@@ -83,8 +83,8 @@ def test_an_axis_is_at_most_one_of_sharded_unreduced_reduced(dims, unreduced, re
 # -- JAX interop -----------------------------------------------------------------------------------------
 @given(st.data())
 def test_named_sharding_and_typeof_round_trip(data):
-    """A reduced type -> NamedSharding -> a placed array: ``type_of`` and ``jax.typeof``'s text give
-    the type back (reduced arrays are made by JAX's reshard; ``device_put`` refuses them)."""
+    """A reduced type -> NamedSharding -> a placed array (by ``device_put`` and by JAX's reshard):
+    ``type_of`` and ``jax.typeof``'s text give the type back."""
     mesh = data.draw(jax_meshes())
     t = data.draw(sharding_types(mesh, max_rank=2, unreduced=False, reduced=True, dtypes=("f32", "s32")))
     jm = mesh.to_jax()
@@ -93,10 +93,12 @@ def test_named_sharding_and_typeof_round_trip(data):
     assert from_named_sharding(ns, t.shape, t.dtype) == t
     with jax.set_mesh(jm):
         x = jax.device_put(jax.numpy.zeros(t.shape, numpy_dtype(t.dtype)), NamedSharding(jm, P()))
-        y = jax.sharding.reshard(x, ns)
-        assert type_of(y) == t
-        assert parse(str(jax.typeof(y)), mesh) == t
-        assert jax.jit(lambda v: type_of(v) == t and v)(y) is not None  # a tracer's type too
+        for y in (jax.sharding.reshard(x, ns), jax.device_put(x, ns)):
+            assert type_of(y) == t
+            assert parse(str(jax.typeof(y)), mesh) == t
+        seen = []
+        jax.jit(lambda v: seen.append(type_of(v)) or v)(y)
+        assert seen == [t]  # a tracer's type too
 
 
 def test_partition_spec_of_a_reduced_type():
