@@ -58,6 +58,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
+from jax._src.array import ArrayImpl
 from jax.sharding import NamedSharding
 
 from redist.atoms import Atom, atoms_of_axes, atoms_size, primes
@@ -946,7 +947,7 @@ def run_plan(plan: Plan, x: Any) -> jax.Array:
     return run(x)
 
 
-_ARRAY_IMPL = type(jnp.zeros(()))
+_ARRAY_IMPL = ArrayImpl  # not type(jnp.zeros(())): importing must not start the backend (jax.distributed)
 
 
 @memo(Scope.PROGRAM, maxsize=1)

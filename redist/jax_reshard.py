@@ -9,10 +9,13 @@ what through JAX's own ``reshard`` (docs/design.md section 8.3):
   (names, sizes and axis types; eagerly also the same devices). On a mesh mixing Auto and
   Explicit axes (``jax.sharding.auto_axes`` regions included) the plan moves the Explicit axes
   and leaves the Auto ones to XLA, as JAX does. PRNG key arrays are moved as their key data
-  (``jax.random.key_data``, trailing dimension unsharded) and wrapped again;
-- JAX's ``reshard``: a destination on another mesh (other axis names or sizes, other axis types,
-  other devices), and a value whose mesh has no Explicit axis. Its result, and its errors, are
-  JAX's own;
+  (``jax.random.key_data``, trailing dimension unsharded) and wrapped again. Eagerly, a
+  destination on another all-Explicit mesh over the same device list, where every device's block
+  of ``x`` is its block of one type on that mesh (``same_blocks``): ``x`` is seen as that type
+  (the same buffers) and our plan moves it there;
+- JAX's ``reshard``: any other destination on another mesh (other axis names or sizes, other
+  axis types; under ``jax.jit`` every one, as the device lists are not known while tracing), and
+  a value whose mesh has no Explicit axis. Its result, and its errors, are JAX's own;
 - errors JAX raises for the destination (a spec naming an Auto or Manual axis, a PartitionSpec
   with no mesh in context) are raised as ``UnknownLayoutError`` (a ``ValueError``, as JAX's).
 
@@ -38,13 +41,17 @@ value's global type is unknown to JAX; ``reshard_local(x, src, dst)`` is then th
 
 from __future__ import annotations
 
+import itertools
+import math
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, NamedTuple
 
 import jax
+import numpy as np
 from jax._src import core as _jax_core
 from jax._src import dispatch as _jax_dispatch
+from jax._src.array import ArrayImpl
 from jax._src.sharding_impls import canonicalize_sharding
 from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
@@ -67,6 +74,7 @@ from spmd_types.jax_interop import (
     type_of_aval,
     typed_mesh,
 )
+from spmd_types.layout import block_bounds
 from spmd_types.memo import Scope, memo
 
 __all__ = ["Recorded", "Recording", "plan_for", "record", "reshard", "reshard_local", "reshard_p", "run_traced"]
@@ -240,6 +248,59 @@ def _check_devices(x: Any, dst: Any) -> None:
             f"between devices with jax.device_put(x, dst)")
 
 
+def _view_on(x: Any, dst: Any) -> Any:
+    """A placed array seen on the destination's mesh, or ``None``: where both meshes are concrete,
+    all Explicit, over the same device list, and every device's block of ``x`` is its block of
+    one type on the destination's mesh (``same_blocks``), the same buffers, no copy, laid out as
+    that type. Under ``jax.jit`` the device lists are not known, so nothing is viewed there."""
+    if isinstance(x, jax.core.Tracer) or not isinstance(dst, NamedSharding):
+        return None
+    have, want = x.sharding.mesh, dst.mesh
+    if not (isinstance(want, jax.sharding.Mesh) and _explicit(have) and _explicit(want)):
+        return None
+    src = type_of(x)
+    t = same_blocks(src, Mesh.from_jax(want))
+    if t is None:
+        return None
+    shards = [s.data for s in x.addressable_shards]
+    return jax.make_array_from_single_device_arrays(x.shape, NamedSharding(want, to_partition_spec(t)), shards)
+
+
+@memo(Scope.TYPE, maxsize=1024)
+def same_blocks(src: ShardingType, mesh: Mesh) -> ShardingType | None:
+    """The type on ``mesh`` (whole axes, no pending sums) giving the device at each position of
+    the device list the block ``src`` gives the device at that position of its own, or ``None``.
+    Candidates: per dimension, ordered choices of unused axes of size > 1 whose sizes multiply to
+    that dimension's number of blocks under ``src``."""
+    if src.unreduced or src.mesh.size != mesh.size:
+        return None
+    want = block_bounds(src)
+    counts = [math.prod(src.mesh.axis_size(a) for a in d) for d in src.dims]
+    for dims in _choices(counts, tuple(n for n in mesh.names if mesh.axis_size(n) > 1), mesh):
+        try:
+            t = ShardingType(src.shape, src.dtype, list(dims), mesh)
+        except ShardingTypeError:
+            continue
+        if np.array_equal(block_bounds(t), want):
+            return t
+    return None
+
+
+def _choices(counts: list[int], free: tuple[str, ...], mesh: Mesh) -> Iterator[tuple[tuple[str, ...], ...]]:
+    """Every assignment of ordered, disjoint tuples of ``free`` axes to the dimensions, the sizes
+    of dimension ``d``'s tuple multiplying to ``counts[d]``."""
+    if not counts:
+        yield ()
+        return
+    for k in range(len(free) + 1):
+        for picked in itertools.permutations(free, k):
+            if math.prod(mesh.axis_size(n) for n in picked) != counts[0]:
+                continue
+            rest = tuple(n for n in free if n not in picked)
+            for tail in _choices(counts[1:], rest, mesh):
+                yield (picked, *tail)
+
+
 def _source_type(x: Any) -> ShardingType:
     """A placed array on an all-Explicit mesh is typed over the whole mesh; a tracer, or an array
     on a mesh with Auto axes, over its Explicit axes (the Auto ones are XLA's)."""
@@ -265,6 +326,10 @@ def reshard(x: Any, dst: Any, *, cost_model: CostModel | None = None) -> Any:
     ``bool``) and JAX's destination errors (an Auto axis in the spec: ``UnknownLayoutError``)
     are raised here, at the call.
     """
+    if cost_model is not None and not isinstance(cost_model, CostModel):
+        raise IncompatibleTypesError(
+            f"reshard's cost_model must be a redist.CostModel instance (or None for the default), got "
+            f"{type(cost_model).__name__} {cost_model!r}")
     fast = _fast_path(x, dst, cost_model)
     if fast is not None:
         return fast
@@ -275,6 +340,9 @@ def reshard(x: Any, dst: Any, *, cost_model: CostModel | None = None) -> Any:
         x = _placed(x, dst)
         xmesh = _aval_mesh(x)
         _check_devices(x, dst)
+        viewed = _view_on(x, dst) if xmesh != ds.mesh else None
+        if viewed is not None:  # another mesh over the same device list, where x's blocks are a type
+            x, xmesh = viewed, ds.mesh
         if xmesh != ds.mesh or all(t != jax.sharding.AxisType.Explicit for t in xmesh.axis_types):
             _note(None, jax.typeof(x), ds)
             return jax.sharding.reshard(x, dst if isinstance(dst, NamedSharding) or _context_mesh() else ds)
@@ -366,7 +434,7 @@ def _is_key_dtype(dtype: Any) -> bool:
     return jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key)
 
 
-_ARRAY_IMPL = type(jax.numpy.zeros(()))
+_ARRAY_IMPL = ArrayImpl  # not type(jnp.zeros(())): importing must not start the backend (jax.distributed)
 
 
 def run_traced(plan: Plan, x: Any) -> Any:
@@ -412,7 +480,7 @@ def _abstract_eval(aval: Any, *, plan: Plan, amesh: Any) -> Any:
 def _impl(x: Any, *, plan: Plan, amesh: Any) -> Any:
     if not isinstance(getattr(x, "sharding", None), NamedSharding):
         x = _place(x, plan, amesh)
-    if plan.src.mesh.size != x.sharding.mesh.size:  # Auto axes left to XLA: the jitted lowering
+    if len(plan.src.mesh.names) != len(x.sharding.mesh.axis_names):  # Auto axes left to XLA: the jitted lowering
         with jax.set_mesh(x.sharding.mesh):
             return _jax_dispatch.apply_primitive(reshard_p, x, plan=plan, amesh=amesh)
     return run_plan(plan, x)

@@ -187,6 +187,15 @@ def test_mixed_meshes_plan_the_explicit_axes(kinds: tuple[AxisType, AxisType], s
     assert s.mesh.names == t.mesh.names == (explicit,)  # typed over the Explicit axis only
 
 
+def test_eager_gradients_on_a_mixed_mesh_with_a_unit_auto_axis() -> None:
+    """Eagerly the primal runs through the jitted lowering whenever the plan's axes are not all of
+    the mesh's, a size-1 Auto axis included."""
+    m = mesh((E, A), (8, 1))
+    x = arange((8, 8), NamedSharding(m, P("x")))
+    with jax.set_mesh(m):
+        both_same(lambda r: (r(x, P(None, "x")), jax.grad(lambda a: jnp.sum(r(a, P(None, "x")) ** 2))(x)))
+
+
 def test_the_mixed_mesh_program_holds_the_plans_collectives() -> None:
     m = mesh((E, A))
     x = arange((8, 16), NamedSharding(m, P("x")))
@@ -250,10 +259,23 @@ def test_inside_a_scanned_minibatch_loop() -> None:
 # -- another mesh over the same devices -----------------------------------------------------------------
 
 
-@pytest.mark.parametrize("shape,names,spec", [((4, 2), ("a", "b"), P("a", "b")), ((4, 2), ("a", "b"), P("b", "a")),
-                                              ((8, 1), ("z", "w"), P("z")), ((2, 4), ("y", "x"), P("x", "y"))])
-def test_a_destination_on_another_mesh_goes_to_jax(shape: tuple[int, int], names: tuple[str, str], spec: P) -> None:
-    x = arange((8, 8), NamedSharding(mesh(), P("x", "y")))
+OTHER_MESHES = [  # (source spec on x=2,y=4; destination mesh shape, names, spec; eagerly viewed and planned?)
+    (P("x", "y"), (4, 2), ("a", "b"), P("a", "b"), False),  # a = x and the major half of y: a sub-axis
+    (P("x", "y"), (4, 2), ("a", "b"), P("b", "a"), False),
+    (P("x", "y"), (8, 1), ("z", "w"), P("z"), False),
+    (P("x", "y"), (2, 4), ("y", "x"), P("x", "y"), True),  # the names swapped: x's blocks are f32[8@y,8@x] there
+    (P(), (4, 2), ("a", "b"), P("b", "a"), True),  # replicated is replicated on any mesh
+    (P(("x", "y")), (8, 1), ("z", "w"), P(None, "z"), True),  # (x,y) is z, position for position
+    (P("x"), (2, 4), ("p", "q"), P("q"), True),
+]
+
+
+@pytest.mark.parametrize("src,shape,names,spec,viewed", OTHER_MESHES)
+def test_a_destination_on_another_mesh(src: P, shape: tuple[int, int], names: tuple[str, str], spec: P,
+                                       viewed: bool) -> None:
+    """Eagerly, where x's blocks are a type on the other mesh (same device list), x is seen as
+    that type, no copy, and our plan moves it there; otherwise, and under jax.jit, JAX's reshard."""
+    x = arange((8, 8), NamedSharding(mesh(), src))
     other = NamedSharding(mesh((E, E), shape, names), spec)
     both_same(lambda r: r(x, other))
     both_same(lambda r: jax.jit(lambda a: r(a, other))(x))
@@ -261,9 +283,16 @@ def test_a_destination_on_another_mesh_goes_to_jax(shape: tuple[int, int], names
         both_same(lambda r: jax.jit(lambda a: r(a, other))(x))
     with redist.record() as log:
         redist.reshard(x, other)
-    (entry,) = log.delegated
-    assert not log.plans and entry.src == "float32[8@x,8@y]"
-    assert entry.dst == f"{P(*spec, *[None] * (2 - len(spec)))} on mesh {{{names[0]}={shape[0]},{names[1]}={shape[1]}}}"
+        jax.jit(lambda a: redist.reshard(a, other))(x)
+    assert len(log.entries) == 2 and log.entries[1].plan is None
+    entry = log.entries[0]
+    assert (entry.plan is not None) == viewed
+    if viewed:
+        assert entry.plan.src.mesh.names == names and entry.dst == str(entry.plan.dst)
+    else:
+        assert entry.src == f"float32[8{'@x' if 'x' in str(src) else ''},8{'@y' if src == P('x', 'y') else ''}]"
+        full = P(*spec, *[None] * (2 - len(spec)))
+        assert entry.dst == f"{full} on mesh {{{names[0]}={shape[0]},{names[1]}={shape[1]}}}"
 
 
 def test_other_devices_fail_as_in_jax() -> None:
@@ -360,3 +389,26 @@ def test_the_per_call_benchmark_runs_and_leaves_the_caches_real(capsys: pytest.C
     same(redist.reshard(x, dst), jax.sharding.reshard(x, dst))
     plan = redistribute("f32[64@x,64]", "f32[64,64]", "x=2,y=4")
     same(plan(x), jax.sharding.reshard(x, dst))
+
+
+def test_importing_redist_does_not_start_the_backend() -> None:
+    """``jax.distributed.initialize`` must come before the backend starts: ``import redist`` (and
+    its eager fast paths' type tests) must not start it."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    code = "import redist\nfrom jax._src import xla_bridge\nprint(xla_bridge.backends_are_initialized())"
+    out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(root)},
+                         capture_output=True, text=True, timeout=120, cwd=root)
+    assert out.returncode == 0 and out.stdout.strip() == "False", out.stderr[-2000:]
+
+
+@pytest.mark.parametrize("bad", ["bytes", redist.CostModel, {"objective": "bytes"}, 3])
+def test_a_misused_cost_model_is_a_typed_error_naming_it(bad: Any) -> None:
+    x = arange((8, 8), NamedSharding(mesh(), P("x")))
+    for args in ((x, NamedSharding(mesh(), P("y"))), (np.ones((8, 8), np.float32), NamedSharding(mesh(), P("y")))):
+        with pytest.raises(IncompatibleTypesError, match="cost_model.*CostModel"):
+            redist.reshard(*args, cost_model=bad)
