@@ -9,6 +9,7 @@ from redist.errors import CostModelError, IncompatibleTypesError, UnsummableDtyp
 from redist.objective import HOW, Objective, as_objective
 from redist.plan import Plan
 from redist.profile import cost_model_for
+from redist.reduced import plan_through_data
 from redist.synth import cached_synthesize
 from spmd_types import Mesh, ShardingType, parse
 from spmd_types.layout import check_index_range
@@ -107,7 +108,8 @@ def redistribute(
         'all_gather'
     """
     s, d = checked_pair(src, dst, mesh)
-    return cached_synthesize(s, d, resolve_cost_model(objective, cost_model, s.mesh, objective_given=_given(objective)))
+    cm = resolve_cost_model(objective, cost_model, s.mesh, objective_given=_given(objective))
+    return plan_through_data(s, d, lambda a, b: cached_synthesize(a, b, cm))  # reduced axes: data as replicated
 
 
 def _given(objective: object) -> bool:

@@ -981,7 +981,7 @@ def _executable(plan: Plan, sharding: Any, shape: tuple[int, ...], dtype: Any) -
     if have != want:
         raise ExecutionError(f"sharding mismatch: array is laid out as {have}, plan source is {want}")
     if not plan.steps:
-        return lambda v: v
+        return (lambda v: v) if plan.src == plan.dst else _retyped(NamedSharding(sharding.mesh, to_partition_spec(plan.dst)))
     jmesh = sharding.mesh
     unreduced = sorted({str(a) for t in (plan.src, plan.dst) for a in t.unreduced})
     explicit = jax.sharding.AxisType.Explicit
@@ -994,6 +994,13 @@ def _executable(plan: Plan, sharding: Any, shape: tuple[int, ...], dtype: Any) -
         )
     arg = jax.ShapeDtypeStruct(shape, dtype, sharding=sharding)
     return compile_plan(plan, jmesh).lower(arg).compile()  # type: ignore[no-any-return]
+
+
+def _retyped(sharding: NamedSharding) -> Callable[[Any], Any]:
+    """A move that only adds or drops reduced axes keeps every block: the same buffers, retyped."""
+    def retype(v: Any) -> Any:
+        return jax.make_array_from_single_device_arrays(v.shape, sharding, [s.data for s in v.addressable_shards])
+    return retype
 
 
 register_runner(run_plan)

@@ -64,6 +64,7 @@ from redist.errors import ExecutionError, IncompatibleTypesError
 from redist.executor import _executable, apply_local, run_plan
 from redist.plan import Plan, register_runner
 from redist.profile import default_cost_model
+from redist.transpose import cotangent_move
 from spmd_types import Mesh, ShardingType, ShardingTypeError, parse
 from spmd_types.errors import UnknownLayoutError
 from spmd_types.jax_interop import (
@@ -524,14 +525,8 @@ def _traced(x: Any, *, plan: Plan, amesh: Any) -> Any:
 
 
 def _transpose(ct: Any, x: Any, *, plan: Plan, amesh: Any) -> Any:
-    """The cotangent goes back by the reverse move, planned by us."""
-    if plan.src.unreduced or plan.dst.unreduced:
-        raise IncompatibleTypesError(
-            f"reverse-mode differentiation through {plan.src} -> {plan.dst} is not supported: JAX "
-            f"types the cotangent of a pending sum as 'reduced', which our types cannot express; "
-            f"differentiate through types without unreduced axes, or use jax.sharding.reshard there"
-        )
-    back = plan_for(plan.dst, plan.src, plan.cost_model)
+    """The cotangent goes back by the reverse move (unreduced and reduced swapped), planned by us."""
+    back = plan_for(*cotangent_move(plan.src, plan.dst), plan.cost_model)
     _note(back)
     return [reshard_p.bind(ct, plan=back, amesh=amesh)]
 
@@ -549,7 +544,8 @@ def _batch(axis_data: Any, vals: Any, dims: Any, *, plan: Plan, amesh: Any) -> A
     entry = () if axes is None else (axes,) if isinstance(axes, str) else tuple(axes)
     dst = plan.dst
     bdst = ShardingType(
-        bsrc.shape, dst.dtype, list(dst.dims[:d]) + [entry] + list(dst.dims[d:]), dst.mesh, dst.unreduced
+        bsrc.shape, dst.dtype, list(dst.dims[:d]) + [entry] + list(dst.dims[d:]), dst.mesh, dst.unreduced,
+        dst.reduced,
     )
     batched = plan_for(bsrc, bdst, plan.cost_model)
     _note(batched)

@@ -30,6 +30,7 @@ from redist.cost import CostModel
 from redist.errors import RedistError
 from redist.plan import Plan
 from redist.profile import default_cost_model
+from redist.reduced import with_endpoints
 from redist.synth import ranked
 from spmd_types import ShardingType
 from spmd_types.memo import Scope, memo
@@ -108,7 +109,7 @@ def _check_arguments(top: int, reps: int, margin: float) -> None:
 
 @memo(Scope.TYPE, maxsize=256)
 def _tuned(src: ShardingType, dst: ShardingType, cm: CostModel, top: int, reps: int, margin: float) -> Tuned:
-    plans = ranked(src, dst, cm, top)
+    plans = [with_endpoints(p, src, dst) for p in ranked(src.without_reduced(), dst.without_reduced(), cm, top)]
     if len(plans) == 1 or not any(p.steps for p in plans):
         return Tuned(plans[0], tuple(Trial(p, p.time_s, float("nan")) for p in plans))
     own = [s.seconds for s in samples(plans, reps, warmup=WARMUP)]

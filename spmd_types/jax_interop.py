@@ -39,12 +39,14 @@ def to_partition_spec(t: ShardingType) -> PartitionSpec:
                     f"dimension {d} uses sub-axis {a}, which a PartitionSpec cannot express"
                 )
         entries.append(None if not axes else axes[0] if len(axes) == 1 else tuple(axes))
-    unreduced = set()
-    for a in t.unreduced:
+    return PartitionSpec(*entries, unreduced=_names(t.unreduced, "unreduced"), reduced=_names(t.reduced, "reduced"))
+
+
+def _names(axes: frozenset[Any], kind: str) -> frozenset[str]:
+    for a in axes:
         if isinstance(a, SubAxis):
-            raise ShardingTypeError(f"unreduced sub-axis {a} cannot be expressed in a PartitionSpec")
-        unreduced.add(a)
-    return PartitionSpec(*entries, unreduced=frozenset(unreduced))
+            raise ShardingTypeError(f"{kind} sub-axis {a} cannot be expressed in a PartitionSpec")
+    return frozenset(axes)
 
 
 def to_named_sharding(t: ShardingType, mesh: jax.sharding.Mesh) -> NamedSharding:
@@ -80,16 +82,17 @@ def from_partition_spec(
         )
     entries = parts + [None] * (len(shape) - len(parts))
     dims = [_spec_entry(spec, d, e) for d, e in enumerate(entries)]
-    reduced = getattr(spec, "reduced", None)
-    if reduced:
-        raise ShardingTypeError(
-            f"PartitionSpec {spec} has reduced axes {sorted(map(str, reduced))}, which a sharding "
-            f"type cannot express (only unreduced axes)"
-        )
-    unreduced = getattr(spec, "unreduced", None) or ()
-    if any(not isinstance(a, str) for a in unreduced):
-        raise UnknownAxisError(f"PartitionSpec {spec} has a non-name unreduced axis")
-    return ShardingType(shape, canonical_dtype(dtype), dims, mesh, sorted(unreduced))
+    unreduced = _spec_set(spec, "unreduced")
+    reduced = _spec_set(spec, "reduced")
+    return ShardingType(shape, canonical_dtype(dtype), dims, mesh, unreduced, reduced)
+
+
+def _spec_set(spec: PartitionSpec, kind: str) -> list[str]:
+    """A spec's ``unreduced`` or ``reduced`` axis names, sorted (they are sets in JAX)."""
+    axes = getattr(spec, kind, None) or ()
+    if any(not isinstance(a, str) for a in axes):
+        raise UnknownAxisError(f"PartitionSpec {spec} has a non-name {kind} axis")
+    return sorted(axes)
 
 
 def from_named_sharding(ns: NamedSharding, shape: Sequence[int], dtype: Any) -> ShardingType:

@@ -1,8 +1,9 @@
-"""Parsing and printing types in the syntax ``jax.typeof`` prints: ``f32[512@(x,y),128]{U:z}``.
+"""Parsing and printing types in the syntax ``jax.typeof`` prints: ``f32[512@(x,y),128]{U:z, R:w}``.
 
 Grammar (whitespace allowed between tokens)::
 
-    type  := dtype '[' [dim (',' dim)*] ']' ['{' 'U' ':' axes '}']
+    type  := dtype '[' [dim (',' dim)*] ']' ['{' group (',' group)* '}']
+    group := ('U' | 'R') ':' axes                  # unreduced / reduced axes, each kind once
     dim   := INT ['@' axes]
     axes  := axis | '(' axis (',' axis)* ')'
     axis  := IDENT [':' '(' INT ')' INT]          # sub-axis, as Shardy writes "y":(1)2
@@ -97,6 +98,32 @@ class TypeParts(NamedTuple):
     shape: tuple[int, ...]
     dims: tuple[tuple[Axis, ...], ...]
     unreduced: tuple[Axis, ...]
+    reduced: tuple[Axis, ...] = ()
+
+
+_GROUPS = {"U": "unreduced", "R": "reduced"}
+
+
+def _parse_groups(p: _Parser) -> dict[str, tuple[Axis, ...]]:
+    """``{U:axes, R:axes}`` (either, in either order, each once), as ``jax.typeof`` prints it."""
+    groups: dict[str, tuple[Axis, ...]] = {}
+    p.take("{")
+    while True:
+        kind, kcol = p.take_kind("ident", "'U' (unreduced axes) or 'R' (reduced axes)")
+        if kind not in _GROUPS:
+            hint = "; several axes of one kind are written in parentheses, as in {U:(x,y)}" if groups else ""
+            raise TypeSyntaxError(
+                f"expected 'U' (unreduced axes) or 'R' (reduced axes), found {kind!r}{hint}", p.text, kcol)
+        if kind in groups:
+            raise TypeSyntaxError(f"{_GROUPS[kind]} axes are given twice; list them once, as in "
+                                  f"{{{kind}:(x,y)}}", p.text, kcol)
+        p.take(":")
+        groups[kind] = p.axes()
+        if p.peek() != ",":
+            break
+        p.take(",")
+    p.take("}")
+    return groups
 
 
 def parse_parts(text: str) -> TypeParts:
@@ -121,22 +148,14 @@ def parse_parts(text: str) -> TypeParts:
                 break
             p.take(",")
     p.take("]")
-    unreduced: tuple[Axis, ...] = ()
-    if p.peek() == "{":
-        p.take("{")
-        kind, kcol = p.take_kind("ident", "'U' (unreduced axes)")
-        if kind != "U":
-            raise TypeSyntaxError(f"only unreduced axes {{U:...}} are supported, found {kind!r}", text, kcol)
-        p.take(":")
-        unreduced = p.axes()
-        p.take("}")
+    groups = _parse_groups(p) if p.peek() == "{" else {}
     if p.peek() is not None:
         raise p.fail("end of text")
     try:
         canonical_dtype(dtype)
     except ShardingTypeError as e:
         raise TypeSyntaxError(str(e), text, dcol) from None
-    return TypeParts(dtype, tuple(shape), tuple(dims), unreduced)
+    return TypeParts(dtype, tuple(shape), tuple(dims), groups.get("U", ()), groups.get("R", ()))
 
 
 def _format_axes(axes: tuple[Axis, ...]) -> str:
@@ -146,10 +165,9 @@ def _format_axes(axes: tuple[Axis, ...]) -> str:
 
 
 def format_parts(dtype: str, shape: Sequence[int], dims: Sequence[tuple[Axis, ...]],
-                 unreduced: Sequence[Axis] | Set[Axis] = ()) -> str:
-    """The canonical text of a type's parts (``unreduced`` in mesh order)."""
+                 unreduced: Sequence[Axis] | Set[Axis] = (), reduced: Sequence[Axis] | Set[Axis] = ()) -> str:
+    """The canonical text of a type's parts (``unreduced`` and ``reduced`` in mesh order), the
+    groups as ``jax.typeof`` joins them: ``{U:x, R:y}``."""
     body = ",".join(f"{n}@{_format_axes(a)}" if a else str(n) for n, a in zip(shape, dims))
-    out = f"{dtype}[{body}]"
-    if unreduced:
-        out += "{U:" + _format_axes(tuple(unreduced)) + "}"
-    return out
+    groups = [f"{k}:{_format_axes(tuple(axes))}" for k, axes in (("U", unreduced), ("R", reduced)) if axes]
+    return f"{dtype}[{body}]" + ("{" + ", ".join(groups) + "}" if groups else "")

@@ -1,9 +1,12 @@
-"""``ShardingType``: the type of a distributed array (global shape, dtype, sharding, unreduced axes).
+"""``ShardingType``: the type of a distributed array (global shape, dtype, sharding, unreduced and
+reduced axes).
 
 Conventions (docs/design.md section 2): dimension ``d`` sharded over axes ``(a1..ak)`` (major to minor)
 is cut into ``|a1|*...*|ak|`` equal blocks and the device with coordinates ``c`` holds block
 ``mixed_radix(c[a1], ..., c[ak])``. ``unreduced`` axes mean the value is the sum over their
-coordinates of the local values. Types are validated at construction and canonical (adjacent
+coordinates of the local values. ``reduced`` axes hold the value replicated, like an unnamed axis;
+they differ only in the cotangent's type (a pending sum over them, JAX's ``reduced``), so plans move
+data as for ``without_reduced()``. Types are validated at construction and canonical (adjacent
 consecutive sub-axes of one axis are merged, a sub-axis covering its axis becomes the axis name,
 size-1 sub-axes of larger axes are dropped), so ``==`` is layout equality. Two factors of one axis
 may share a type only when both are pieces of one factorisation of the axis (``spans_overlap``).
@@ -109,13 +112,15 @@ def _check_disjoint(mesh: Mesh, used: Iterable[tuple[Axis, str]]) -> None:
 
 @dataclass(frozen=True)
 class ShardingType:
-    """Global shape, dtype, per-dimension mesh axes (major to minor), unreduced axes, and mesh."""
+    """Global shape, dtype, per-dimension mesh axes (major to minor), unreduced axes, mesh, and
+    reduced axes (replicated data whose cotangent is a pending sum over them)."""
 
     shape: tuple[int, ...]
     dtype: str
     dims: tuple[tuple[Axis, ...], ...]
     unreduced: frozenset[Axis]
     mesh: Mesh
+    reduced: frozenset[Axis] = frozenset()  # a class default: the planner's types skip the store
 
     def __init__(
         self,
@@ -124,6 +129,7 @@ class ShardingType:
         dims: Sequence[Sequence[Axis] | Axis | None],
         mesh: Mesh,
         unreduced: Iterable[Axis] = (),
+        reduced: Iterable[Axis] = (),
     ) -> None:
         mesh = Mesh.coerce(mesh, "the mesh of a sharding type")
         shape = _checked_shape(shape)
@@ -142,6 +148,11 @@ class ShardingType:
             mesh.axis_size(a)
             if not _is_trivial(mesh, a):
                 used.append((a, "unreduced"))
+        red = _axis_refs(mesh, reduced, "reduced")
+        for a in red:
+            mesh.axis_size(a)
+            if not _is_trivial(mesh, a):
+                used.append((a, "reduced"))
         _check_disjoint(mesh, used)
         for d, (n, axes) in enumerate(zip(shape, norm)):
             k = math.prod(mesh.axis_size(a) for a in axes)
@@ -155,15 +166,18 @@ class ShardingType:
         object.__setattr__(self, "dims", tuple(norm))
         object.__setattr__(self, "unreduced", frozenset(canonical_unreduced(mesh, unred)))
         object.__setattr__(self, "mesh", mesh)
+        object.__setattr__(self, "reduced", frozenset(canonical_unreduced(mesh, red)))
 
     @classmethod
     def trusted(
         cls, shape: tuple[int, ...], dtype: str, dims: tuple[tuple[Axis, ...], ...], mesh: Mesh,
         unreduced: frozenset[Axis], local_shape: tuple[int, ...] | None = None,
+        reduced: frozenset[Axis] = frozenset(),
     ) -> ShardingType:
         """Build without validation, for callers (the planner's step rules) that construct only
         canonical, disjoint axes and check divisibility themselves; planning builds thousands.
-        ``local_shape``, where the caller has divided the shape already, is kept as is."""
+        ``local_shape``, where the caller has divided the shape already, is kept as is. Step rules
+        pass no ``reduced``: plans move the data, and a reduced axis holds it replicated."""
         t = object.__new__(cls)
         if local_shape is not None:
             t.__dict__["local_shape"] = local_shape
@@ -172,11 +186,16 @@ class ShardingType:
         object.__setattr__(t, "dims", dims)
         object.__setattr__(t, "unreduced", unreduced)
         object.__setattr__(t, "mesh", mesh)
+        if reduced:
+            object.__setattr__(t, "reduced", reduced)
         return t
 
     def __hash__(self) -> int:
         h = self.__dict__.get(HASH_KEY)
-        return store_hash(self, (self.shape, self.dtype, self.dims, self.unreduced, self.mesh)) if h is None else h
+        if h is not None:
+            return h
+        parts = (self.shape, self.dtype, self.dims, self.unreduced, self.mesh)
+        return store_hash(self, parts + (self.reduced,) if self.reduced else parts)
 
     __getstate__ = state_without_hash
 
@@ -189,15 +208,32 @@ class ShardingType:
         self,
         dims: Sequence[Sequence[Axis]] | None = None,
         unreduced: Iterable[Axis] | None = None,
+        reduced: Iterable[Axis] | None = None,
     ) -> ShardingType:
-        """A validated copy with new dims and/or unreduced axes (shape, dtype, mesh kept)."""
+        """A validated copy with new dims, unreduced and/or reduced axes (shape, dtype, mesh kept)."""
         return ShardingType(
             self.shape,
             self.dtype,
             self.dims if dims is None else dims,
             self.mesh,
             self.unreduced if unreduced is None else unreduced,
+            self.reduced if reduced is None else reduced,
         )
+
+    def without_reduced(self) -> ShardingType:
+        """The data layout: this type with its reduced axes read as plain replication. Plans are
+        planned and proved between these (docs/design.md section 2.6)."""
+        if not self.reduced:
+            return self
+        return ShardingType.trusted(self.shape, self.dtype, self.dims, self.mesh, self.unreduced, self.local_shape)
+
+    def cotangent(self) -> ShardingType:
+        """The type of this value's cotangent, as JAX types it (``to_ct_aval``): unreduced and
+        reduced axes swap roles, a pending sum's cotangent is replicated and the other way round."""
+        if not (self.reduced or self.unreduced):
+            return self
+        return ShardingType.trusted(self.shape, self.dtype, self.dims, self.mesh, self.reduced,
+                                    self.local_shape, self.unreduced)
 
     # -- queries ------------------------------------------------------------------------------------
     @property
@@ -210,6 +246,9 @@ class ShardingType:
 
     def sorted_unreduced(self) -> tuple[Axis, ...]:
         return tuple(sorted(self.unreduced, key=lambda a: _sort_key(self.mesh, a)))
+
+    def sorted_reduced(self) -> tuple[Axis, ...]:
+        return tuple(sorted(self.reduced, key=lambda a: _sort_key(self.mesh, a)))
 
     def dim_shards(self, d: int) -> int:
         return math.prod(self.mesh.axis_size(a) for a in self.dims[d])
@@ -239,7 +278,8 @@ class ShardingType:
 
     @property
     def replication(self) -> int:
-        """How many devices hold each element (unreduced partials counted as copies)."""
+        """How many devices hold each element (unreduced partials counted as copies, reduced axes
+        replicate)."""
         return self.mesh.size // self.sharded_ways
 
     def block_index(self, coords: dict[str, int]) -> tuple[int, ...]:
@@ -332,12 +372,12 @@ def parse_type(text: str, mesh: Mesh) -> ShardingType:
     """Parse type text against ``mesh``; ``parse_type(format_type(t), t.mesh) == t``."""
     mesh = Mesh.coerce(mesh, "the mesh to parse a type on")
     parts = parse_parts(text)
-    return ShardingType(parts.shape, parts.dtype, parts.dims, mesh, parts.unreduced)
+    return ShardingType(parts.shape, parts.dtype, parts.dims, mesh, parts.unreduced, parts.reduced)
 
 
 def format_type(t: ShardingType) -> str:
-    """Canonical text, as ``jax.typeof`` prints it."""
-    return format_parts(t.dtype, t.shape, t.dims, t.sorted_unreduced())
+    """Canonical text, as ``jax.typeof`` prints it (``{U:x, R:y}``, with short dtype names)."""
+    return format_parts(t.dtype, t.shape, t.dims, t.sorted_unreduced(), t.sorted_reduced())
 
 
 __all__ = ["ShardingType", "format_type", "parse_type", "axis_name", "canonical_axes", "canonical_unreduced", "spans_overlap"]

@@ -121,11 +121,13 @@ def sharding_types(
     unreduced: bool = True,
     subaxes: bool = False,
     max_factor: int = 3,
+    reduced: bool = False,
 ) -> ShardingType:
     """A random valid ``ShardingType`` on ``mesh``.
 
     Each mesh axis (or, with ``subaxes=True``, each piece of a random factorisation of it) is left
-    replicated, appended to a random dimension, or (with ``unreduced=True``) made unreduced; pieces
+    replicated, appended to a random dimension, or (with ``unreduced=True``) made unreduced or (with
+    ``reduced=True``) reduced; pieces
     are placed in random order, so dimensions get random major-to-minor orders. Without ``shape``
     each dimension's size is its axes' product times a random factor in ``1..max_factor``; with
     ``shape`` (e.g. to draw a second type of the same array) a piece only goes to a dimension that
@@ -142,17 +144,20 @@ def sharding_types(
     order = draw(st.permutations(range(len(pieces)))) if pieces else []
     dims: list[list[Axis]] = [[] for _ in range(r)]
     unred: list[Axis] = []
-    # targets: -1 replicated, -2 unreduced, d >= 0 a dimension
+    red: list[Axis] = []
+    # targets: -1 replicated, -2 unreduced, -3 reduced, d >= 0 a dimension
     for i in order:
         a = pieces[i]
         size = mesh.axis_size(a)
-        targets = [-1] + ([-2] if unreduced else [])
+        targets = [-1] + ([-2] if unreduced else []) + ([-3] if reduced else [])
         for d in range(r):
             if shape is None or shape[d] % (math.prod(mesh.axis_size(b) for b in dims[d]) * size) == 0:
                 targets.append(d)
         target = draw(st.sampled_from(targets))
         if target == -2:
             unred.append(a)
+        elif target == -3:
+            red.append(a)
         elif target >= 0:
             dims[target].append(a)
     if shape is None:
@@ -160,7 +165,7 @@ def sharding_types(
             math.prod(mesh.axis_size(a) for a in axes) * draw(st.integers(1, max_factor)) for axes in dims
         )
     dt = dtype if dtype is not None else draw(st.sampled_from(list(dtypes)))
-    return ShardingType(shape, dt, [tuple(d) for d in dims], mesh, unred)
+    return ShardingType(shape, dt, [tuple(d) for d in dims], mesh, unred, red)
 
 
 @st.composite

@@ -165,7 +165,7 @@ XY = Mesh({"x": 2, "y": 4})
         (P(None, unreduced={"q"}), (8,), "f32", UnknownAxisError, "'q'"),
         (P("y"), (6,), "f32", ShardingTypeError, "dimension 0"),
         (P(P.UNCONSTRAINED), (8,), "f32", ShardingTypeError, "UNCONSTRAINED"),
-        (P("x", reduced={"y"}), (8,), "f32", ShardingTypeError, "reduced"),
+        (P("x", reduced={"q"}), (8,), "f32", UnknownAxisError, "'q'"),
         (P("x"), (8,), "int4", InvalidSizeError, "int4"),
         (P("x"), (8,), "nonsense", InvalidSizeError, "nonsense"),
         (P("x"), (0,), "f32", InvalidSizeError, "dimension 0"),

@@ -428,7 +428,7 @@ def test_block_of_unknown_device():
         t.block(8)
 
 
-@given(mesh_and_type(subaxes=True))
+@given(mesh_and_type(subaxes=True, reduced=True))
 def test_pickle_round_trip(mt):
     import pickle
 
