@@ -9,6 +9,7 @@ from redist.errors import IncompatibleTypesError, UnsummableDtypeError
 from redist.plan import Plan
 from redist.profile import default_cost_model
 from redist.synth import cached_synthesize
+from redist.tune_cache import cached_plan
 from spmd_types import Mesh, ShardingType, parse
 
 UNSUMMABLE_DTYPES = frozenset({"pred"})
@@ -72,11 +73,14 @@ def redistribute(
     local bytes. By default the fastest such plan under the running backend's measured profile
     (``redist.profile.default_cost_model``), fewest bytes among equally fast ones;
     ``cost_model=CostModel(objective="bytes")`` gives the least traffic (the transfer bound) first.
-    Deterministic and cached.
+    Deterministic and cached. Where an autotuning cache is in force (``REDIST_AUTOTUNE_CACHE``,
+    ``redist.use_tune_cache``) and holds this move, its timed winner among the planner's candidates.
 
     ``mesh`` (needed for type text) may be ours, a ``jax.sharding.Mesh`` or an ``AbstractMesh``."""
     s, d = checked_pair(src, dst, mesh)
-    return cached_synthesize(s, d, cost_model or default_cost_model(s.mesh))
+    cm = cost_model or default_cost_model(s.mesh)
+    # autotuning cache hook (redist.tune_cache): a tuned winner where a cache file is in force
+    return cached_plan(s, d, cm) or cached_synthesize(s, d, cm)
 
 
 def checked_pair(src: ShardingType | str, dst: ShardingType | str, mesh: Any = None) -> tuple[ShardingType, ShardingType]:
