@@ -53,7 +53,7 @@ class Entry(NamedTuple):
     """One move's stored result: the winner's index among ``ranked(src, dst, cm, top)`` and the
     fingerprint of every candidate's steps up to it, and what was measured."""
 
-    index: int
+    winner: int
     fingerprints: tuple[str, ...]
     top: int
     reps: int
@@ -62,7 +62,7 @@ class Entry(NamedTuple):
 
 
 class Hit(NamedTuple):
-    """A valid entry and the planner's candidates it indexes (``plans[entry.index]`` is the winner)."""
+    """A valid entry and the planner's candidates it indexes (``plans[entry.winner]`` is the winner)."""
 
     entry: Entry
     plans: tuple[Plan, ...]
@@ -104,7 +104,7 @@ def cached_plan(src: ShardingType, dst: ShardingType, cm: CostModel) -> Plan | N
 @memo(Scope.TYPE, maxsize=1024)
 def _resolved(path: str, generation: int, src: ShardingType, dst: ShardingType, cm: CostModel) -> Plan | None:
     hit = lookup(path, src, dst, cm)
-    return None if hit is None else hit.plans[hit.entry.index]
+    return None if hit is None else hit.plans[hit.entry.winner]
 
 
 def lookup(path: str, src: ShardingType, dst: ShardingType, cm: CostModel) -> Hit | None:
@@ -132,7 +132,7 @@ def store(path: str, src: ShardingType, dst: ShardingType, cm: CostModel, plans:
     under a lock with what other writers put there, written atomically; on every process this
     process's table gains the entry, and process 0 alone writes the file."""
     key = move_key(src, dst, cm)
-    raw = {"move": json.loads(key), "index": index, "fingerprints": [fingerprint(p) for p in plans[:index + 1]],
+    raw = {"move": json.loads(key), "winner": index, "fingerprints": [fingerprint(p) for p in plans[:index + 1]],
            "top": top, "reps": reps, "margin": margin,
            "measured_s": [None if t != t else t for t in measured_s],  # NaN (nothing timed) as null
            "steps": [_steps_text(p) for p in plans]}
@@ -187,11 +187,11 @@ def _say(message: str) -> None:
 def _entry(raw: Any) -> Entry | None:
     try:
         fps = tuple(str(f) for f in raw["fingerprints"])
-        e = Entry(int(raw["index"]), fps, int(raw["top"]), int(raw["reps"]), float(raw["margin"]),
+        e = Entry(int(raw["winner"]), fps, int(raw["top"]), int(raw["reps"]), float(raw["margin"]),
                   tuple(float("nan") if t is None else float(t) for t in raw["measured_s"]))
     except (KeyError, TypeError, ValueError):
         return None
-    ok = 0 <= e.index < e.top and len(fps) == e.index + 1 and len(e.measured_s) <= e.top
+    ok = 0 <= e.winner < e.top and len(fps) == e.winner + 1 and len(e.measured_s) <= e.top
     return e if ok else None
 
 

@@ -102,7 +102,7 @@ def autotune(src: ShardingType | str, dst: ShardingType | str, mesh: Any = None,
     hit = lookup(path, s, d, cm)
     if hit is not None and (hit.entry.top, hit.entry.reps, hit.entry.margin) == (top, reps, margin):
         times = hit.entry.measured_s + (float("nan"),) * (len(hit.plans) - len(hit.entry.measured_s))
-        return Tuned(hit.plans[hit.entry.index], tuple(Trial(p, p.time_s, t) for p, t in zip(hit.plans, times)))
+        return Tuned(hit.plans[hit.entry.winner], tuple(Trial(p, p.time_s, t) for p, t in zip(hit.plans, times)))
     tuned = _tuned(s, d, cm, top, reps, margin)
     plans = tuple(t.plan for t in tuned.trials)
     store(path, s, d, cm, plans, next(i for i, p in enumerate(plans) if p is tuned.plan), tuple(t.measured_s for t in tuned.trials), top, reps,
