@@ -207,3 +207,38 @@ def test_every_distributed_process_takes_process_0s_entry(tmp_path: Path) -> Non
     assert all(c is not None for c in chose), [r.stdout for r in results]
     assert [c.groups() for c in chose if c] == [("1", "True"), ("1", "True")]
     assert not paths[1].exists()  # reading writes nothing
+
+
+def test_redist_tune_times_a_list_once_and_then_reads_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    from redist_cli.main import main
+
+    moves, cache = tmp_path / "moves.txt", tmp_path / "tune.json"
+    moves.write_text(f"# near-tied plans\n{SRC} -> {DST}\n\nf32[64@x,8] f32[64,8@x]  # one all-to-all\n")
+    argv = ["tune", str(moves), "--mesh", "x=2,y=4", "--cache", str(cache), "--top", "2", "--reps", "2"]
+    assert main(argv) == 0
+    first = capsys.readouterr().out
+    assert first.count("(timed ") == 2 and f"2 moves in {cache}" in first
+    assert len(json.loads(cache.read_text())["entries"]) == 2
+    forget_loaded()
+    calls: list[int] = []
+
+    def counting(*args: object, **kwargs: object) -> list[object]:
+        calls.append(1)
+        return []
+
+    monkeypatch.setattr(redist.tuning, "samples", counting)
+    assert main(argv) == 0
+    assert capsys.readouterr().out.count("(from the cache, not timed)") == 2 and calls == []
+
+
+@pytest.mark.parametrize("text, said", [("f32[8@x]\n", "moves.txt:1: a move is two types"),
+                                        ("# nothing\n", "no moves in the file"),
+                                        ("f32[8@x] f32[8@q]\n", "moves.txt:1: UnknownAxisError")])
+def test_redist_tune_names_the_bad_line(tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, said: str) -> None:
+    from redist_cli.main import main
+
+    moves = tmp_path / "moves.txt"
+    moves.write_text(text)
+    assert main(["tune", str(moves), "--mesh", "x=2,y=4", "--cache", str(tmp_path / "c.json")]) == 2
+    assert said in capsys.readouterr().err
