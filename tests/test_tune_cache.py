@@ -242,3 +242,12 @@ def test_redist_tune_names_the_bad_line(tmp_path: Path, capsys: pytest.CaptureFi
     moves.write_text(text)
     assert main(["tune", str(moves), "--mesh", "x=2,y=4", "--cache", str(tmp_path / "c.json")]) == 2
     assert said in capsys.readouterr().err
+
+
+def test_the_benchmark_runs_a_case_and_prints_its_command(capsys: pytest.CaptureFixture[str]) -> None:
+    from benchmarks.tune_cache import main
+
+    assert main(["--cases", "fsdp_gather_2d", "--seconds", "0", "--top", "2", "--reps", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "Command: `python -m benchmarks.tune_cache --cases fsdp_gather_2d --seconds 0.0 --top 2 --reps 1" in out
+    assert re.search(r"\| fsdp_gather_2d \| [\d.]+ s \| all_gather", out)
