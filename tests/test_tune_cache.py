@@ -59,18 +59,25 @@ def _run(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, WORKER, *args], env=env, capture_output=True, text=True, timeout=300)
 
 
-def test_a_tuned_move_is_used_untimed_by_a_fresh_process(tmp_path: Path) -> None:
+def test_autotune_records_its_choice(tmp_path: Path) -> None:
     path = tmp_path / "tune.json"
     tuned = autotune(SRC, DST, MESH, top=3, reps=3, margin=0.0, cache=path)
     (entry,) = json.loads(path.read_text())["entries"].values()
     index = next(i for i, t in enumerate(tuned.trials) if t.plan is tuned.plan)
-    assert entry["winner"] == index and entry["fingerprints"][-1] == fingerprint(tuned.plan)
+    assert entry["winner"] == index and entry["fingerprints"] == [fingerprint(t.plan) for t in tuned.trials[:index + 1]]
+    assert entry["top"] == 3 and entry["reps"] == 3 and entry["margin"] == 0.0
+    assert entry["measured_s"] == [t.measured_s for t in tuned.trials]
+
+
+def test_a_fresh_process_plans_reshards_and_autotunes_from_the_cache_untimed(tmp_path: Path) -> None:
+    path = tmp_path / "tune.json"
+    _, _, _, plans = _store_second(path)  # candidate 1: not what the model would choose
     result = _run("use", str(path))
     assert result.returncode == 0, result.stderr[-3000:]
     line = re.search(r"PLANNED (\w+) TUNED (\w+) RESHARD (\w+) CORRECT (\w+) TIMED (\d+)", result.stdout)
     assert line is not None, result.stdout
-    want = fingerprint(tuned.plan)
-    assert line.groups() == (want, want, want, "True", "0")
+    want = fingerprint(plans[1])
+    assert want != fingerprint(plans[0]) and line.groups() == (want, want, want, "True", "0")
 
 
 def test_a_cached_entry_changes_the_choice_and_is_a_plan_the_verifier_proves(tmp_path: Path) -> None:
@@ -183,8 +190,8 @@ def test_a_miss_uses_the_models_choice_silently(tmp_path: Path, recwarn: pytest.
 def test_two_processes_writing_at_once_leave_a_valid_file_with_every_entry(tmp_path: Path) -> None:
     path = tmp_path / "tune.json"
     env = dict(os.environ, PYTHONPATH=ROOT, JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=8")
-    procs = [subprocess.Popen([sys.executable, WORKER, "write", str(path), str(first), "15"], env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for first in (1, 16)]
+    procs = [subprocess.Popen([sys.executable, WORKER, "write", str(path), str(first), "60"], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for first in (1, 61)]
     import time
 
     time.sleep(0.5)
@@ -194,7 +201,7 @@ def test_two_processes_writing_at_once_leave_a_valid_file_with_every_entry(tmp_p
     doc = json.loads(path.read_text())
     assert doc["format"] == FORMAT
     srcs = sorted(json.loads(k)["src"] for k in doc["entries"])
-    assert srcs == sorted(f"f32[{8 * n}@x,8]" for n in range(1, 31))
+    assert srcs == sorted(f"f32[{8 * n}@x,8]" for n in range(1, 121))
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
 
 
