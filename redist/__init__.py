@@ -39,10 +39,11 @@ from redist.steps import (
     ReduceScatter,
     Step,
 )
+from redist.tune_cache import use_tune_cache
 from redist.tuning import Tuned, autotune
 
 __all__ = [
-    "Tuned", "autotune",
+    "Tuned", "autotune", "use_tune_cache",
     "ALL_STEPS", "KINDS", "AllGather", "AllReduce", "AllReduceSlice", "AllToAll", "CalibrationError", "Comm", "CostModel", "CostModelError",
     "Discard", "DynSlice", "Exchange", "ExchangeAllToAll", "ExecutionError", "IncompatibleTypesError", "MultiAllToAll", "PadUnreduced",
     "Objective", "Permute", "Plan", "RedistError", "ReduceScatter", "Step", "StepError", "UnsummableDtypeError",

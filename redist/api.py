@@ -11,6 +11,7 @@ from redist.plan import Plan
 from redist.profile import cost_model_for
 from redist.reduced import plan_through_data
 from redist.synth import cached_synthesize
+from redist.tune_cache import cached_plan
 from spmd_types import Mesh, ShardingType, parse
 from spmd_types.layout import check_index_range
 
@@ -73,7 +74,9 @@ def redistribute(
     cost_model: CostModel | None = None,
 ) -> Plan:
     """Plan the move of an array typed ``src`` to ``dst``: correct and within ``max(src, dst)``
-    local bytes, ranked by ``objective`` (docs/design.md section 4.4). Deterministic and cached.
+    local bytes, ranked by ``objective`` (docs/design.md section 4.4). Deterministic and cached. Where an autotuning
+    cache is in force (``REDIST_AUTOTUNE_CACHE``, ``redist.use_tune_cache``) and holds this move, its
+    timed winner among the planner's candidates (docs/howto/autotune.md).
 
     Args:
         src, dst: ``ShardingType`` values or type text such as ``'f32[8@x,4]'``.
@@ -109,7 +112,8 @@ def redistribute(
     """
     s, d = checked_pair(src, dst, mesh)
     cm = resolve_cost_model(objective, cost_model, s.mesh, objective_given=_given(objective))
-    return plan_through_data(s, d, lambda a, b: cached_synthesize(a, b, cm))  # reduced axes: data as replicated
+    # reduced axes move as replicated data; a tuned winner where an autotuning cache is in force
+    return plan_through_data(s, d, lambda a, b: cached_plan(a, b, cm) or cached_synthesize(a, b, cm))
 
 
 def _given(objective: object) -> bool:

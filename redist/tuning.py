@@ -14,13 +14,16 @@ collective lasts until its last process is done): every process makes the same c
 same table, so all run the same program. Each candidate is warmed up first (``WARMUP``): with
 one warm-up call, 4 Gloo processes picked two all-to-alls for ``tp2d_dim_swap_flat`` that ran
 0.7x the model's one. Results are cached per (types, cost model, ``top``, ``reps``, ``margin``)
-for the life of the process; ``clear_caches("plans")`` forgets them.
+for the life of the process; ``clear_caches("plans")`` forgets them. With a cache file
+(``cache=``, or ``REDIST_AUTOTUNE_CACHE``; ``redist.tune_cache``) the winner is also kept on disk,
+and every later ``redistribute`` or ``reshard`` of the move, in any process, plans it untimed.
 """
 
 from __future__ import annotations
 
 import itertools
 import json
+import os
 from typing import Any, NamedTuple
 
 from redist.api import checked_pair
@@ -32,6 +35,7 @@ from redist.plan import Plan
 from redist.profile import default_cost_model
 from redist.reduced import with_endpoints
 from redist.synth import ranked
+from redist.tune_cache import active_path, lookup, store
 from spmd_types import ShardingType
 from spmd_types.memo import Scope, memo
 
@@ -79,15 +83,32 @@ benchmarks.autotuned``)."""
 
 def autotune(src: ShardingType | str, dst: ShardingType | str, mesh: Any = None, *,
              cost_model: CostModel | None = None, top: int = DEFAULT_TOP, reps: int = DEFAULT_REPS,
-             margin: float = DEFAULT_MARGIN) -> Tuned:
+             margin: float = DEFAULT_MARGIN, cache: str | os.PathLike[str] | None = None) -> Tuned:
     """Time the ``top`` best plans for ``src -> dst`` (``redistribute``'s arguments) on the
     running backend's devices, ``reps`` calls each, and return the fastest if it measured more
     than ``margin`` faster than the model's choice, else the model's choice. ``top=1`` times
     nothing. Every candidate is correct and within ``max(src, dst)`` local bytes; under the bytes
-    objective every candidate also receives the least bytes."""
+    objective every candidate also receives the least bytes.
+
+    ``cache``: a cache file (default: ``REDIST_AUTOTUNE_CACHE`` where set). An entry for this move
+    tuned with the same ``top``, ``reps`` and ``margin`` is returned untimed (its stored times as
+    the trials'); otherwise the move is timed and its winner recorded there, for ``redistribute``
+    and ``reshard`` to use from then on (``redist.tune_cache``)."""
     _check_arguments(top, reps, margin)
     s, d = checked_pair(src, dst, mesh)
-    return _tuned(s, d, cost_model or default_cost_model(s.mesh), top, reps, margin)
+    cm = cost_model or default_cost_model(s.mesh)
+    path = active_path(cache)
+    if path is None:
+        return _tuned(s, d, cm, top, reps, margin)
+    hit = lookup(path, s, d, cm)
+    if hit is not None and (hit.entry.top, hit.entry.reps, hit.entry.margin) == (top, reps, margin):
+        times = hit.entry.measured_s + (float("nan"),) * (len(hit.plans) - len(hit.entry.measured_s))
+        return Tuned(hit.plans[hit.entry.winner], tuple(Trial(p, p.time_s, t) for p, t in zip(hit.plans, times)))
+    tuned = _tuned(s, d, cm, top, reps, margin)
+    plans = tuple(t.plan for t in tuned.trials)
+    store(path, s, d, cm, plans, next(i for i, p in enumerate(plans) if p is tuned.plan), tuple(t.measured_s for t in tuned.trials), top, reps,
+          margin)
+    return tuned
 
 
 def check_top(top: int, spelled: str = "top") -> None:
