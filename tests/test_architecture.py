@@ -118,7 +118,7 @@ def test_a_cleared_planner_is_cold() -> None:
     assert clear_caches("all") == len(memo.tables())
     assert memo.entries() == 0
     names = {t.name for t in memo.tables()}
-    for expected in ("redist.synth.cached_synthesize", "redist.exchange.schedule", "proofs.link.prove_link",
+    for expected in ("redist.synth.cached_synthesize", "redist.exchange.runnable.schedule", "proofs.link.prove_link",
                      "redist.executor.collective_group", "redist.executor._compiled", "spmd_types.layout.block_bounds"):
         assert expected in names, sorted(names)
 

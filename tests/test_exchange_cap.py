@@ -1,4 +1,4 @@
-"""Exchanges past the size limits (``redist.exchange.MAX_CELLS``, ``MAX_PACKED``): a plan never
+"""Exchanges past the size limits (``redist.exchange.limits.MAX_CELLS``, ``MAX_PACKED``): a plan never
 holds one, with or without pending sums, though a plain one's figures are known in closed form:
 planning refuses what building the schedule (lowering, simulation, proofs) would."""
 
@@ -11,7 +11,7 @@ import pytest
 
 import redist.exchange as exchange
 from redist import CostModel, clear_caches, redistribute
-from redist.exchange import ExchangeTooFineError, check_size, schedule
+from redist.exchange import ExchangeTooFineError, check_size, guards, limits, schedule
 from redist.plan import Plan
 from redist.simulate import scatter, simulate
 from redist.steps import Exchange
@@ -24,8 +24,8 @@ USRC, UDST = "f32[512,1024@(x,y)]{U:z}", "f32[512@(y,x),1024]"  # the same, summ
 
 @pytest.fixture
 def tiny_limit(monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
-    monkeypatch.setattr(exchange, "MAX_CELLS", 8)
-    monkeypatch.setattr(exchange, "MAX_DEVICE_CELLS", 1)
+    monkeypatch.setattr(limits, "MAX_CELLS", 8)
+    monkeypatch.setattr(limits, "MAX_DEVICE_CELLS", 1)
     clear_caches("all")
     yield
     clear_caches("all")
@@ -83,8 +83,8 @@ def test_the_round_floor_refuses_without_routing(monkeypatch: pytest.MonkeyPatch
     s, d = parse(USRC, mesh), parse(UDST, mesh)
     floor = exchange.provider_cells(s, d)
     assert floor > 1
-    monkeypatch.setattr(exchange, "MAX_PACKED", floor * mesh.size * s.rank - 1)
-    monkeypatch.setattr(exchange, "MAX_DEVICE_CELLS", 1)
-    monkeypatch.setattr(exchange, "routing", lambda *a: pytest.fail("routed"))
+    monkeypatch.setattr(limits, "MAX_PACKED", floor * mesh.size * s.rank - 1)
+    monkeypatch.setattr(limits, "MAX_DEVICE_CELLS", 1)
+    monkeypatch.setattr(guards, "routing", lambda *a: pytest.fail("routed"))
     with pytest.raises(ExchangeTooFineError, match="MAX_PACKED"):
         exchange.check_schedule(s, d)

@@ -16,7 +16,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 from strategies import meshes, shapes_for, sharding_types
 
-import redist.exchange as exchange
 from redist import CostModel
 from redist.atoms import Atom, dims_atoms, unreduced_atoms
 from redist.bounds import lower_bound_bytes
@@ -25,14 +24,15 @@ from redist.enumerate import all_types
 from redist.errors import StepError
 from redist.exchange import (
     ExchangeTooFineError,
-    _pack_schedule,
-    _route,
     check_schedule,
     check_size,
+    limits,
     merges,
     routing,
     schedule,
 )
+from redist.exchange.packing import pack_schedule
+from redist.exchange.routes import route
 from redist.exchange_classes import classes
 from redist.simulate import check, scatter, simulate
 from redist.steps import Exchange
@@ -43,8 +43,8 @@ from spmd_types import Mesh, ShardingType, parse
 def _unfactored(s: ShardingType, d: ShardingType) -> tuple[int, int, np.ndarray]:
     """Cells, rounds and cells per device of the exchange routed on the whole mesh (the merging
     one where ``schedule`` picks it)."""
-    grid, n_dev, routed = _route(s, d, True, merges(s, d))
-    sch = _pack_schedule(grid, n_dev, routed, tuple(n for _, n in s.mesh.axes))
+    grid, n_dev, routed = route(s, d, True, merges(s, d))
+    sch = pack_schedule(grid, n_dev, routed, tuple(n for _, n in s.mesh.axes))
     return int(sch.recv_cells.sum()), len(sch.rounds), sch.recv_cells
 
 
@@ -147,14 +147,14 @@ def test_idle_atoms_stay_whole_where_partials_are_summed() -> None:
 def test_a_large_mesh_exchange_is_capped_per_class(monkeypatch: pytest.MonkeyPatch) -> None:
     """65,536 devices moving 64 cells of pending sums each (4M triples, over a limit of 1M): the
     kept ``pod`` partials split them into 16 classes of 4,096 devices, 262,144 triples each."""
-    monkeypatch.setattr(exchange, "MAX_CELLS", 1 << 20)
+    monkeypatch.setattr(limits, "MAX_CELLS", 1 << 20)
     clear_caches("plans")
     mesh = Mesh({"pod": 16, "data": 64, "model": 64})
     s = parse("f32[4096@model,64,1024,4096@data,32768]{U:pod}", mesh)
     d = parse("f32[4096,64,1024,4096@model,32768@data]{U:pod}", mesh)
     c = classes(s, d)
     assert c is not None and c.n_classes == 16
-    assert 64 * mesh.size > exchange.MAX_CELLS
+    assert 64 * mesh.size > limits.MAX_CELLS
     check_size(s, d)  # not refused
     r, q = routing(s, d), routing(c.quotient_old, c.quotient_new)
     assert r.cell == q.cell == (64, 64, 1024, 64, 512)

@@ -24,14 +24,17 @@ from redist.bounds import lower_bound_bytes, on_prime_atoms
 from redist.caches import clear_caches
 from redist.errors import StepError
 from redist.exchange import (
-    _partial_axes,
-    _routing,
+    floors,
+    limits,
     provider_cells,
     reduced_cells,
     rooted_rounds,
     routing,
     sampled_provider_cells,
 )
+from redist.exchange.cells import cell_grid, partial_axes
+from redist.exchange.figures import mode_routing
+from redist.exchange.floors import rooted_closed, rooted_tables
 from redist.groups import replica_index
 from redist.profile import packaged_profile
 from redist.steps import AllGather, DynSlice, Exchange, ExchangeAllToAll
@@ -59,9 +62,9 @@ def _check(s: ShardingType, d: ShardingType) -> None:
     assert 0 <= floor <= exact
     # exact for the partial-by-partial exchange; where the types share an unreduced atom the
     # merging one may be picked instead, and the floor is the least of both
-    if _partial_axes(s, d).n_reduced > 1 and not replica_index(s).any():
+    if partial_axes(s, d).n_reduced > 1 and not replica_index(s).any():
         if unreduced_atoms(s) & unreduced_atoms(d):
-            assert reduced_cells(s, d) <= _routing(s, d, False).cells
+            assert reduced_cells(s, d) <= mode_routing(s, d, False).cells
         else:
             assert floor == exact
 
@@ -76,7 +79,7 @@ def test_reduced_cells_on_ladder_pairs(rung: int) -> None:
     """Binary meshes of 8 and 12 axes (256 and 4,096 devices): the pairs that once routed exactly."""
     mesh, rng = Mesh(LADDER[rung]), random.Random(0)
     pairs = [ladder_pair(rng, mesh, True) for _ in range(12)]
-    assert sum(_partial_axes(s, d).n_reduced > 1 for s, d in pairs) >= 3
+    assert sum(partial_axes(s, d).n_reduced > 1 for s, d in pairs) >= 3
     for s, d in pairs:
         _check(s, d)
 
@@ -138,7 +141,7 @@ def test_rooted_rounds_with_kept_partials_routed_directly(pair: tuple[ShardingTy
     s, d = pair
     clear_caches("plans")
     try:
-        with mock.patch.object(exchange, "MERGED_MAX_ROWS", 0):
+        with mock.patch.object(limits, "MERGED_MAX_ROWS", 0):
             try:
                 rounds = routing(s, d).rounds
             except StepError:
@@ -182,7 +185,7 @@ def test_rooted_rounds_counts_device_0s_unheld_cells() -> None:
 
 def _rooted_both(s: ShardingType, d: ShardingType) -> tuple[int, int] | None:
     """``rooted_rounds``' count in closed form and off the device tables, where both apply."""
-    axes, grid = _partial_axes(s, d), exchange._cell_grid(s, d)
+    axes, grid = partial_axes(s, d), cell_grid(s, d)
     if axes.n_reduced == 1 or not (on_prime_atoms(s) and on_prime_atoms(d)):
         return None
     try:
@@ -190,9 +193,9 @@ def _rooted_both(s: ShardingType, d: ShardingType) -> tuple[int, int] | None:
         check_index_range(d)
     except StepError:
         return None
-    closed = exchange._rooted_closed(s, d, axes, grid)
+    closed = rooted_closed(s, d, axes, grid)
     assert closed is not None
-    return closed, exchange._rooted_tables(s, d, axes, grid)
+    return closed, rooted_tables(s, d, axes, grid)
 
 
 @given(_reducing_pairs())
@@ -222,10 +225,10 @@ def _sampled_check(s: ShardingType, d: ShardingType) -> int:
     sampled = sampled_provider_cells(s, d)
     assert 0 <= sampled <= full
     if on_prime_atoms(s) and on_prime_atoms(d):
-        for merged in exchange._modes(s, d):
+        for merged in floors.merge_modes(s, d):
             missing = exchange.group_missing(s, d, merged)
             if missing is not None:
-                assert exchange._sampled_missing(s, d, merged) == max(int(missing[0]), int(missing[-1]))
+                assert floors.sampled_missing(s, d, merged) == max(int(missing[0]), int(missing[-1]))
     return sampled
 
 

@@ -1,4 +1,4 @@
-"""The merging exchange (``redist.exchange._route_merged``): where both types keep an unreduced
+"""The merging exchange (``redist.exchange.routes``): where both types keep an unreduced
 atom pending it sums every partial per cell at one root and sends the sum to one member of each
 destination group lacking it, complete groups keeping theirs (the "exchange slack" programs of
 ``redist.bounds``). Forced on every shared-unreduced pair of two small meshes, its values are
@@ -19,6 +19,8 @@ from benchmarks.proofs_bench import exhaustive_pairs
 from redist import Exchange, Plan
 from redist.atoms import unreduced_atoms
 from redist.bounds import lower_bound_bytes
+from redist.exchange.figures import mode_routing
+from redist.exchange.runnable import mode_schedule
 from spmd_types import Mesh, ShardingType, parse
 
 MESHES = ({"x": 2, "y": 2, "z": 2}, {"x": 2, "y": 3})
@@ -30,12 +32,12 @@ def _shared(mesh: dict[str, int]) -> list[tuple[ShardingType, ShardingType]]:
 
 @pytest.mark.parametrize("mesh", MESHES, ids=str)
 def test_forced_merging_exchange_moves_the_right_values(mesh: dict[str, int], monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(S, "schedule", lambda old, new: E._schedule(old, new, True))
+    monkeypatch.setattr(S, "schedule", lambda old, new: mode_schedule(old, new, True))
     pairs = _shared(mesh)
     assert len(pairs) > 50
     for i, (a, b) in enumerate(pairs):
-        sch = E._schedule(a, b, True)
-        r = E._routing(a, b, True)
+        sch = mode_schedule(a, b, True)
+        r = mode_routing(a, b, True)
         assert (r.cells, r.rounds) == (sch.n_transfers, len(sch.rounds)), (a, b)
         cell = math.prod(r.cell)
         assert E.group_missing_total(a, b) // cell <= r.cells and E.reduced_cells(a, b) <= r.cells, (a, b)
@@ -47,7 +49,7 @@ def test_forced_merging_exchange_moves_the_right_values(mesh: dict[str, int], mo
 
 def test_schedule_picks_the_merging_exchange_only_where_it_receives_less() -> None:
     for a, b in _shared(MESHES[0]):
-        direct, merged = E._routing(a, b, False), E._routing(a, b, True)
+        direct, merged = mode_routing(a, b, False), mode_routing(a, b, True)
         assert E.routing(a, b) == (merged if E.merges(a, b) else direct)
         assert E.routing(a, b).cells <= direct.cells
         assert not E.merges(a, b) or (merged.cells, merged.rounds) < (direct.cells, direct.rounds)

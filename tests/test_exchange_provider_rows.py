@@ -1,4 +1,4 @@
-"""Routing by group (``redist.exchange._provider_rows``): where the new type adds pending sums and
+"""Routing by group (``redist.exchange.rows.provider_rows``): where the new type adds pending sums and
 the source has one replica, the routing tabulates one row per (group, cell) instead of one per
 (device, cell). It must be the per-device routing exactly: the same transfers, in the same order,
 from and to the same offsets (which fixes bytes, rounds and the schedule)."""
@@ -13,9 +13,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 from strategies import meshes, shapes_for, sharding_types
 
-import redist.exchange as exchange
 from redist.caches import clear_caches
 from redist.errors import StepError
+from redist.exchange import cells, routes
+from redist.exchange.rows import NeedRows
 from spmd_types import Mesh, ShardingType, parse
 
 
@@ -29,13 +30,13 @@ def _pairs(draw: st.DrawFn) -> tuple[ShardingType, ShardingType]:
 
 
 def _routed(s: ShardingType, d: ShardingType, grouped: bool, monkeypatch: pytest.MonkeyPatch) -> list[np.ndarray]:
-    real = exchange._by_group
-    monkeypatch.setattr(exchange, "_by_group", real if grouped else lambda old, axes: False)
+    real = routes.by_group
+    monkeypatch.setattr(routes, "by_group", real if grouped else lambda old, axes: False)
     clear_caches("plans")
     try:
-        _, _, r = exchange._route.__wrapped__(s, d) if hasattr(exchange._route, "__wrapped__") else exchange._route(s, d)
+        _, _, r = routes.route.__wrapped__(s, d) if hasattr(routes.route, "__wrapped__") else routes.route(s, d)
     finally:
-        monkeypatch.setattr(exchange, "_by_group", real)
+        monkeypatch.setattr(routes, "by_group", real)
         clear_caches("plans")
     return [*r.local, *r.merge, *r.forward, r.level]
 
@@ -43,7 +44,7 @@ def _routed(s: ShardingType, d: ShardingType, grouped: bool, monkeypatch: pytest
 @given(_pairs())
 def test_routing_by_group_is_routing_by_device(pair: tuple[ShardingType, ShardingType]) -> None:
     s, d = pair
-    if not exchange._by_group(s, exchange._partial_axes(s, d)):
+    if not cells.by_group(s, cells.partial_axes(s, d)):
         return
     with pytest.MonkeyPatch.context() as mp:
         try:
@@ -64,7 +65,7 @@ def test_routing_by_group_is_routing_by_device(pair: tuple[ShardingType, Shardin
 def test_routing_by_group_on_named_pairs(src: str, dst: str, monkeypatch: pytest.MonkeyPatch) -> None:
     mesh = Mesh({"x": 2, "y": 2, "z": 2})
     s, d = parse(src, mesh), parse(dst, mesh)
-    assert exchange._by_group(s, exchange._partial_axes(s, d))
+    assert cells.by_group(s, cells.partial_axes(s, d))
     by_group, by_device = _routed(s, d, True, monkeypatch), _routed(s, d, False, monkeypatch)
     assert all(np.array_equal(a, b) for a, b in zip(by_group, by_device))
 
@@ -79,7 +80,7 @@ def test_held_blocks_equal_the_broadcast_division(data: st.DataObject) -> None:
     ratio = tuple(data.draw(st.integers(1, 5)) for _ in range(rank))  # old local / cell
     blocks = tuple(data.draw(st.integers(1, 6)) for _ in range(rank))
     n = data.draw(st.integers(1, 6))
-    grid = exchange.CellGrid(cell, per_block)
+    grid = cells.CellGrid(cell, per_block)
     old_local = np.array([c * r for c, r in zip(cell, ratio)], dtype=np.int64)
     limit = [b * r - p for b, r, p in zip(blocks, ratio, per_block)]  # new blocks inside the grid
     base = np.array([[data.draw(st.integers(0, max(m, 0))) for m in limit] for _ in range(n)],
@@ -90,10 +91,10 @@ def test_held_blocks_equal_the_broadcast_division(data: st.DataObject) -> None:
            else np.zeros((1, 0), dtype=np.int64))
     held = (base[:, None, :] + idx[None, :, :]) * np.array(cell, dtype=np.int64) // old_local
     ravel = held.reshape(n * len(idx), rank) @ np.array([int(np.prod(blocks[k + 1:])) for k in range(rank)], dtype=np.int64)
-    assert np.array_equal(exchange._held_blocks(grid, base, old_local, blocks), ravel.reshape(n, -1))
+    assert np.array_equal(cells.held_blocks(grid, base, old_local, blocks), ravel.reshape(n, -1))
     old_block = np.array([[data.draw(st.integers(0, b - 1)) for b in blocks] for _ in range(n)],
                          dtype=np.int64).reshape(n, rank)
-    rows = exchange._NeedRows(np.repeat(np.arange(n), len(idx)), base, idx, np.array(cell, dtype=np.int64),
+    rows = NeedRows(np.repeat(np.arange(n), len(idx)), base, idx, np.array(cell, dtype=np.int64),
                               np.zeros(0, np.int64), np.zeros(0, np.int64), False)
     dev = SimpleNamespace(old_local=old_local, old_block=old_block)
     expect = (held == old_block[:, None, :]).all(axis=2).reshape(-1)

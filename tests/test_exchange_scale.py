@@ -132,14 +132,14 @@ def test_ladder_names_why_a_plan_is_above_the_bound(monkeypatch: pytest.MonkeyPa
     """``redist bench-plan --ladder`` splits plans above the bound by cause: types sharing an
     unreduced axis (the bound is not tight there) and exchanges refused by ``MAX_CELLS``."""
     from benchmarks.planning import _above_cause
-    from redist import exchange
+    from redist.exchange import limits
 
     mesh = Mesh({"x": 2, "y": 3})
     assert _above_cause(parse("s32[12@y,6]{U:x}", mesh), parse("s32[12,6]{U:x}", mesh)) == "shared"
     s, d = parse("s32[12@y]", mesh), parse("s32[12@x]", mesh)
     assert _above_cause(s, d) == "other"
-    monkeypatch.setattr(exchange, "MAX_CELLS", 1)
-    monkeypatch.setattr(exchange, "MAX_DEVICE_CELLS", 0)
+    monkeypatch.setattr(limits, "MAX_CELLS", 1)
+    monkeypatch.setattr(limits, "MAX_DEVICE_CELLS", 0)
     assert _above_cause(s, d) == "refused"
 
 

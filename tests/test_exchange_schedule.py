@@ -144,16 +144,17 @@ def test_too_fine_exchange_is_a_typed_error(monkeypatch: pytest.MonkeyPatch) -> 
     from redist import exchange
     from redist.caches import clear_caches
     from redist.errors import StepError
+    from redist.exchange import limits
 
     mesh = Mesh({"x": 2, "y": 2})
     src, dst = parse("s32[12@x]{U:y}", mesh), parse("s32[12@y]", mesh)
-    monkeypatch.setattr(exchange, "MAX_CELLS", 7)  # 1 cell x 2 partials x 4 devices = 8
-    monkeypatch.setattr(exchange, "MAX_DEVICE_CELLS", 1)
+    monkeypatch.setattr(limits, "MAX_CELLS", 7)  # 1 cell x 2 partials x 4 devices = 8
+    monkeypatch.setattr(limits, "MAX_DEVICE_CELLS", 1)
     clear_caches("plans")
     with pytest.raises(exchange.ExchangeTooFineError, match=r"= 2 > MAX_DEVICE_CELLS = 1, x 4 devices = 8 > MAX_CELLS = 7"):
         schedule(src, dst)
     assert issubclass(exchange.ExchangeTooFineError, StepError)
-    monkeypatch.setattr(exchange, "MAX_DEVICE_CELLS", 2)  # either limit met: scheduled
+    monkeypatch.setattr(limits, "MAX_DEVICE_CELLS", 2)  # either limit met: scheduled
     clear_caches("plans")
     assert schedule(src, dst).n_transfers == 4
     clear_caches("plans")

@@ -23,18 +23,15 @@ from redist.atoms import atoms_of, unreduced_atoms
 from redist.cost import KindCost
 from redist.errors import StepError
 from redist.exchange import (
-    _most_held,
-    _plain_routing,
-    _route,
-    _routing,
-    _rows_routing,
-    _summing_routing,
     group_missing,
     group_missing_total,
     provider_cells,
     routing,
     schedule,
 )
+from redist.exchange.figures import mode_routing, plain_routing, rows_routing, summing_routing
+from redist.exchange.routes import route
+from redist.exchange.rows import most_held
 from redist.exchange_classes import classes
 from redist.groups import atoms_index, group_key, group_sums, replica_index
 from redist.measure import routed_measure, scheduled_measure, uniform_links
@@ -70,7 +67,7 @@ def _agree(s: ShardingType, d: ShardingType) -> None:
 def test_routed_measure_equals_the_schedule_with_forwarding(axes: dict[str, int], src: str, dst: str) -> None:
     mesh = Mesh(axes)
     s, d = parse(src, mesh), parse(dst, mesh)
-    assert len(_route(s, d)[2].forward.src)  # the case has a forwarding phase
+    assert len(route(s, d)[2].forward.src)  # the case has a forwarding phase
     _agree(s, d)
 
 
@@ -169,7 +166,7 @@ def test_group_sums_are_sums_over_the_group_key(mesh: Mesh, data: st.DataObject)
 
 
 def _dense_most_held(cell: np.ndarray, column: np.ndarray, rot: np.ndarray, n_cols: int) -> np.ndarray:
-    """The dense ``cells x columns`` table ``_most_held`` replaced, as it was."""
+    """The dense ``cells x columns`` table ``most_held`` replaced, as it was."""
     counts = np.zeros((len(rot), n_cols), dtype=np.int64)
     np.add.at(counts, (cell, column), 1)
     shift = rot[:, None] % n_cols
@@ -183,7 +180,7 @@ def test_most_held_equals_the_dense_table(n_cells: int, n_cols: int, pairs: list
     cell = np.array([c % n_cells for c, _ in pairs], dtype=np.int64)
     column = np.array([k % n_cols for _, k in pairs], dtype=np.int64)
     rot = np.array([rnd.randrange(20) for _ in range(n_cells)], dtype=np.int64)
-    assert _most_held(cell, column, rot, n_cols).tolist() == _dense_most_held(cell, column, rot, n_cols).tolist()
+    assert most_held(cell, column, rot, n_cols).tolist() == _dense_most_held(cell, column, rot, n_cols).tolist()
 
 
 def _replica_reference(old: ShardingType) -> np.ndarray:
@@ -209,14 +206,14 @@ def test_replica_index_equals_the_row_unique_reference(data: st.DataObject) -> N
 
 @given(_pending_pairs())
 def test_counting_routing_equals_the_routing_with_offsets(pair: tuple[ShardingType, ShardingType]) -> None:
-    """``routing`` routes without offsets and without choosing senders (``redist.exchange._sent``):
+    """``routing`` routes without offsets and without choosing senders (``redist.exchange.routes.sent_load``):
     its receivers, forwarding and the busiest sender's load equal the full routing's, senders chosen."""
     s, d = pair
     try:
-        _, _, full = _route(s, d, True)
+        _, _, full = route(s, d, True)
     except StepError:
         return
-    _, _, counted = _route(s, d, False)
+    _, _, counted = route(s, d, False)
     assert not len(counted.merge.src)
     sent = np.bincount(full.merge.src).max() if len(full.merge.src) else 0
     assert counted.send_load == full.send_load == sent
@@ -236,17 +233,17 @@ def _plain_pairs(draw: st.DrawFn) -> tuple[ShardingType, ShardingType]:
 
 @given(_plain_pairs())
 def test_plain_routing_equals_the_routed_rows(pair: tuple[ShardingType, ShardingType]) -> None:
-    """``routing`` of a move without pending sums comes from its closed form (``_plain_routing``):
+    """``routing`` of a move without pending sums comes from its closed form (``plain_routing``):
     the cells, rounds and cell shape its (device, cell) rows give, refused alike."""
     s, d = pair
     assume(not (s.unreduced or d.unreduced))  # unreduced size-1 axes
     try:
-        rows = _rows_routing(s, d, False)
+        rows = rows_routing(s, d, False)
     except StepError:
         with pytest.raises(StepError):
-            _plain_routing(s, d)
+            plain_routing(s, d)
         return
-    assert _plain_routing(s, d) == rows
+    assert plain_routing(s, d) == rows
 
 
 @st.composite
@@ -274,21 +271,21 @@ def _summing_pairs(draw: st.DrawFn) -> tuple[ShardingType, ShardingType]:
 @given(pair=_summing_pairs())
 def test_summing_routing_equals_the_routed_rows(pair: tuple[ShardingType, ShardingType], merge_rows: int | None) -> None:
     """A reducing exchange with one holder per partial and one target per need is routed in
-    closed form (``_summing_routing``): the cells, rounds and cell shape of its (device, cell)
+    closed form (``summing_routing``): the cells, rounds and cell shape of its (device, cell)
     rows, refused alike. With ``MERGED_MAX_ROWS`` at 0 no pair may merge, so kept partials (which
     otherwise try the merging exchange on these small meshes) reach the closed form too."""
     s, d = pair
     with pytest.MonkeyPatch.context() as mp:
         if merge_rows is not None:
-            mp.setattr("redist.exchange.MERGED_MAX_ROWS", merge_rows)
+            mp.setattr("redist.exchange.limits.MERGED_MAX_ROWS", merge_rows)
         try:
-            closed = _summing_routing(s, d)
+            closed = summing_routing(s, d)
         except StepError:
             with pytest.raises(StepError):
-                _rows_routing(s, d, False)
+                rows_routing(s, d, False)
             return
         assume(closed is not None)  # a summed axis of size 1, or a merging exchange to try
-        assert closed == _rows_routing(s, d, False)
+        assert closed == rows_routing(s, d, False)
 
 
 def test_a_reducing_exchange_of_4096_devices_routes_without_rows() -> None:
@@ -298,8 +295,8 @@ def test_a_reducing_exchange_of_4096_devices_routes_without_rows() -> None:
     mesh = Mesh({"data": 32, "fsdp": 16, "model": 8})
     s = parse("f32[512@model,64,2048,1024@fsdp,8192]{U:data}", mesh)
     d = parse("f32[512,64,2048@data,1024@model,8192@fsdp]", mesh)
-    closed = _summing_routing(s, d)
-    assert closed is not None and closed == routing(s, d) == _rows_routing(s, d, False)
+    closed = summing_routing(s, d)
+    assert closed is not None and closed == routing(s, d) == rows_routing(s, d, False)
     assert closed == ((64, 64, 64, 64, 512), 4096 * 16 * 32 - 512, 16 * 32)
 
 
@@ -311,5 +308,5 @@ def test_plain_quotients_of_kept_pending_sums_route_by_closed_form() -> None:
     d = parse("f32[64@(a1,a0),32@a5]{U:(a3,a4)}", mesh)
     c = classes(s, d)
     assert c is not None and not (c.quotient_old.unreduced or c.quotient_new.unreduced)
-    rows = _rows_routing(c.quotient_old, c.quotient_new, False)
-    assert _routing(s, d, False) == rows._replace(cells=rows.cells * c.n_classes)
+    rows = rows_routing(c.quotient_old, c.quotient_new, False)
+    assert mode_routing(s, d, False) == rows._replace(cells=rows.cells * c.n_classes)

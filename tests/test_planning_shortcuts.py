@@ -16,7 +16,9 @@ from benchmarks.golden import cpu_profile_model
 from benchmarks.planning import LADDER, ladder_cost_model, ladder_pair
 from redist.atoms import dims_atoms, from_atoms, unreduced_atoms
 from redist.cost import CostModel
-from redist.exchange import MAX_DEVICE_CELLS, _cell_grid, _partial_axes, check_size
+from redist.exchange import check_size
+from redist.exchange.cells import cell_grid, partial_axes
+from redist.exchange.limits import MAX_DEVICE_CELLS
 from redist.exchange_classes import classes
 from redist.measure import closed_form
 from redist.plan import Plan, measure_step
@@ -82,11 +84,11 @@ def test_check_size_early_return_is_exact(data: st.DataObject) -> None:
     """``check_size`` returns early when a device handles at most ``MAX_DEVICE_CELLS`` (cell,
     partial) pairs: always allowed, because a class of devices has the same count per device."""
     src, dst = data.draw(type_pairs(MESH, min_rank=1, max_rank=3, dtypes=["f32"], unreduced=True))
-    per_device = int(np.prod(_cell_grid(src, dst).per_block)) * _partial_axes(src, dst).n_reduced
+    per_device = int(np.prod(cell_grid(src, dst).per_block)) * partial_axes(src, dst).n_reduced
     c = classes(src, dst)
     if c is not None:
         q_old, q_new = c.quotient_old, c.quotient_new
-        assert int(np.prod(_cell_grid(q_old, q_new).per_block)) * _partial_axes(q_old, q_new).n_reduced == per_device
+        assert int(np.prod(cell_grid(q_old, q_new).per_block)) * partial_axes(q_old, q_new).n_reduced == per_device
     if per_device <= MAX_DEVICE_CELLS:
         check_size(src, dst)  # does not raise
 

@@ -9,7 +9,7 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from redist.exchange import _first_need_order
+from redist.exchange.rows import first_need_order
 from redist.groups import run_starts, stable_order
 
 _bounds = st.sampled_from([1, 3, 1 << 16, (1 << 16) + 5, 1 << 20, 1 << 32, 1 << 40])
@@ -51,4 +51,4 @@ def _first_need_order_by_sort(key: np.ndarray, n_keys: int) -> np.ndarray:
 def test_first_need_order_ranks_keys_by_first_row(case: tuple[int, list[int]]) -> None:
     n_keys, values = case
     key = np.array(values, dtype=np.int64)
-    assert np.array_equal(_first_need_order(key, n_keys), _first_need_order_by_sort(key, n_keys))
+    assert np.array_equal(first_need_order(key, n_keys), _first_need_order_by_sort(key, n_keys))
