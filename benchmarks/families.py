@@ -46,6 +46,7 @@ from redist.caches import clear_caches
 from redist.cost import CostModel
 from redist.errors import RedistError
 from redist.plan import Plan
+from redist.synth import families as synth_families  # where typed_candidates reads them
 from spmd_types import Mesh, ShardingType
 from spmd_types.errors import IndivisibleDimensionError
 
@@ -79,10 +80,10 @@ def dropped(family: str) -> Iterator[None]:
     gone = set(families()) - {"greedy"} if family == ONLY_GREEDY else {family}
     with ExitStack() as stack:
         if MIRRORS in gone:
-            stack.enter_context(mock.patch.object(synth, "_permute_last_candidates", _no_mirrors))
+            stack.enter_context(mock.patch.object(synth_families, "_permute_last_candidates", _no_mirrors))
         if gone & set(synth.BUILDERS):
             kept = {k: v for k, v in synth.BUILDERS.items() if k not in gone}
-            stack.enter_context(mock.patch.object(synth, "BUILDERS", kept))
+            stack.enter_context(mock.patch.object(synth_families, "BUILDERS", kept))
         clear_caches("plans")
         try:
             yield

@@ -46,7 +46,7 @@ holds at most one partial, i.e. the two types share no unreduced axis. Where the
 partial-by-partial exchange stayed above it on 186 of the 18,580 exhaustive pairs. On 96 of them the
 bound is still *exact*: a program that, per cell, lets complete groups keep their partials, merges
 the partials at one device and sends the sum to each incomplete group, meets it; the merging
-exchange (``redist.exchange._route_merged``) is that program, and plans reach the bound there. ``s32[12@(x,y)]{U:z} -> s32[12@y]{U:z}`` on ``{x=2,y=2,z=2}``: 15 B by such a
+exchange (``redist.exchange.routes``) is that program, and plans reach the bound there. ``s32[12@(x,y)]{U:z} -> s32[12@y]{U:z}`` on ``{x=2,y=2,z=2}``: 15 B by such a
 program, 18 B by the exchange (``tests/test_bounds_witness.py`` checks two such programs); no
 sound term can lift the bound on these. The other 90 are where the partials a group holds also
 have replicas outside it (the source leaves an axis free that the destination does not sum
@@ -200,7 +200,7 @@ def unreduced_bound_floor(src: ShardingType, dst: ShardingType) -> float | None:
     """A floor on ``lower_bound_bytes(src, dst)`` with pending sums, without the per-device
     overlaps: every element counted as consistent, which needs no more messages than an
     inconsistent one (``_messages``). The synthesizer keys prefixes by it before paying for the
-    bound (``redist.synth._by_floor``). ``None`` where a type uses a sub-axis that is not a product
+    bound (``redist.synth.exchanges.by_floor``). ``None`` where a type uses a sub-axis that is not a product
     of the mesh's prime atoms (``x:(3)2`` on ``x=6``): the consistent count is not one of elements
     there, so no floor is claimed."""
     m = src.mesh

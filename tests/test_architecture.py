@@ -37,7 +37,7 @@ def _sources(packages: tuple[str, ...]) -> list[tuple[pathlib.Path, ast.Module]]
 
 EXPECTED_TABLES = {
     "redist.measure.MEASURE", "redist.measure.PROFILE_KIND", "redist.simulate.SIMULATE", "redist.executor.LOWER", "redist.synth.FUSE",
-    "redist.synth.VARIANTS", "redist.search.NEIGHBOURS", "proofs.steps_semantics.SEMANTICS",
+    "redist.synth.VARIANTS", "redist.synth.ROLE", "redist.search.NEIGHBOURS", "proofs.steps_semantics.SEMANTICS",
     "proofs.measures.RECV", "proofs.soundness.CANDIDATES", "redist.render.DESCRIBE", "redist.visualize.TRAFFIC",
 }
 
@@ -118,7 +118,7 @@ def test_a_cleared_planner_is_cold() -> None:
     assert clear_caches("all") == len(memo.tables())
     assert memo.entries() == 0
     names = {t.name for t in memo.tables()}
-    for expected in ("redist.synth.cached_synthesize", "redist.exchange.runnable.schedule", "proofs.link.prove_link",
+    for expected in ("redist.synth.driver.cached_synthesize", "redist.exchange.runnable.schedule", "proofs.link.prove_link",
                      "redist.executor.collective_group", "redist.executor._compiled", "spmd_types.layout.block_bounds"):
         assert expected in names, sorted(names)
 

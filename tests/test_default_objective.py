@@ -155,7 +155,7 @@ def test_calibration_covers_every_16_bit_key_the_planner_asks_for() -> None:
      ["DynSlice", "AllReduce", "Permute"]),
 ])
 def test_time_objective_may_all_reduce_first(mesh_axes, src, dst, steps) -> None:  # type: ignore[no-untyped-def]
-    """``synth._all_reduce_first_candidates``: offered under the time objective (rand188, rand031
+    """``redist.synth.families._all_reduce_first_candidates``: offered under the time objective (rand188, rand031
     of the random speed pairs), never under the bytes objective, whose plan here receives less."""
     mesh = Mesh(mesh_axes)
     s, d = parse(src, mesh), parse(dst, mesh)
@@ -177,7 +177,7 @@ def test_time_objective_may_all_reduce_first(mesh_axes, src, dst, steps) -> None
      (AllReduce(("x",)), DynSlice(0, ("x",)), Permute((("x", "y"),)))),
 ])
 def test_time_objective_reduces_then_relabels(mesh_axes, src, dst, before) -> None:  # type: ignore[no-untyped-def]
-    """``synth._park`` under the time objective: reduce-scatter the pending sums into the
+    """``redist.synth.families._park`` under the time objective: reduce-scatter the pending sums into the
     dimension the destination shards them in, then relabel the reduced block by one permute;
     priced below, and receiving less than, the plan chosen before."""
     mesh = Mesh(mesh_axes)

@@ -1,10 +1,10 @@
 """The synthesizer prunes pending-sum exchanges on floors computed without rows (issue 12): each
 must stay at or below what the exchange's routing really receives, or a better plan could be
 pruned; ``reduced_cells`` is moreover exact where the source has one replica, which is what lets
-the planner skip the exact routing of candidates that lose (``redist.synth._exact_floor_open``).
+the planner skip the exact routing of candidates that lose (``redist.synth.exchanges.exact_floor_open``).
 ``rooted_rounds`` floors the routing's rounds from device 0's new block, counted in closed form
 (checked against the per-device tables); ``sampled_provider_cells`` reads the busiest-receiver
-floor on two devices only. The floors are computed lazily, in an order that must equal sorting them all (``_by_floor``).
+floor on two devices only. The floors are computed lazily, in an order that must equal sorting them all (``by_floor``).
 """
 
 from __future__ import annotations
@@ -38,7 +38,11 @@ from redist.exchange.floors import rooted_closed, rooted_tables
 from redist.groups import replica_index
 from redist.profile import packaged_profile
 from redist.steps import AllGather, DynSlice, Exchange, ExchangeAllToAll
-from redist.synth import LB_SLACK, _add, _any_exchange_floor, _Best, _by_floor, _exchange_floor, _typed_plans
+from redist.synth import exchanges
+from redist.synth.driver import typed_plans
+from redist.synth.exchanges import LB_SLACK, by_floor
+from redist.synth.floors import any_exchange_floor, exchange_floor
+from redist.synth.ranking import Best, add_floor
 from spmd_types import Mesh, ShardingType, parse
 from spmd_types.layout import check_index_range
 
@@ -255,18 +259,18 @@ def _plan_pairs(draw: st.DrawFn) -> tuple[ShardingType, ShardingType]:
 
 @given(_plan_pairs(), st.sampled_from(["bytes", "alpha-beta"]))
 def test_exchange_starts_come_in_order_of_their_floors(pair: tuple[ShardingType, ShardingType], objective: str) -> None:
-    """``_by_floor`` computes a floor only when its prefix reaches the top of a heap keyed by a
+    """``by_floor`` computes a floor only when its prefix reaches the top of a heap keyed by a
     cheaper key: that key must be at or below the floor, and the order must be that of sorting
     every floor (ties in list order), or the planner would build other exchanges first."""
     s, d = pair
     cm = CostModel(objective=objective)
-    prefixes = _typed_plans(s, d, cm, _Best(s, d))
-    floors = [_add(p, _any_exchange_floor(p.dst, d, cm), cm) for p in prefixes]
+    prefixes = typed_plans(s, d, cm, Best(s, d))
+    floors = [add_floor(p, any_exchange_floor(p.dst, d, cm), cm) for p in prefixes]
     for p, f in zip(prefixes, floors):
         assert cm.order(p.recv_bytes + lower_bound_bytes(p.dst, d) * LB_SLACK, p.time_s) <= f
-        assert _add(p, _any_exchange_floor(p.dst, d, cm, False), cm) <= f
+        assert add_floor(p, any_exchange_floor(p.dst, d, cm, False), cm) <= f
     expected = [p for _, _, p in sorted(zip(floors, range(len(prefixes)), prefixes), key=lambda e: e[:2])]
-    assert list(_by_floor(prefixes, d, cm, _Best(s, d))) == expected
+    assert list(by_floor(prefixes, d, cm, Best(s, d))) == expected
 
 
 def _priced_models(mesh: Mesh) -> list[CostModel]:
@@ -283,10 +287,10 @@ def _priced_models(mesh: Mesh) -> list[CostModel]:
 @given(_plan_pairs(), st.integers(0, 4))
 def test_exchange_floors_bound_the_exchange_under_priced_models(pair: tuple[ShardingType, ShardingType],
                                                                  which: int) -> None:
-    """``_exchange_floor`` prices each round at ``CostModel.least_round``'s figures for the exchange's kind (a
+    """``exchange_floor`` prices each round at ``CostModel.least_round``'s figures for the exchange's kind (a
     measured profile's, where one is loaded): the floor must stay at or below what the exchange
-    measures, run in rounds or (``_any_exchange_floor``) as one all-to-all, under every cost
-    model, or ``_by_floor`` and ``_exact_floor_open`` would prune a better plan."""
+    measures, run in rounds or (``any_exchange_floor``) as one all-to-all, under every cost
+    model, or ``by_floor`` and ``_exact_floor_open`` would prune a better plan."""
     s, d = pair
     cm = _priced_models(s.mesh)[which]
     new_u = d.sorted_unreduced() if d.unreduced != s.unreduced else None
@@ -300,9 +304,9 @@ def test_exchange_floors_bound_the_exchange_under_priced_models(pair: tuple[Shar
     if not measured:
         return
     if Exchange in measured:
-        recv, time = _exchange_floor(s, d, cm)
+        recv, time = exchange_floor(s, d, cm)
         assert recv <= measured[Exchange].recv_bytes + 1e-9 and time <= measured[Exchange].time_s
-    assert _any_exchange_floor(s, d, cm)[1] <= min(p.time_s for p in measured.values())
+    assert any_exchange_floor(s, d, cm)[1] <= min(p.time_s for p in measured.values())
 
 
 def _links_only(cm: CostModel, kind: str) -> tuple[float, float]:
@@ -319,7 +323,7 @@ def _plan_and_routings(s: ShardingType, d: ShardingType, cm: CostModel) -> tuple
         return routing(a, b)
 
     clear_caches("plans")
-    with mock.patch.object(synth, "routing", counted):
+    with mock.patch.object(exchanges, "routing", counted):
         plan = synth.synthesize(s, d, cm)
     return plan, len(calls)
 
@@ -342,16 +346,16 @@ def test_measured_floors_prune_exchanges(rung: int, index: int) -> None:
 
 
 def _plan_and_starts(s: ShardingType, d: ShardingType, cm: CostModel) -> tuple[Plan, int]:
-    """The plan and how many exchange starts ``_by_floor`` let through to their exact floor."""
+    """The plan and how many exchange starts ``by_floor`` let through to their exact floor."""
     calls = []
-    exact = synth._exact_floor_open
+    exact = exchanges.exact_floor_open
 
     def counted(*args: object) -> bool:
         calls.append(args)
         return exact(*args)  # type: ignore[arg-type]
 
     clear_caches("plans")
-    with mock.patch.object(synth, "_exact_floor_open", counted):
+    with mock.patch.object(exchanges, "exact_floor_open", counted):
         plan = synth.synthesize(s, d, cm)
     return plan, len(calls)
 
@@ -362,7 +366,7 @@ def _no_prune(*args: object) -> bool:
 
 def test_exchanges_outranked_by_fewer_ops_are_skipped() -> None:
     """Under a tie tolerance an exchange start whose floor is no faster than a feasible plan of
-    fewer collective ops cannot be ``_Best.choice``'s, though it may fall in the window: it is
+    fewer collective ops cannot be ``Best.choice``'s, though it may fall in the window: it is
     skipped before its exact floor. The CPU profile's plan for this pair is unchanged, with 14
     starts let through instead of 18."""
     mesh = Mesh({"x": 2, "y": 2, "z": 2})
@@ -370,19 +374,19 @@ def test_exchanges_outranked_by_fewer_ops_are_skipped() -> None:
     prof = packaged_profile("cpu")
     assert prof is not None
     plan, starts = _plan_and_starts(s, d, prof.cost_model("measured"))
-    with mock.patch.object(_Best, "outranked", _no_prune):
+    with mock.patch.object(Best, "outranked", _no_prune):
         full, all_starts = _plan_and_starts(s, d, prof.cost_model("measured"))
     assert plan.steps == full.steps
     assert (starts, all_starts) == (14, 18)
 
 
 def test_outranked_needs_fewer_ops_or_less_time() -> None:
-    """``_Best.choice`` ranks tied plans by ops, then time: a floor is outranked by a feasible plan
+    """``Best.choice`` ranks tied plans by ops, then time: a floor is outranked by a feasible plan
     with fewer ops and no more time, or as many ops and less time; not by one of equal ops and
     time (bytes may still decide), and never without a tie tolerance. ``ranked`` keeps the slower
     plans of as many ops for a measurement to rank (``keep_slower``)."""
     mesh = Mesh({"x": 2, "y": 2})
-    best = _Best(parse("f32[8@x]", mesh), parse("f32[8@y]", mesh))
+    best = Best(parse("f32[8@x]", mesh), parse("f32[8@y]", mesh))
     best.fastest_by_ops = {3: 1.0}
     prof = packaged_profile("cpu")
     assert prof is not None
@@ -391,7 +395,7 @@ def test_outranked_needs_fewer_ops_or_less_time() -> None:
     assert not best.outranked(1.0, 3, cm)
     assert not best.outranked(0.9, 9, cm) and not best.outranked(2.0, 2, cm)
     assert not best.outranked(2.0, 4, CostModel(objective="alpha-beta"))
-    kept = _Best(parse("f32[8@x]", mesh), parse("f32[8@y]", mesh), keep_slower=True)  # ``ranked``'s
+    kept = Best(parse("f32[8@x]", mesh), parse("f32[8@y]", mesh), keep_slower=True)  # ``ranked``'s
     kept.fastest_by_ops = {3: 1.0}
     assert kept.outranked(1.0, 4, cm) and not kept.outranked(1.5, 3, cm)
 
@@ -413,11 +417,11 @@ def test_ranked_keeps_slower_plans_of_as_many_ops() -> None:
 
 @given(_plan_pairs(), st.integers(0, 4))
 def test_the_ops_prune_keeps_every_plan(pair: tuple[ShardingType, ShardingType], which: int) -> None:
-    """``_Best.outranked`` prunes only what ``choice`` could not pick: the same plan with and without
+    """``Best.outranked`` prunes only what ``choice`` could not pick: the same plan with and without
     it under every priced model (tie tolerances of 9.8% and 12.5% in the shipped profiles)."""
     s, d = pair
     cm = _priced_models(s.mesh)[which]
     plan, _ = _plan_and_starts(s, d, cm)
-    with mock.patch.object(_Best, "outranked", _no_prune):
+    with mock.patch.object(Best, "outranked", _no_prune):
         full, _ = _plan_and_starts(s, d, cm)
     assert plan.steps == full.steps

@@ -9,6 +9,7 @@ from benchmarks.families import ALL, MIRRORS, ONLY_GREEDY, Case, dropped, famili
 from redist import synth
 from redist.cost import CostModel
 from redist.errors import RedistError
+from redist.synth.families import greedy_candidates, typed_candidates
 from spmd_types import Mesh, parse
 
 XYZ = Mesh({"x": 2, "y": 2, "z": 2})
@@ -16,21 +17,21 @@ XYZ = Mesh({"x": 2, "y": 2, "z": 2})
 
 def test_families_are_the_builders_and_the_mirrors() -> None:
     assert families() == (*synth.BUILDERS, MIRRORS)
-    assert synth.BUILDERS["greedy"] is synth._greedy_candidates
+    assert synth.BUILDERS["greedy"] is greedy_candidates
 
 
 def test_dropping_a_family_removes_its_candidates_until_exit() -> None:
     src, dst = parse("s32[12]{U:(x,y,z)}", XYZ), parse("s32[12]{U:x}", XYZ)
     cm = CostModel(objective="bytes")
-    every = synth._typed_candidates(src, dst, cm)
+    every = typed_candidates(src, dst, cm)
     early = synth.BUILDERS["reduce_early"](src, dst, cm)
     assert early and set(early) <= set(every)
     with dropped("reduce_early"):
-        without = synth._typed_candidates(src, dst, cm)
+        without = typed_candidates(src, dst, cm)
     assert without == [c for name, build in synth.BUILDERS.items() if name != "reduce_early" for c in build(src, dst, cm)]
-    assert synth._typed_candidates(src, dst, cm) == every
+    assert typed_candidates(src, dst, cm) == every
     with dropped(ONLY_GREEDY):
-        assert synth._typed_candidates(src, dst, cm) == synth._greedy_candidates(src, dst, cm)
+        assert typed_candidates(src, dst, cm) == greedy_candidates(src, dst, cm)
 
 
 def test_quality_counts_the_plan_only_reduce_early_finds() -> None:

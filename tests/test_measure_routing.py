@@ -37,7 +37,7 @@ from redist.groups import atoms_index, group_key, group_sums, replica_index
 from redist.measure import routed_measure, scheduled_measure, uniform_links
 from redist.plan import Plan
 from redist.steps import Exchange
-from redist.synth import _exchange_floor
+from redist.synth.floors import exchange_floor
 from spmd_types import Mesh, ShardingType, parse
 from spmd_types.layout import block_indices
 
@@ -130,13 +130,13 @@ def test_the_exchange_floor_bounds_the_exchange(pair: tuple[ShardingType, Shardi
     s, d = pair
     if not (s.unreduced or d.unreduced):
         return
-    assert group_missing_total(s, d) * s.itemsize / s.mesh.size <= _exchange_floor(s, d, CostModel(objective="bytes"))[0]
+    assert group_missing_total(s, d) * s.itemsize / s.mesh.size <= exchange_floor(s, d, CostModel(objective="bytes"))[0]
     for cm in (CostModel(objective="bytes"), CostModel(objective="alpha-beta"), CostModel.with_slow_axes([s.mesh.names[0]])):
         try:
             ex = Plan.build(s, (Exchange(d.dims, d.sorted_unreduced() if d.unreduced != s.unreduced else None),), cm)
         except StepError:
             return
-        floor = _exchange_floor(s, d, cm)
+        floor = exchange_floor(s, d, cm)
         assert floor[0] <= ex.recv_bytes + 1e-9 and floor[1] <= ex.time_s
 
 

@@ -172,7 +172,7 @@ processes of 2 devices on ``{x=2, y=4}``: ``x`` and the major half of ``y`` span
 def test_permute_last_mirror_and_crossing_last() -> None:
     """tp2d_transpose_2x4 over 4 Gloo processes: a permute across processes then an all-to-all
     inside them, and its mirror (the all-to-all, then the permute: XLA's order) price alike; the
-    mirror is a candidate and wins the tie, as measured (~3% faster, docs in ``_crossing_order``).
+    mirror is a candidate and wins the tie, as measured (~3% faster, docs in ``redist.synth.ranking.crossing_order``).
     Both orders run correctly."""
     mesh = Mesh.parse("x=2,y=4")
     src, dst = parse("f32[1024@x,1024@y]", mesh), parse("f32[1024@y,1024@x]", mesh)

@@ -23,7 +23,10 @@ from redist.exchange_classes import classes
 from redist.measure import closed_form
 from redist.plan import Plan, measure_step
 from redist.steps import AllReduceSlice, ReduceScatter
-from redist.synth import _search, _typed_candidates, _unbeaten, _variant_heads, gc_paused, synthesize
+from redist.synth import synthesize
+from redist.synth.driver import gc_paused, search_plans, unbeaten
+from redist.synth.families import typed_candidates
+from redist.synth.variants import variant_heads
 from spmd_types import Mesh, ShardingType
 from spmd_types.layout import overlap_elements
 from tests.strategies import type_pairs
@@ -42,7 +45,7 @@ def test_prefix_and_variant_measures_equal_fresh_ones(data: st.DataObject) -> No
     """``Plan.prefix`` and ``Plan.with_step`` hand on measures already computed: they must be the
     measures a plan built from scratch has (and a variant types the same)."""
     src, dst = data.draw(type_pairs(MESH, min_rank=1, max_rank=3, dtypes=["f32"], unreduced=True))
-    for steps in _typed_candidates(src, dst, Plan(src, src, (), ()).cost_model):
+    for steps in typed_candidates(src, dst, Plan(src, src, (), ()).cost_model):
         full = Plan.build(src, steps)
         _ = full.measures
         for k in range(len(steps) + 1):
@@ -105,21 +108,21 @@ def test_cached_hashes_are_not_pickled() -> None:
 
 
 def _cut_candidates(src: ShardingType, dst: ShardingType, cm: CostModel) -> int:
-    """Against the search's final best plan: every candidate ``_unbeaten`` cuts short is beaten
-    or outranked (``_Best.outranked``: a feasible plan with fewer ops and no more time, or as many
+    """Against the search's final best plan: every candidate ``unbeaten`` cuts short is beaten
+    or outranked (``Best.outranked``: a feasible plan with fewer ops and no more time, or as many
     and less) through its cut, every longer prefix and every variant of one included (so nothing
     it skips could have won, nor started a winning exchange). The number of candidates cut."""
-    best = _search(src, dst, cm, every=True)
+    best = search_plans(src, dst, cm, every=True)
     cut = 0
-    for steps in dict.fromkeys(_typed_candidates(src, dst, cm)):
+    for steps in dict.fromkeys(typed_candidates(src, dst, cm)):
         full = Plan.build(src, steps, cm)
-        head = _unbeaten(full, best)
+        head = unbeaten(full, best)
         if head is full:
             continue
         cut += 1
         assert head == full.prefix(len(head.steps)) and head.measures == _fresh(head)
         for k in range(len(head.steps), len(steps) + 1):
-            for p in _variant_heads(full.prefix(k)):
+            for p in variant_heads(full.prefix(k)):
                 key = cm.order(p.recv_bytes, p.time_s)
                 assert best.beaten(key) or best.outranked(p.time_s, p.n_collectives, cm), (p, best.plan)
     return cut
@@ -128,11 +131,11 @@ def _cut_candidates(src: ShardingType, dst: ShardingType, cm: CostModel) -> int:
 @settings(max_examples=30, deadline=None)
 @given(st.data())
 def test_cut_candidates_change_no_plan(data: st.DataObject) -> None:
-    """``_unbeaten``'s cut is exact: ``synthesize`` picks the plan the uncut search picks, and what
+    """``unbeaten``'s cut is exact: ``synthesize`` picks the plan the uncut search picks, and what
     it skips is beaten, under the bytes objective and the shipped CPU profile."""
     src, dst = data.draw(type_pairs(MESH, min_rank=1, max_rank=3, dtypes=["f32", "bf16"], unreduced=True))
     for cm in (CostModel(objective="bytes"), cpu_profile_model()):
-        uncut = _search(src, dst, cm, every=True)
+        uncut = search_plans(src, dst, cm, every=True)
         assert synthesize(src, dst, cm).steps == uncut.choice(uncut.plan).steps
         _cut_candidates(src, dst, cm)
 
@@ -149,7 +152,7 @@ def test_cut_candidates_on_a_ladder_rung() -> None:
             continue
         cm = ladder_cost_model("gloo", mesh)
         cut += _cut_candidates(src, dst, cm)
-        uncut = _search(src, dst, cm, every=True)
+        uncut = search_plans(src, dst, cm, every=True)
         assert synthesize(src, dst, cm).steps == uncut.choice(uncut.plan).steps
     assert cut > 0
 

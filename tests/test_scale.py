@@ -21,7 +21,8 @@ from redist.bounds import lower_bound_bytes
 from redist.exchange import group_missing_total, reduced_cells, schedule
 from redist.plan import Plan
 from redist.steps import Exchange
-from redist.synth import _exchange_floor, synthesize
+from redist.synth import synthesize
+from redist.synth.floors import exchange_floor
 from redist_cli.main import main
 from spmd_types import Mesh, MeshTooLargeError, ShardingType, ShardingTypeError, SizeLimitError
 from spmd_types.mesh import MAX_ENUMERATED_DEVICES
@@ -133,7 +134,7 @@ def test_pending_sum_exchange_floor_bounds_the_exchange(src: str, dst: str, mesh
     s, d = ShardingType.parse(src, m), ShardingType.parse(dst, m)
     for cm in (CostModel(objective="bytes"), CostModel(objective="alpha-beta"), CostModel.with_slow_axes([m.names[0]])):
         ex = Plan.build(s, (Exchange(d.dims, d.sorted_unreduced() if d.unreduced != s.unreduced else None),), cm)
-        floor = _exchange_floor(s, d, cm)
+        floor = exchange_floor(s, d, cm)
         assert 0 < floor[0] <= ex.recv_bytes and 0 < floor[1] <= ex.time_s
         # the transfer bound, or the cells some group of devices lacks, or the cells the merge and
         # forwarding phases receive, where that is more (a shared unreduced axis: the bound is not

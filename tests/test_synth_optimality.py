@@ -18,7 +18,7 @@ from synth_checks import BYTES, assert_plan_ok
 from redist import AllReduce, PadUnreduced, Plan, ReduceScatter, redistribute
 from redist.enumerate import all_types
 from redist.search import plan_key, search
-from redist.synth import _reduce_shared_first_candidates
+from redist.synth.families import reduce_shared_first_candidates
 from spmd_types import Mesh
 
 CASES = [
@@ -97,13 +97,13 @@ def test_shared_axes_all_reduced_on_the_small_block(src: str, dst: str) -> None:
     reduce-scattered; all-reduced there (12 B), the summed array reaches the destination with
     that axis parked sharded (a permute, 6 B, and a gather of half the array, 12 B) and padded
     back into a pending sum: 30 B, where gathering every partial took 36 B
-    (``synth._reduce_shared_first_candidates``). The merging exchange (one root per cell sums the
+    (``synth.families.reduce_shared_first_candidates``). The merging exchange (one root per cell sums the
     partials and sends one message to each incomplete group) does better: 24 B, the bound, and the
     search's optimum with the same exchange. Values checked on the simulator."""
     mesh = Mesh({"x": 2, "y": 2, "z": 2})
     p = redistribute(src, dst, mesh, cost_model=BYTES)
     assert p.recv_bytes == p.lower_bound_bytes == search(p.src, p.dst, BYTES).recv_bytes == 24.0, str(p)
-    first = [Plan.build(p.src, c, BYTES) for c in _reduce_shared_first_candidates(p.src, p.dst, BYTES)]
+    first = [Plan.build(p.src, c, BYTES) for c in reduce_shared_first_candidates(p.src, p.dst, BYTES)]
     assert min(c.recv_bytes for c in first) == 30.0
     assert all(isinstance(c.steps[0], AllReduce) and isinstance(c.steps[-1], PadUnreduced) for c in first)
     assert_plan_ok(p)
@@ -117,6 +117,6 @@ def test_shared_axes_all_reduced_on_another_mesh() -> None:
     gathering the partials); the merging exchange reaches the bound, 12 B, as does the search."""
     p = redistribute("s32[6@(x,y)]{U:z}", "s32[6]{U:z}", Mesh({"x": 2, "y": 3, "z": 2}), cost_model=BYTES)
     assert p.recv_bytes == p.lower_bound_bytes == search(p.src, p.dst, BYTES).recv_bytes == 12.0, str(p)
-    first = [Plan.build(p.src, c, BYTES) for c in _reduce_shared_first_candidates(p.src, p.dst, BYTES)]
+    first = [Plan.build(p.src, c, BYTES) for c in reduce_shared_first_candidates(p.src, p.dst, BYTES)]
     assert min(c.recv_bytes for c in first) == 14.0
     assert_plan_ok(p)

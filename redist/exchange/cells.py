@@ -74,7 +74,7 @@ class DeviceTables:
 
 
 def partial_axes(old: ShardingType, new: ShardingType, merged: bool = False) -> PartialAxes:
-    """``merged``: the merging exchange (``_route_merged``) sums every partial of the source and
+    """``merged``: the merging exchange (``routes._route_merged``) sums every partial of the source and
     feeds one member per group of devices differing along any of the new type's unreduced atoms,
     so its kept atoms count as reduced and as fresh."""
     ua, ub = unreduced_atoms(old), unreduced_atoms(new)

@@ -24,7 +24,7 @@ from spmd_types.memo import Scope, memo
 
 @memo(Scope.TYPE)
 def merges(old: ShardingType, new: ShardingType) -> bool:
-    """Whether ``schedule(old, new)`` is the merging exchange (``_route_merged``): only where the
+    """Whether ``schedule(old, new)`` is the merging exchange (``routes._route_merged``): only where the
     types share an unreduced atom, and only where it receives fewer cells than the exchange that
     moves kept partials one by one (or as many in fewer rounds); never where its own tables or
     packed rounds would pass ``MAX_CELLS`` or ``MAX_PACKED``, nor past ``MERGED_MAX_ROWS`` (the

@@ -76,7 +76,7 @@ def provider_cells(old: ShardingType, new: ShardingType) -> int:
     itself), which receives at least one cell for it: a partial as the root, or the forwarded sum.
     Exact without unreduced axes in ``old`` (each such cell is one cell received). Phases are
     coloured apart, so the schedule has at least this many rounds (the synthesizer's round floor,
-    ``redist.synth._pending_sum_rounds``)."""
+    ``redist.synth.floors.pending_sum_rounds``)."""
     cell = math.prod(cell_grid(old, new).cell)
     floors = [group_missing(old, new, merged) for merged in merge_modes(old, new)]
     return min(0 if m is None else int(m.max()) // cell for m in floors)
@@ -91,7 +91,7 @@ def sampled_provider_cells(old: ShardingType, new: ShardingType) -> int:
     not depend on), a few integer operations. On 13 axes of 2 it is the round floor that prunes
     exchange starts (it did, where ``provider_cells`` did, for 62 of 66 of one ladder rung's
     prefixes), at a fraction of ``group_missing``'s per-device tables, so
-    ``redist.synth._bytes_floor`` reads it before those."""
+    ``redist.synth.floors.bytes_floor`` reads it before those."""
     cell = math.prod(cell_shape(old, new))
     return min(sampled_missing(old, new, merged) // cell for merged in merge_modes(old, new))
 
