@@ -29,7 +29,7 @@ cell another replica holds instead of receiving its own replica's. That stays ex
 takes each cell from the same replica, so each group of kept partials still sums to the value (the
 simulator test with a decomposition per replica checks it). On the issue-12 ladder this turns
 exchanges of millions of (device, cell) triples at 65,536 devices into ones of a few hundred
-thousand, under ``redist.exchange.MAX_CELLS``.
+thousand, under ``redist.exchange.limits.MAX_CELLS``.
 """
 
 from __future__ import annotations

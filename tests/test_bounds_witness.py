@@ -3,7 +3,7 @@
 The bound (``redist.bounds``) is a claim about *every* program of point-to-point messages, not
 about our step vocabulary. On these exhaustive pairs the search (typed steps plus the exchange)
 stayed above it while the exchange moved partials that both types keep pending one by one and
-never merged them; the merging exchange (``redist.exchange._route_merged``) now runs such a
+never merged them; the merging exchange (``redist.exchange.routes``) now runs such a
 program, and plan and search meet the bound. Each test below writes a
 program that does merge (per cell: the holders sum the partials at one device, which forwards
 the sum to each destination group lacking it; a group that already holds every partial keeps
