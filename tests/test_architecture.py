@@ -18,9 +18,11 @@ import partir_core  # noqa: F401  (registers nothing, but imports redist users)
 import proofs  # noqa: F401  (registers the z3 tables and the verifier)
 import proofs.soundness  # noqa: F401
 import redist.executor  # noqa: F401
+import redist.render  # noqa: F401
 import redist.search  # noqa: F401
 import redist.simulate  # noqa: F401
 import redist.synth  # noqa: F401
+import redist.visualize  # noqa: F401  (its TRAFFIC table: imported here so the file passes alone)
 from redist import ALL_STEPS, KINDS, clear_caches, redistribute
 from redist.facets import MissingFacetError, tables
 from spmd_types import Mesh, memo
@@ -39,6 +41,7 @@ EXPECTED_TABLES = {
     "redist.measure.MEASURE", "redist.measure.PROFILE_KIND", "redist.simulate.SIMULATE", "redist.executor.LOWER", "redist.synth.FUSE",
     "redist.synth.VARIANTS", "redist.search.NEIGHBOURS", "proofs.steps_semantics.SEMANTICS",
     "proofs.measures.RECV", "proofs.soundness.CANDIDATES", "redist.render.DESCRIBE", "redist.visualize.TRAFFIC",
+    "redist.steps.ADMIT", "redist.measure.WRITTEN", "redist.plan.EXCHANGES",
 }
 
 
