@@ -20,9 +20,9 @@ from redist.bounds import lower_bound_bytes
 from redist.cost import DEFAULT_COST_MODEL, CostModel
 from redist.device_recv import lower_bound_bytes_max, step_recv_max
 from redist.errors import RedistError
+from redist.facets import FacetTable
 from redist.measure import StepMeasure, measure
 from redist.objective import Objective
-from redist.facets import FacetTable
 from redist.steps import ALL_STEPS, Exchange, Step
 from spmd_types import ShardingType
 from spmd_types.memo import Scope, cached_property, memo

@@ -23,6 +23,7 @@ from redist.exchange_a2a import slots
 from redist.facets import FacetTable
 from redist.groups import coords as mesh_coords
 from redist.measure import StepMeasure
+from redist.plan import Plan, register_formatter
 from redist.steps import (
     AllGather,
     AllReduce,
@@ -38,7 +39,6 @@ from redist.steps import (
     ReduceScatter,
     Step,
 )
-from redist.plan import Plan, register_formatter
 from spmd_types import Axis, Mesh, ShardingType
 from spmd_types.mesh import format_axis
 
