@@ -1,10 +1,16 @@
-"""The shape of the code that issue 10 asked for, held by tests so it cannot drift back:
+"""The shape of the code, held by tests so it cannot drift back (docs/design.md sections 1 and 12):
 
 * every step facet is a table with an entry for every step class (a new step that misses one
   fails here, naming the table and the class, instead of at run time);
-* ``isinstance`` on step classes appears nowhere outside the tables;
+* no dispatch on step classes outside the tables: ``isinstance`` (tuples included), ``type(x) is``
+  / ``in``, ``case`` and class tuples;
 * every cache is a registered ``spmd_types.memo`` table, and clearing leaves the planner cold;
-* no function over 60 lines in the core packages.
+* no import circles (annotation imports included), and the vocabulary of steps, plans and types
+  imports nothing above it;
+* no function over 60 lines in the core packages, none above cyclomatic complexity 15 in
+  ``redist`` and ``partir_core``.
+
+The dispatch, circle and complexity rules each have a test that they fail on a planted violation.
 """
 
 from __future__ import annotations
