@@ -311,8 +311,25 @@ def test_every_cache_is_a_registered_memo_table() -> None:
             attribute = (isinstance(node, ast.Attribute) and node.attr in ("lru_cache", "cache")
                          and isinstance(node.value, ast.Name) and node.value.id == "functools")
             if from_functools or attribute:
-                bad.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+                bad.append(f"{path.relative_to(ROOT)}:{getattr(node, 'lineno', '?')}")
     assert not bad, bad
+
+
+def test_each_plan_hook_has_one_owner() -> None:
+    """``plan(x)`` is run by ``redist.jax_reshard`` and ``str(plan)`` written by ``redist.render``,
+    registered once; a second, different registration is refused instead of silently winning."""
+    import redist.jax_reshard
+    import redist.plan
+    import redist.render
+    from redist.errors import RedistError
+
+    hooks = dict(redist.plan._HOOKS)
+    assert hooks["run"].__module__ == redist.jax_reshard.__name__
+    assert hooks["format"] is redist.render.format_plan
+    redist.plan.register_formatter(redist.render.format_plan)  # the same owner again: a no-op
+    with pytest.raises(RedistError, match=r"run hook is registered already \(by redist.jax_reshard\)"):
+        redist.plan.register_runner(redist.executor.run_plan)
+    assert redist.plan._HOOKS == hooks
 
 
 def test_a_cleared_planner_is_cold() -> None:
