@@ -601,9 +601,9 @@ KINDS: tuple[str, ...] = tuple(cls.kind for cls in ALL_STEPS)
 Admit = Callable[[Any, ShardingType, ShardingType], None]
 ADMIT: FacetTable[Admit] = FacetTable("admission", "redist.steps.ADMIT")
 """What a step checks beyond its typing rule before ``apply`` returns ``after`` (raising
-``StepError``): nothing for most steps; an ``ExchangeAllToAll`` must fit one all-to-all, which the
-module that builds its slots decides and registers (``redist.measure``), so this vocabulary imports
-no scheduler."""
+``StepError``): nothing for most steps; an ``ExchangeAllToAll`` must fit one all-to-all, decided by
+its slots (``redist.exchange_a2a``) and registered from above by ``redist.measure``, which prices
+them, so this vocabulary imports no scheduler. ``ExchangeAllToAll.apply`` reads it."""
 
 
 @ADMIT.register(*(c for c in ALL_STEPS if c is not ExchangeAllToAll))
