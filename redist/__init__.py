@@ -1,10 +1,11 @@
 """Type-directed array redistribution: the synthesizer, its cost model and executors.
 
-Importing ``redist`` imports the JAX executor, which registers itself as the runner of ``plan(x)``;
-``import proofs`` registers ``plan.verify()`` the same way (docs/design.md section 1).
+Importing ``redist`` imports ``redist.jax_reshard``, which registers itself as the runner of
+``plan(x)``, and ``redist.render``, which registers ``str(plan)``; ``import proofs`` registers
+``plan.verify()`` the same way (docs/design.md section 1).
 """
 
-from redist import executor as _executor  # noqa: F401  (registers the runner of ``plan(x)``)
+from redist import render as _render  # noqa: F401  (registers ``str(plan)``)
 from redist.api import redistribute
 from redist.caches import clear_caches
 from redist.cost import CostModel

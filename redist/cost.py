@@ -18,6 +18,7 @@ from redist.errors import CostModelError
 from redist.objective import HOW, Objective, as_objective
 from spmd_types import Axis, axis_name
 from spmd_types.memo import HASH_KEY, cached_property, state_without_hash, store_hash
+from spmd_types.mesh import spans_overlap
 
 
 class Written(NamedTuple):
@@ -313,11 +314,13 @@ def _by_name(axes: Iterable[Axis]) -> dict[str, tuple[Axis, ...]]:
 
 
 def _share_factor(a: Axis, b: Axis) -> bool:
+    """Whether ``a`` and ``b`` are overlapping factors of one mesh axis (a whole axis overlaps each
+    of its factors; ``spmd_types.mesh.spans_overlap`` decides between two sub-axes)."""
     if axis_name(a) != axis_name(b):
         return False
     if isinstance(a, str) or isinstance(b, str):
         return True
-    return a.pre < b.pre * b.size and b.pre < a.pre * a.size
+    return spans_overlap(a.pre, a.size, b.pre, b.size)
 
 
 def sized_kind(kind: str, itemsize: int) -> str:

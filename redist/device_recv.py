@@ -12,20 +12,39 @@ needs a table of the whole mesh.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from typing import Any
 
 from redist.bounds import lower_bound_bytes, overlap_figures
 from redist.exchange import class_schedule
+from redist.facets import FacetTable
 from redist.measure import StepMeasure
-from redist.steps import Comm, Exchange, Permute, Step
+from redist.steps import ALL_STEPS, Comm, Exchange, Permute, Step
 from spmd_types import ShardingType
+
+RecvMax = Callable[[Any, ShardingType, ShardingType, StepMeasure], float]
+RECV_MAX: FacetTable[RecvMax] = FacetTable("busiest device's bytes", "redist.device_recv.RECV_MAX")
+"""The bytes the busiest device receives in a step that receives any: the mean for typed
+collectives (an exchange run as one all-to-all included), read off the cells for ``Permute`` and
+``Exchange``."""
 
 
 def step_recv_max(step: Step, before: ShardingType, after: ShardingType, m: StepMeasure) -> float:
     """The bytes the busiest device receives in ``step`` (``m`` its measure: the mean)."""
     if m.recv_bytes == 0 or step.comm is Comm.LOCAL:
         return 0.0
-    if type(step) not in (Permute, Exchange):  # exactly: an exchange run as one all-to-all is a collective
-        return float(m.recv_bytes)  # every device of every (equal) group receives alike
+    return RECV_MAX[type(step)](step, before, after, m)
+
+
+@RECV_MAX.register(*(c for c in ALL_STEPS if c is not Permute and c is not Exchange))
+def _alike(step: Step, before: ShardingType, after: ShardingType, m: StepMeasure) -> float:
+    """Every device of every (equal) group receives alike."""
+    return float(m.recv_bytes)
+
+
+@RECV_MAX.register(Permute, Exchange)
+def _busiest_cells(step: Step, before: ShardingType, after: ShardingType, m: StepMeasure) -> float:
+    """The most cells any device lacks (without pending sums) or receives in the schedule."""
     if not (before.unreduced or after.unreduced):
         return float(most_lacking(before, after) * before.itemsize)
     cs = class_schedule(before, after)

@@ -66,7 +66,7 @@ from redist.errors import ExecutionError
 from redist.exchange import Round, schedule
 from redist.exchange_a2a import Slots, slots
 from redist.facets import FacetTable
-from redist.plan import Plan, register_runner
+from redist.plan import Plan
 from redist.steps import (
     AllGather,
     AllReduce,
@@ -1001,6 +1001,3 @@ def _retyped(sharding: NamedSharding) -> Callable[[Any], Any]:
     def retype(v: Any) -> Any:
         return jax.make_array_from_single_device_arrays(v.shape, sharding, [s.data for s in v.addressable_shards])
     return retype
-
-
-register_runner(run_plan)

@@ -28,6 +28,7 @@ from redist.exchange_a2a import padded_recv_cells, slots
 from redist.facets import FacetTable
 from redist.groups import coords as mesh_coords
 from redist.steps import (
+    ADMIT,
     AllGather,
     AllReduce,
     AllReduceSlice,
@@ -164,6 +165,12 @@ def runs_in(piece: Sequence[int], block: Sequence[int]) -> int:
     return math.prod(piece[: narrower[-1]]) if narrower else 1
 
 
+WriteRule = Callable[[Any, ShardingType, ShardingType], Written]
+WRITTEN: FacetTable[WriteRule] = FacetTable("written", "redist.measure.WRITTEN")
+"""What a step copies in short rows as ``redist.executor`` lowers it (``written``): a move's
+received cells, a gather's or reduce-scatter's leading copy, or nothing."""
+
+
 def written(step: Step, before: ShardingType, after: ShardingType) -> Written:
     """What a move copies as pieces narrower than a block's rows, as ``redist.executor`` lowers
     it: every cell (``prod gcd(old local, new local)``) is read from the old block and written into
@@ -177,9 +184,23 @@ def written(step: Step, before: ShardingType, after: ShardingType) -> Written:
     joined on the leading dimension (a transposing pass XLA does not fuse), and pieces landing as
     short rows cost more than long ones; the kinds' ``strided_s_per_byte`` and ``run_s`` price it
     (``redist.calibrate`` times whole rows and rows of two lengths)."""
-    if type(step) in LEADING_COPY:  # exactly: an all-reduce-slice is a kind of reduce-scatter
-        return _leading_copy(step, before, after)
-    if not isinstance(step, WRITES_CELLS) or not before.rank or before.unreduced or after.unreduced:
+    return WRITTEN[type(step)](step, before, after)
+
+
+@WRITTEN.register(DynSlice, Discard, PadUnreduced, AllReduce, AllReduceSlice)
+def _nothing_written(step: Step, before: ShardingType, after: ShardingType) -> Written:
+    """Local passes and moves that add partial sums in whole blocks. Not ``AllReduceSlice``'s
+    slice: priced so, its fit made a slice of 4096 rows of 32 B cost a collective more than it
+    does (seed10_rand016: a split into all-reduce-slice + exchange ran 27% slower than the one
+    all-reduce-slice)."""
+    return NOTHING_WRITTEN
+
+
+@WRITTEN.register(AllToAll, MultiAllToAll, ExchangeAllToAll, Permute, Exchange)
+def _cells_written(step: Step, before: ShardingType, after: ShardingType) -> Written:
+    """A new block assembled from received cells: priced where the cells are narrower than a
+    block's rows (nothing where the move adds partial sums: not timed against it)."""
+    if not before.rank or before.unreduced or after.unreduced:
         return NOTHING_WRITTEN
     cell = cell_shape(before, after)
     cells = after.local_size // math.prod(cell)
@@ -196,16 +217,7 @@ this length: a fit's per-row cost is not extrapolated below what was timed (seed
 rows of 32 B, was priced at 2.6 ms of rows for a 1 MiB reduce-scatter)."""
 
 
-WRITES_CELLS = (AllToAll, MultiAllToAll, ExchangeAllToAll, Permute, Exchange)
-"""Steps whose new block is assembled from received cells (``written``)."""
-
-LEADING_COPY = (ReduceScatter, AllGather)
-"""Typed collectives on one dimension whose local pass copies it in rows when dimensions before it
-have local extent above 1 (``_leading_copy``). Not ``AllReduceSlice``: priced so, its fit made a
-slice of 4096 rows of 32 B cost a collective more than it does (seed10_rand016: a split into
-all-reduce-slice + exchange ran 27% slower than the one all-reduce-slice)."""
-
-
+@WRITTEN.register(ReduceScatter, AllGather)
 def _leading_copy(step: Any, before: ShardingType, after: ShardingType) -> Written:
     """A gather's or reduce-scatter's copy that moves ``dim``'s ``g`` blocks to or from the front
     (``redist.executor``: the gathered stack moved into ``dim``, the chunks moved before it for a
@@ -267,6 +279,13 @@ def _p2p_traffic(step: Step, before: ShardingType, after: ShardingType, cm: Cost
     time = cm.kind_time(profile_kind(step, before), names, rounds, rounds * cf.cell * before.itemsize,
                         written=written(step, before, after)) if rounds else 0.0
     return StepMeasure(cf.mean_missing * before.itemsize, time, rounds, rounds)
+
+
+@ADMIT.register(ExchangeAllToAll)
+def _fits_one_all_to_all(step: Step, before: ShardingType, after: ShardingType) -> None:
+    """An ``ExchangeAllToAll`` is admitted where its exchange has all-to-all slots (``slots``
+    raises ``StepError`` naming why not); registered here, beside the measure that reads them."""
+    slots(before, after)
 
 
 @MEASURE.register(ExchangeAllToAll)
@@ -336,5 +355,5 @@ def _rounds_time(cm: CostModel, kind: str, rounds: int, cell_bytes: int, names: 
     return time
 
 
-__all__ = ["MEASURE", "PROFILE_KIND", "ClosedForm", "StepMeasure", "closed_form", "group_size", "measure", "moved_kind",
+__all__ = ["MEASURE", "PROFILE_KIND", "WRITTEN", "ClosedForm", "StepMeasure", "closed_form", "group_size", "measure", "moved_kind",
            "profile_kind", "routed_measure", "runs_in", "written", "scheduled_measure", "uniform_links"]

@@ -2,9 +2,12 @@
 measures.
 
 Running a plan is the executor's job (``redist.executor.run_plan``) and certifying it the proofs
-layer's (``proofs.verify_plan``). ``plan(x)`` and ``plan.verify()`` remain as conveniences through
-an explicit registration: ``redist.executor`` registers the runner when imported (``import redist``
-does), and ``proofs`` registers the verifier when imported. ``redist`` never imports ``proofs``.
+layer's (``proofs.verify_plan``), and writing it in words the renderer's (``redist.render``).
+``plan(x)``, ``plan.verify()`` and ``str(plan)`` remain as conveniences through an explicit
+registration, each made once by the module above that owns it: ``redist.jax_reshard`` registers
+the runner (eager arrays and tracers alike), ``redist.render`` the formatter (``import redist``
+imports both) and ``proofs`` the verifier. So this vocabulary imports no executor, renderer or
+prover, and ``redist`` never imports ``proofs``.
 """
 
 from __future__ import annotations
@@ -17,24 +20,45 @@ from redist.bounds import lower_bound_bytes
 from redist.cost import DEFAULT_COST_MODEL, CostModel
 from redist.device_recv import lower_bound_bytes_max, step_recv_max
 from redist.errors import RedistError
+from redist.facets import FacetTable
 from redist.measure import StepMeasure, measure
 from redist.objective import Objective
-from redist.render import format_plan
-from redist.steps import Exchange, Step
+from redist.steps import ALL_STEPS, Exchange, Step
 from spmd_types import ShardingType
 from spmd_types.memo import Scope, cached_property, memo
 
 _HOOKS: dict[str, Callable[..., Any]] = {}
 
 
+def _register(hook: str, fn: Callable[..., Any]) -> None:
+    """One owner per hook: a second, different registration is a ``RedistError`` (it would
+    silently replace the first)."""
+    if _HOOKS.get(hook, fn) is not fn:
+        raise RedistError(f"the plan's {hook} hook is registered already (by {_HOOKS[hook].__module__}); "
+                          f"one module owns it")
+    _HOOKS[hook] = fn
+
+
 def register_runner(fn: Callable[[Plan, Any], Any]) -> None:
-    """``plan(x)`` calls ``fn(plan, x)`` (the JAX executor registers itself)."""
-    _HOOKS["run"] = fn
+    """``plan(x)`` calls ``fn(plan, x)`` (``redist.jax_reshard`` registers itself)."""
+    _register("run", fn)
 
 
 def register_verifier(fn: Callable[..., Any]) -> None:
     """``plan.verify(**kw)`` calls ``fn(plan, **kw)`` (``import proofs`` registers it)."""
-    _HOOKS["verify"] = fn
+    _register("verify", fn)
+
+
+def register_formatter(fn: Callable[[Plan], str]) -> None:
+    """``str(plan)`` returns ``fn(plan)`` (``redist.render`` registers ``format_plan``)."""
+    _register("format", fn)
+
+
+EXCHANGES: FacetTable[int] = FacetTable("exchanges counted", "redist.plan.EXCHANGES")
+"""How many generic exchanges a step counts as in ``Plan.key``'s tie-break: 1 for ``Exchange``,
+0 for typed steps, ``ExchangeAllToAll`` included (it runs as one typed all-to-all)."""
+EXCHANGES.register(Exchange)(1)
+EXCHANGES.register(*(c for c in ALL_STEPS if c is not Exchange))(0)
 
 
 @memo(Scope.TYPE, maxsize=1 << 16)
@@ -180,15 +204,15 @@ class Plan:
     @cached_property
     def _key(self) -> tuple[float, float, int, int, int]:
         """``key``, computed once: the synthesizer compares candidates many times (plans are immutable)."""
-        n_exchanges = sum(1 for s in self.steps if type(s) is Exchange)
+        n_exchanges = sum(EXCHANGES[type(s)] for s in self.steps)
         return (*self.cost_model.order(self.recv_bytes, self.time_s), self.n_collectives, n_exchanges,
                 len(self.steps))
 
     def __call__(self, x: Any) -> Any:
         """Run on a ``jax.Array`` laid out as ``src`` (``redist.executor.run_plan``)."""
-        if "run" not in _HOOKS:
-            raise RedistError("no plan runner is registered: `import redist` (or redist.executor) registers the "
-                              "JAX executor, or call redist.executor.run_plan(plan, x)")
+        if "run" not in _HOOKS:  # pragma: no cover - `import redist` registers it
+            raise RedistError("no plan runner is registered: `import redist` registers the JAX executor "
+                              "(redist.jax_reshard), or call redist.executor.run_plan(plan, x)")
         return _HOOKS["run"](self, x)
 
     def verify(self, *args: Any, **kwargs: Any) -> Any:
@@ -201,4 +225,6 @@ class Plan:
 
     def __str__(self) -> str:
         """Each step in words with its bytes and collectives, then the totals (``redist.render``)."""
-        return format_plan(self)
+        if "format" not in _HOOKS:  # pragma: no cover - `import redist` registers it
+            raise RedistError("no plan formatter is registered: `import redist` registers redist.render")
+        return str(_HOOKS["format"](self))

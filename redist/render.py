@@ -1,6 +1,7 @@
 """Plans in words: whole bytes with units, each step's communication described, counts explained.
 
-``format_plan(plan)`` is the text ``print(plan)`` shows. It reads only a plan's public attributes
+``format_plan(plan)`` is the text ``print(plan)`` shows (registered as the plan's formatter here,
+so ``redist.plan`` imports no renderer). It reads only a plan's public attributes
 (``steps``, ``all_types``, ``measures``, the byte measures) and ``redist.exchange.schedule``, so it
 describes what the executor runs: for an exchange, the cells each device receives and from how
 many peers; for a typed collective, the device groups it runs over.
@@ -12,7 +13,7 @@ import itertools
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -22,6 +23,7 @@ from redist.exchange_a2a import slots
 from redist.facets import FacetTable
 from redist.groups import coords as mesh_coords
 from redist.measure import StepMeasure
+from redist.plan import Plan, register_formatter
 from redist.steps import (
     AllGather,
     AllReduce,
@@ -39,9 +41,6 @@ from redist.steps import (
 )
 from spmd_types import Axis, Mesh, ShardingType
 from spmd_types.mesh import format_axis
-
-if TYPE_CHECKING:
-    from redist.plan import Plan
 
 _UNITS = (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10))
 
@@ -437,3 +436,6 @@ def format_plan(plan: Plan) -> str:
             lines.append(f"     {st.why_count}")
     lines.append("  " + totals_text(plan))
     return "\n".join(lines)
+
+
+register_formatter(format_plan)

@@ -12,16 +12,17 @@ fuse, search, z3 semantics...) is a ``redist.facets.FacetTable`` in the layer th
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from redist.atoms import Atom, atoms_of_axes, dims_atoms, from_atoms, unreduced_atoms
 from redist.errors import StepError
-from redist.exchange_a2a import slots
+from redist.facets import FacetTable
 from spmd_types import Axis, Mesh, ShardingType, ShardingTypeError
 from spmd_types.memo import Scope, memo
-from spmd_types.mesh import format_axis
+from spmd_types.mesh import format_axis, spans_overlap
 
 
 class Comm(Enum):
@@ -72,13 +73,10 @@ def _unused(step: Step, t: ShardingType, axes: tuple[Axis, ...]) -> tuple[Atom, 
     names = {x.name for x in used}
     for x in want:
         # An atom is in use if it or any overlapping factor of its axis is used.
-        if x in used or (x.name in names and any(_overlap(x, u) for u in used if u.name == x.name)):
+        if x in used or (x.name in names and any(spans_overlap(x.pre, x.size, u.pre, u.size)
+                                                 for u in used if u.name == x.name)):
             raise StepError(f"{step}: axis {_fmt(axes)} is already used in {t}")
     return want
-
-
-def _overlap(a: Atom, b: Atom) -> bool:
-    return not (b.pre % (a.pre * a.size) == 0 or a.pre % (b.pre * b.size) == 0)
 
 
 def _build(step: Step, t: ShardingType, dims: tuple[tuple[Atom, ...], ...], unred: frozenset[Atom]) -> ShardingType:
@@ -585,7 +583,7 @@ class ExchangeAllToAll(Exchange):
 
     def apply(self, t: ShardingType) -> ShardingType:
         out = _target(self, t)
-        slots(t, out)
+        ADMIT[type(self)](self, t, out)
         return out
 
     def __str__(self) -> str:
@@ -599,3 +597,15 @@ ALL_STEPS: tuple[type[Step], ...] = (
 """Every step class: each facet table has an entry for each (``tests/test_architecture.py``)."""
 
 KINDS: tuple[str, ...] = tuple(cls.kind for cls in ALL_STEPS)
+
+Admit = Callable[[Any, ShardingType, ShardingType], None]
+ADMIT: FacetTable[Admit] = FacetTable("admission", "redist.steps.ADMIT")
+"""What a step checks beyond its typing rule before ``apply`` returns ``after`` (raising
+``StepError``): nothing for most steps; an ``ExchangeAllToAll`` must fit one all-to-all, decided by
+its slots (``redist.exchange_a2a``) and registered from above by ``redist.measure``, which prices
+them, so this vocabulary imports no scheduler. ``ExchangeAllToAll.apply`` reads it."""
+
+
+@ADMIT.register(*(c for c in ALL_STEPS if c is not ExchangeAllToAll))
+def _typing_suffices(step: Step, before: ShardingType, after: ShardingType) -> None:
+    """The typing rule is the whole check."""

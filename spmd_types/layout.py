@@ -7,7 +7,7 @@ it once as an array ``[devices, rank, 2]`` keeps that O(devices x rank) NumPy wo
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 
@@ -15,8 +15,24 @@ from spmd_types.errors import SizeLimitError
 from spmd_types.memo import Scope, memo
 from spmd_types.mesh import Axis, Mesh, axis_name, subaxis_digit
 
-if TYPE_CHECKING:  # annotations only: types.py imports this module
-    from spmd_types.types import ShardingType
+
+class Blocked(Protocol):
+    """What the block math reads of a type: ``spmd_types.types.ShardingType`` satisfies it. A
+    protocol, not an import, because ``types`` builds on this module (no import circle)."""
+
+    @property
+    def shape(self) -> tuple[int, ...]: ...
+    @property
+    def dims(self) -> tuple[tuple[Axis, ...], ...]: ...
+    @property
+    def mesh(self) -> Mesh: ...
+    @property
+    def rank(self) -> int: ...
+    @property
+    def local_shape(self) -> tuple[int, ...]: ...
+    @property
+    def local_size(self) -> int: ...
+    def sorted_unreduced(self) -> tuple[Axis, ...]: ...
 
 
 @memo(Scope.MESH, maxsize=256)
@@ -42,7 +58,7 @@ INDEX_LIMIT = (1 << 63) - 1
 """The largest index, size or element count the int64 tables hold; past it ``SizeLimitError``."""
 
 
-def check_index_range(t: ShardingType) -> None:
+def check_index_range(t: Blocked) -> None:
     """Raise ``SizeLimitError`` naming the dimension when ``t``'s sizes do not fit int64 index math
     (block bounds, overlaps and per-device element counts), instead of letting them wrap."""
     for d, n in enumerate(t.shape):
@@ -81,7 +97,7 @@ def _dim_block_index(mesh: Mesh, axes: tuple[Axis, ...]) -> np.ndarray:
 _dim_block_index_memo = memo(Scope.MESH, maxsize=128)(_dim_block_index)
 
 
-def block_indices(t: ShardingType) -> np.ndarray:
+def block_indices(t: Blocked) -> np.ndarray:
     """int64 ``[devices, rank]``: the block number each device holds along each dimension."""
     t.mesh.check_enumerable()
     if not t.rank:
@@ -90,7 +106,7 @@ def block_indices(t: ShardingType) -> np.ndarray:
 
 
 @memo(Scope.TYPE, maxsize=8192)
-def block_bounds(t: ShardingType) -> np.ndarray:
+def block_bounds(t: Blocked) -> np.ndarray:
     """int64 ``[devices, rank, 2]``: global ``[start, stop)`` of each device's block."""
     check_index_range(t)
     local = np.array(t.local_shape, dtype=np.int64)
@@ -115,7 +131,7 @@ def _dim_overlap(mesh: Mesh, axes_a: tuple[Axis, ...], local_a: int, axes_b: tup
 _dim_overlap_memo = memo(Scope.TYPE, maxsize=128)(_dim_overlap)
 
 
-def overlap_widths(a: ShardingType, b: ShardingType) -> list[np.ndarray]:
+def overlap_widths(a: Blocked, b: Blocked) -> list[np.ndarray]:
     """Per dimension, per device: the length its blocks of ``a`` and ``b`` share along it (cached
     per pair of dimension cuts, read-only)."""
     check_index_range(a)
@@ -126,7 +142,7 @@ def overlap_widths(a: ShardingType, b: ShardingType) -> list[np.ndarray]:
             for axes_a, la, axes_b, lb in zip(a.dims, a.local_shape, b.dims, b.local_shape)]
 
 
-def overlap_elements(a: ShardingType, b: ShardingType) -> np.ndarray:
+def overlap_elements(a: Blocked, b: Blocked) -> np.ndarray:
     """Per device: number of elements in both its block of ``a`` and its block of ``b``: the product
     over dimensions of per-dimension overlaps, each shared by every pair of types that cut that
     dimension alike (the prefixes a planner compares differ from their target in a dimension or two)."""
@@ -137,7 +153,7 @@ def overlap_elements(a: ShardingType, b: ShardingType) -> np.ndarray:
     return out
 
 
-def overlap_summary(a: ShardingType, b: ShardingType, dims: tuple[int, ...]) -> tuple[int, int]:
+def overlap_summary(a: Blocked, b: Blocked, dims: tuple[int, ...]) -> tuple[int, int]:
     """The sum over devices and the least of the product, over ``dims``, of the per-dimension
     overlaps of ``overlap_widths`` (``overlap_elements`` restricted to ``dims``), exact integers,
     without a table over every device. A dimension's overlap depends only on the device's
@@ -213,7 +229,7 @@ def flat_index(columns: Sequence[np.ndarray], shape: Sequence[int]) -> np.ndarra
     return out
 
 
-def reduction_group_coords(t: ShardingType) -> np.ndarray:
+def reduction_group_coords(t: Blocked) -> np.ndarray:
     """Per device, a mixed-radix id of its coordinates along the unreduced axes (0 if none)."""
     t.mesh.check_enumerable()
     out = np.zeros(t.mesh.size, dtype=np.int64)

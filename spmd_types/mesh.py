@@ -94,6 +94,16 @@ def format_axis(a: Axis) -> str:
     return a if isinstance(a, str) else str(a)
 
 
+def spans_overlap(pre1: int, size1: int, pre2: int, size2: int) -> bool:
+    """Whether factors ``(pre1)size1`` and ``(pre2)size2`` of one mesh axis share a digit: they are
+    disjoint only when one lies wholly minor to the other in a common factorisation of the axis.
+    Equal spans always overlap (this also catches a size-1 axis named twice). The one definition:
+    types, steps and the cost model all ask it."""
+    if (pre1, size1) == (pre2, size2):
+        return True
+    return not (pre2 % (pre1 * size1) == 0 or pre1 % (pre2 * size2) == 0)
+
+
 def subaxis_stride(axis_size: int, pre: int, size: int) -> int:
     """How many coordinates of the whole axis one step of the sub-axis ``(pre)size`` spans."""
     return axis_size // (pre * size)

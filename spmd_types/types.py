@@ -29,7 +29,7 @@ from spmd_types.errors import (
 )
 from spmd_types.layout import block_bounds
 from spmd_types.memo import HASH_KEY, cached_property, state_without_hash, store_hash
-from spmd_types.mesh import Axis, Mesh, SubAxis, axis_name, format_axis
+from spmd_types.mesh import Axis, Mesh, SubAxis, axis_name, format_axis, spans_overlap
 from spmd_types.text import format_parts, parse_parts
 
 
@@ -85,15 +85,6 @@ def _ref(mesh: Mesh, name: str, pre: int, size: int) -> Axis:
 def _sort_key(mesh: Mesh, a: Axis) -> tuple[int, int]:
     name, pre, _ = mesh.span(a)
     return (mesh.position(name), pre)
-
-
-def spans_overlap(pre1: int, size1: int, pre2: int, size2: int) -> bool:
-    """Whether factors ``(pre1)size1`` and ``(pre2)size2`` of one mesh axis share a digit: they are
-    disjoint only when one lies wholly minor to the other in a common factorisation of the axis.
-    Equal spans always overlap (this also catches a size-1 axis named twice)."""
-    if (pre1, size1) == (pre2, size2):
-        return True
-    return not (pre2 % (pre1 * size1) == 0 or pre1 % (pre2 * size2) == 0)
 
 
 def _check_disjoint(mesh: Mesh, used: Iterable[tuple[Axis, str]]) -> None:
