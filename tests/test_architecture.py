@@ -156,14 +156,6 @@ def step_branches(file: str, source: str) -> list[str]:
 
 
 STEP_BRANCHES_ALLOWED = {
-    # The synthesizer's own dispatch, which its restructuring replaces by facet lookups: empty this
-    # set as they go (the test fails on an entry that no longer matches, so it can only shrink).
-    "synth.py:<module>: a literal of step classes",  # _LOCAL, duplicating Comm.LOCAL
-    "synth.py:_merged: type() compared with step classes",  # type(s) in _LOCAL
-    "synth.py:_permute_last_candidates: type() compared with step classes",  # all DynSlice
-    "synth.py:_all_reduce_first_candidates: type() compared with step classes",
-    "synth.py:_reduce_scatter_variants: type() compared with step classes",
-    "synth.py:_exchange_variants: type() compared with step classes",
     # One-off benchmark studies that pick out one step class of a plan.
     "exchange_forms.py:_body.run: type() compared with step classes",
     "join_forms.py:_chain_body.run: type() compared with step classes",
@@ -256,7 +248,6 @@ COMPLEXITY_ALLOWED = {
     # Functions still above the limit, with their complexity today: a function may only go down
     # (and leave the list once at or below the limit; the test fails on a stale entry).
     "partir_core/propagate.py:_visit": 18,
-    "redist/synth.py:step_once": 19,
 }
 
 

@@ -79,21 +79,35 @@ class Greedy:
                 self.steps.append(DynSlice(j, self.ax(a)))
 
     def step_once(self, lengths: list[int] | None = None) -> bool:
-        """One non-slice step; False when done. Each branch returns as soon as it changes the
-        stacks, so every dimension's common prefix (``prefix_length``) is read once up front (``lengths``, the
-        current ``prefix_lengths``, where the caller has them)."""
-        rank = len(self.dims)
+        """One non-slice step; False when done. The rules below are tried in order and the first
+        that changes the stacks wins, so every dimension's common prefix (``prefix_length``) is read
+        once up front (``lengths``, the current ``prefix_lengths``, where the caller has them)."""
         lengths = self.prefix_lengths() if lengths is None else lengths
-        ready = [lengths[j] == len(self.dims[j]) < len(self.wanted_dims[j]) for j in range(rank)]
-        for j in range(rank):
+        ready = [lengths[j] == len(self.dims[j]) < len(self.wanted_dims[j]) for j in range(len(self.dims))]
+        if (self._scatter_wanted(ready) or self._move_run(lengths, ready) or self._reduce_unneeded()
+                or self._gather_unneeded(lengths) or self._pad_wanted_unreduced(lengths) or self._discard_wanted()):
+            return True
+        if [tuple(d) for d in self.dims] == list(self.wanted_dims) and self.unred == set(self.wanted_unreduced):
+            return False
+        # Stuck: a needed axis is unreduced or buried under axes that cannot move yet.
+        if self._reduce_stuck() or self._gather_stuck(lengths):
+            return True
+        raise RedistError(f"synthesizer made no progress from {self.t}")  # pragma: no cover
+
+    def _scatter_wanted(self, ready: list[bool]) -> bool:
+        """A dimension ready for its next wanted axis, which is unreduced: reduce-scatter it there."""
+        for j in range(len(self.dims)):
             if ready[j] and self.wanted_dims[j][len(self.dims[j])] in self.unred:
                 a = self.wanted_dims[j][len(self.dims[j])]
                 self.unred.discard(a)
                 self.dims[j].append(a)
                 self.steps.append(ReduceScatter(j, self.ax(a)))
                 return True
-        for i in range(rank):
-            # the longest minor-most run of dimension i that dimension j wants next, moved at once
+        return False
+
+    def _move_run(self, lengths: list[int], ready: list[bool]) -> bool:
+        """The longest minor-most run of dimension i that dimension j wants next, moved at once."""
+        for i in range(len(self.dims)):
             for n in range(len(self.dims[i]) - lengths[i], 0, -1):
                 run = self.dims[i][-n:]
                 want = self.needed_at.get(run[0])
@@ -105,39 +119,59 @@ class Greedy:
                     self.dims[want].extend(run)
                     self.steps.append(AllToAll(i, want, axes_of_atoms(self.t.mesh, tuple(run))))
                     return True
+        return False
+
+    def _reduce_unneeded(self) -> bool:
+        """A pending sum over an axis no dimension wants: all-reduce it."""
         for a in sorted(self.unred - self.wanted_unreduced):
             if a not in self.needed_at:
                 self.unred.discard(a)
                 self.steps.append(AllReduce(self.ax(a)))
                 return True
-        for i in range(rank):
-            if len(self.dims[i]) > lengths[i] and self.dims[i][-1] not in self.needed_at and self.dims[i][-1] not in self.wanted_unreduced:
+        return False
+
+    def _gather_unneeded(self, lengths: list[int]) -> bool:
+        """A removable minor axis wanted nowhere: all-gather it."""
+        for i in range(len(self.dims)):
+            last = self.dims[i][-1] if len(self.dims[i]) > lengths[i] else None
+            if last is not None and last not in self.needed_at and last not in self.wanted_unreduced:
                 self.steps.append(AllGather(i, self.ax(self.dims[i].pop())))
                 return True
-        for i in range(rank):
+        return False
+
+    def _pad_wanted_unreduced(self, lengths: list[int]) -> bool:
+        """A removable minor axis wanted as a pending sum: pad into zeros (no communication)."""
+        for i in range(len(self.dims)):
             if len(self.dims[i]) > lengths[i] and self.dims[i][-1] in self.wanted_unreduced:
                 a = self.dims[i].pop()
                 self.unred.add(a)
                 self.steps.append(PadUnreduced(i, self.ax(a)))
                 return True
+        return False
+
+    def _discard_wanted(self) -> bool:
+        """A wanted pending sum over an axis nothing uses: keep one copy, zeros elsewhere."""
         used = self.used()
         for a in sorted(self.wanted_unreduced - self.unred):
             if a not in used:
                 self.unred.add(a)
                 self.steps.append(Discard(self.ax(a)))
                 return True
-        if [tuple(d) for d in self.dims] == list(self.wanted_dims) and self.unred == set(self.wanted_unreduced):
-            return False
-        # Stuck: a needed axis is unreduced or buried under axes that cannot move yet.
+        return False
+
+    def _reduce_stuck(self) -> bool:
         for a in sorted(self.unred - self.wanted_unreduced):
             self.unred.discard(a)
             self.steps.append(AllReduce(self.ax(a)))
             return True
-        for i in range(rank):
+        return False
+
+    def _gather_stuck(self, lengths: list[int]) -> bool:
+        for i in range(len(self.dims)):
             if len(self.dims[i]) > lengths[i]:
                 self.steps.append(AllGather(i, self.ax(self.dims[i].pop())))
                 return True
-        raise RedistError(f"synthesizer made no progress from {self.t}")  # pragma: no cover
+        return False
 
     def run(self) -> list[Step]:
         for _ in range(64 * (len(self.dims) + 1) * (len(self.t.mesh.axes) + 1)):
