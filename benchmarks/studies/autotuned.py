@@ -6,7 +6,7 @@ case, ``autotune`` (its own timing, then discarded), then the model's choice, th
 Shardy and GSPMD timed interleaved in one process (``benchmarks.speed.round_robin``), speedups
 against the faster correct XLA partitioner. Every side's result is checked against NumPy.
 
-``python -m benchmarks.autotuned [--cases none|NAME ...] [--random N] [--seconds S] [--top K] [--reps R] [--margin M]``
+``python -m benchmarks.studies.autotuned [--cases none|NAME ...] [--random N] [--seconds S] [--top K] [--reps R] [--margin M]``
 """
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ def report(rows: Sequence[Result], command: str, low: float = 0.9) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.autotuned", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.studies.autotuned", description=__doc__.splitlines()[0])
     parser.add_argument("--cases", nargs="*", default=None, help="named cases (default all; 'none' for none)")
     parser.add_argument("--random", type=_at_least(0, int), default=0, help="random pairs (benchmarks.random_pairs, seed 0)")
     parser.add_argument("--seconds", type=_at_least(0, float), default=0.6, help="timing budget per case")
@@ -91,7 +91,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     named = () if args.cases == ["none"] else select_cases(NAMED_CASES, args.cases)
     cases = [*named, *(random_pairs(PairSpec(count=args.random)) if args.random else ())]
-    cmd = " ".join(["python -m benchmarks.autotuned", *(["--cases", *args.cases] if args.cases else []),
+    cmd = " ".join(["python -m benchmarks.studies.autotuned", *(["--cases", *args.cases] if args.cases else []),
                     f"--random {args.random}", f"--seconds {args.seconds}", f"--top {args.top}", f"--reps {args.reps}", f"--margin {args.margin}"])
     rows = []
     for case in cases:
