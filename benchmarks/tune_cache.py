@@ -5,7 +5,7 @@ to time the planner's best plans and write the winner; what planning then costs 
 force (the first call of a move, which reads the file and rebuilds the plan from the planner's
 candidates, and later calls, a dict hit) beside planning without it; and the model's choice against
 the cached choice on the clock: both compiled, timed interleaved in one process
-(``benchmarks.speed.round_robin``, medians), with the model's program timed a second time under
+(``benchmarks.harness.round_robin``, medians), with the model's program timed a second time under
 another name as an A/A control (how far apart two names of one program come out on this machine).
 Every result is checked against NumPy where the destination has no pending sum.
 
@@ -14,8 +14,6 @@ Every result is checked against NumPy where the destination has no pending sum.
 
 from __future__ import annotations
 
-import argparse
-import datetime
 import os
 import statistics
 import tempfile
@@ -26,11 +24,21 @@ from typing import NamedTuple
 
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 
-from benchmarks.arrays import check_output, make_input  # noqa: E402
 from benchmarks.cases import NAMED_CASES, Case, select_cases  # noqa: E402
+from benchmarks.harness import (  # noqa: E402
+    Clock,
+    at_least,
+    geomean,
+    header,
+    suite_parser,
+    thunk,
+    with_control,
+    write_results,
+)
 from benchmarks.markdown import md_table  # noqa: E402
-from benchmarks.speed import _at_least, _steps, geomean, header, round_robin, thunk  # noqa: E402
+from benchmarks.speed import _steps  # noqa: E402
 from redist import autotune, redistribute, use_tune_cache  # noqa: E402
+from redist.arrays import check_output, make_input  # noqa: E402
 from redist.executor import compile_plan  # noqa: E402
 from redist.profile import default_cost_model  # noqa: E402
 from redist.tune_cache import forget_loaded  # noqa: E402
@@ -94,10 +102,9 @@ def run_case(case: Case, cache: str, seconds: float, top: int, reps: int, margin
     for name, prog in progs.items():
         if not dst.unreduced and check_output(prog(x), expected, dst) is not None:
             raise AssertionError(f"{case.name}: the {name} plan's result differs from NumPy's")
-    med = round_robin({"model": thunk(progs["model"], x), "model A/A": thunk(progs["model"], x),
-                       "cached": thunk(progs["cached"], x)}, seconds)
+    med, aa = with_control({"model": thunk(progs["model"], x), "cached": thunk(progs["cached"], x)}, "model", seconds)
     return Row(case.name, tune_s, first_hit_s, hit_s, plain_s, _steps(model), _steps(cached),
-               med["model"] / med["cached"], med["model"] / med["model A/A"])
+               med["model"] / med["cached"], 1 / aa)
 
 
 def report(rows: Sequence[Row], command: str, load: tuple[float, float], wall_s: float) -> list[str]:
@@ -124,19 +131,17 @@ def report(rows: Sequence[Row], command: str, load: tuple[float, float], wall_s:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.tune_cache", description=__doc__.splitlines()[0])
+    parser = suite_parser("tune_cache", __doc__, out="write DATE-tune-cache.md to this folder",
+                          reps=(DEFAULT_REPS, "autotune's calls per plan"))
     parser.add_argument("--cases", nargs="*", default=list(SMALL), help="named cases ('all' for every one)")
-    parser.add_argument("--seconds", type=_at_least(0, float), default=0.6, help="clock budget per case")
-    parser.add_argument("--top", type=_at_least(1, int), default=DEFAULT_TOP, help="plans autotune times")
-    parser.add_argument("--reps", type=_at_least(1, int), default=DEFAULT_REPS, help="autotune's calls per plan")
+    parser.add_argument("--seconds", type=at_least(0, float), default=0.6, help="clock budget per case")
+    parser.add_argument("--top", type=at_least(1, int), default=DEFAULT_TOP, help="plans autotune times")
     parser.add_argument("--margin", type=float, default=DEFAULT_MARGIN, help="how much faster another plan must measure")
-    parser.add_argument("--out", default=None, help="write DATE-tune-cache.md to this folder")
     args = parser.parse_args(argv)
     cases = select_cases(NAMED_CASES, None if args.cases == ["all"] else args.cases)
     command = " ".join(["python -m benchmarks.tune_cache", "--cases", *args.cases, f"--seconds {args.seconds}",
                         f"--top {args.top}", f"--reps {args.reps}", f"--margin {args.margin}"])
-    load0, start = os.getloadavg()[0], time.perf_counter()
-    rows = []
+    clock, rows = Clock(), []
     with tempfile.TemporaryDirectory() as tmp:
         cache = str(Path(tmp) / "tune.json")
         for case in cases:
@@ -144,12 +149,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             r = rows[-1]
             print(f"{r.name:28s} tuned in {r.tune_s:5.2f} s  cached vs model {r.speedup:5.2f}x  A/A {r.control:5.2f}x",
                   flush=True)
-    text = "\n".join(report(rows, command, (load0, os.getloadavg()[0]), time.perf_counter() - start)) + "\n"
+    text = "\n".join(report(rows, command, clock.load, clock.wall_s)) + "\n"
     print("\n" + text)
     if args.out:
-        path = Path(args.out) / f"{datetime.date.today()}-tune-cache.md"
-        path.write_text(text)
-        print(f"wrote {path}")
+        print(f"wrote {write_results(args.out, 'tune-cache', text)}")
     return 0
 
 

@@ -30,8 +30,8 @@ os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 import jax  # noqa: E402
 from jax.sharding import PartitionSpec as P  # noqa: E402
 
+from benchmarks.harness import at_least, round_robin, thunk  # noqa: E402
 from benchmarks.studies.join_forms import GROUP, compile_forms  # noqa: E402
-from benchmarks.speed import _at_least, round_robin, thunk  # noqa: E402
 from redist.executor import _all_to_all_in_place, _on_bits  # noqa: E402
 
 ARGS = {"axis_name": "model"}
@@ -105,8 +105,8 @@ def table(forms: Sequence[Form], seconds: float, rounds: int) -> list[str]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.studies.a2a_forms", description=__doc__.splitlines()[0])
-    parser.add_argument("--seconds", type=_at_least(0, float), default=3.0, help="timing budget per form pair")
-    parser.add_argument("--rounds", type=_at_least(1, int), default=5, help="interleaved rounds per form pair")
+    parser.add_argument("--seconds", type=at_least(0, float), default=3.0, help="timing budget per form pair")
+    parser.add_argument("--rounds", type=at_least(1, int), default=5, help="interleaved rounds per form pair")
     args = parser.parse_args(argv)
     print(f"Command: `python -m benchmarks.studies.a2a_forms --seconds {args.seconds} --rounds {args.rounds}`")
     table(FORMS, args.seconds, args.rounds)

@@ -45,8 +45,8 @@ from jax import lax  # noqa: E402
 from jax.sharding import NamedSharding  # noqa: E402
 
 from benchmarks.cases import NAMED_CASES, Case  # noqa: E402
+from benchmarks.harness import at_least, round_robin_times, thunk  # noqa: E402
 from benchmarks.random_pairs import PairSpec, random_pairs  # noqa: E402
-from benchmarks.speed import _at_least, round_robin_times, thunk  # noqa: E402
 from redist import executor as ex  # noqa: E402
 from redist import redistribute  # noqa: E402
 from redist.arrays import check_output, make_input  # noqa: E402
@@ -270,8 +270,8 @@ def table(seconds: float, runs: int) -> list[str]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.studies.exchange_forms", description=__doc__.splitlines()[0])
-    parser.add_argument("--seconds", type=_at_least(0, float), default=4.0, help="timing budget per case and run")
-    parser.add_argument("--runs", type=_at_least(1, int), default=3, help="interleaved runs per case")
+    parser.add_argument("--seconds", type=at_least(0, float), default=4.0, help="timing budget per case and run")
+    parser.add_argument("--runs", type=at_least(1, int), default=3, help="interleaved runs per case")
     args = parser.parse_args(argv)
     print(f"Command: `python -m benchmarks.studies.exchange_forms --seconds {args.seconds} --runs {args.runs}`")
     table(args.seconds, args.runs)

@@ -31,6 +31,7 @@ from contextlib import ExitStack, contextmanager
 from typing import NamedTuple
 from unittest import mock
 
+from benchmarks.harness import at_least
 from benchmarks.markdown import md_table
 from benchmarks.planning import (
     LADDER,
@@ -40,7 +41,6 @@ from benchmarks.planning import (
     ladder_pair,
     random_type,
 )
-from benchmarks.speed import _at_least
 from redist import synth
 from redist.caches import clear_caches
 from redist.cost import CostModel
@@ -212,8 +212,8 @@ def report(pairs: int, reps: int, seed: int = 7) -> list[str]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.studies.families", description=__doc__.splitlines()[0])
-    ap.add_argument("--pairs", type=_at_least(1, int), default=15, help="ladder pairs per rung and objective")
-    ap.add_argument("--reps", type=_at_least(1, int), default=3, help="timed repetitions of each rung")
+    ap.add_argument("--pairs", type=at_least(1, int), default=15, help="ladder pairs per rung and objective")
+    ap.add_argument("--reps", type=at_least(1, int), default=3, help="timed repetitions of each rung")
     args = ap.parse_args()
     print("\n".join(report(args.pairs, args.reps)))
 

@@ -32,7 +32,7 @@ from jax.sharding import Mesh, NamedSharding  # noqa: E402
 from jax.sharding import PartitionSpec as P  # noqa: E402
 
 import redist.executor as ex  # noqa: E402
-from benchmarks.speed import _at_least, round_robin, thunk  # noqa: E402
+from benchmarks.harness import at_least, round_robin, thunk  # noqa: E402
 from redist import AllToAll, Plan, redistribute  # noqa: E402
 from redist.arrays import check_output, make_input  # noqa: E402
 from redist.executor import _all_to_all_in_place, _gather_into  # noqa: E402
@@ -228,7 +228,7 @@ def chain_table(chains: Sequence[Chain], seconds: float) -> list[str]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.studies.join_forms", description=__doc__.splitlines()[0])
-    parser.add_argument("--seconds", type=_at_least(0, float), default=1.5, help="timing budget per form pair")
+    parser.add_argument("--seconds", type=at_least(0, float), default=1.5, help="timing budget per form pair")
     args = parser.parse_args(argv)
     print(f"Command: `python -m benchmarks.studies.join_forms --seconds {args.seconds}`\n")
     table(FORMS, args.seconds)

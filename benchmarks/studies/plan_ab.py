@@ -153,8 +153,8 @@ def _worker(index: int, processes: int, port: int, path: str, reps: int, seconds
     init_distributed(index, processes, f"127.0.0.1:{port}")
     import jax
 
+    from benchmarks.harness import thunk
     from benchmarks.paired import paired_ratio
-    from benchmarks.speed import thunk
     from redist.arrays import check_output, make_input
     from redist.executor import compile_plan
     from redist.profile import default_cost_model

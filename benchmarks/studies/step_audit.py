@@ -28,9 +28,9 @@ from typing import NamedTuple
 
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 
+from benchmarks.harness import at_least  # noqa: E402
 from benchmarks.markdown import md_table  # noqa: E402
 from benchmarks.random_pairs import PairSpec, random_pairs  # noqa: E402
-from benchmarks.speed import _at_least  # noqa: E402
 from redist import Plan, redistribute  # noqa: E402
 from redist.calibrate import samples, size_classes  # noqa: E402
 from redist.cost import CostModel  # noqa: E402
@@ -109,9 +109,9 @@ def _price(plan: Plan, cm: CostModel) -> float:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.studies.step_audit", description=__doc__.splitlines()[0])
-    parser.add_argument("--count", type=_at_least(1, int), default=200, help="random pairs whose plans' steps are audited")
+    parser.add_argument("--count", type=at_least(1, int), default=200, help="random pairs whose plans' steps are audited")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random pairs")
-    parser.add_argument("--reps", type=_at_least(1, int), default=11, help="interleaved calls per step")
+    parser.add_argument("--reps", type=at_least(1, int), default=11, help="interleaved calls per step")
     parser.add_argument("--profile", nargs="*", default=[str(PROFILE_DIR / "cpu.json")],
                         help="profiles to price the steps under (default: the shipped CPU profile)")
     args = parser.parse_args(argv)

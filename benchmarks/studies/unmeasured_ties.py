@@ -24,8 +24,8 @@ from typing import NamedTuple
 
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 
+from benchmarks.harness import at_least, geomean  # noqa: E402
 from benchmarks.markdown import md_table  # noqa: E402
-from benchmarks.speed import _at_least, geomean  # noqa: E402
 from redist import CostModel, Plan  # noqa: E402
 from redist.calibrate import samples  # noqa: E402
 from redist.steps import AllToAll, DynSlice, PadUnreduced, Permute, ReduceScatter, Step  # noqa: E402
@@ -108,8 +108,8 @@ def table(rows: list[Row]) -> list[str]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.studies.unmeasured_ties", description=__doc__.splitlines()[0])
-    ap.add_argument("--reps", type=_at_least(1, int), default=60, help="timed calls per plan and round")
-    ap.add_argument("--rounds", type=_at_least(1, int), default=3, help="rounds; each figure is the median over them")
+    ap.add_argument("--reps", type=at_least(1, int), default=60, help="timed calls per plan and round")
+    ap.add_argument("--rounds", type=at_least(1, int), default=3, help="rounds; each figure is the median over them")
     args = ap.parse_args()
     print(f"Command: python -m benchmarks.studies.unmeasured_ties --reps {args.reps} --rounds {args.rounds}\n")
     print("\n".join(table(measure(args.reps, args.rounds))))
