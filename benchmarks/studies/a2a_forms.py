@@ -19,7 +19,6 @@ spread of the per-round ratio, and which form the executor's rule picks.
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 from collections.abc import Callable, Sequence
@@ -30,7 +29,7 @@ os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 import jax  # noqa: E402
 from jax.sharding import PartitionSpec as P  # noqa: E402
 
-from benchmarks.harness import at_least, round_robin, thunk  # noqa: E402
+from benchmarks.harness import at_least, round_robin, suite_parser, thunk  # noqa: E402
 from benchmarks.studies.join_forms import GROUP, compile_forms  # noqa: E402
 from redist.executor import _all_to_all_in_place, _on_bits  # noqa: E402
 
@@ -104,7 +103,7 @@ def table(forms: Sequence[Form], seconds: float, rounds: int) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.studies.a2a_forms", description=__doc__.splitlines()[0])
+    parser = suite_parser("studies.a2a_forms", __doc__)
     parser.add_argument("--seconds", type=at_least(0, float), default=3.0, help="timing budget per form pair")
     parser.add_argument("--rounds", type=at_least(1, int), default=5, help="interleaved rounds per form pair")
     args = parser.parse_args(argv)

@@ -11,7 +11,6 @@ against the faster correct XLA partitioner. Every side's result is checked again
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import time
@@ -21,7 +20,7 @@ from typing import NamedTuple
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 
 from benchmarks.cases import NAMED_CASES, Case, select_cases  # noqa: E402
-from benchmarks.harness import at_least, geomean, round_robin, thunk  # noqa: E402
+from benchmarks.harness import at_least, geomean, round_robin, suite_parser, thunk  # noqa: E402
 from benchmarks.markdown import md_table  # noqa: E402
 from benchmarks.random_pairs import PairSpec, random_pairs  # noqa: E402
 from benchmarks.speed import _steps, _xla  # noqa: E402
@@ -82,7 +81,7 @@ def report(rows: Sequence[Result], command: str, low: float = 0.9) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.studies.autotuned", description=__doc__.splitlines()[0])
+    parser = suite_parser("studies.autotuned", __doc__)
     parser.add_argument("--cases", nargs="*", default=None, help="named cases (default all; 'none' for none)")
     parser.add_argument("--random", type=at_least(0, int), default=0, help="random pairs (benchmarks.random_pairs, seed 0)")
     parser.add_argument("--seconds", type=at_least(0, float), default=0.6, help="timing budget per case")

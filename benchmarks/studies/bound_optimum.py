@@ -16,7 +16,6 @@ slack is ours) or *bound slack* (the least program is above the bound).
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import math
 from collections.abc import Iterable, Iterator, Sequence
@@ -24,6 +23,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from benchmarks.harness import suite_parser
 from proofs.model import shards
 from spmd_types import Mesh, ShardingType
 
@@ -157,7 +157,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from redist.bounds import lower_bound_bytes
     from redist.synth import synthesize
 
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = suite_parser("studies.bound_optimum", __doc__)
     ap.add_argument("--signed", action="store_true", help="messages may also subtract partials")
     a = ap.parse_args(argv)
     by = CostModel(objective="bytes")

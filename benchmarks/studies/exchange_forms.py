@@ -30,7 +30,6 @@ Forms:
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 from collections.abc import Callable, Sequence
@@ -45,7 +44,7 @@ from jax import lax  # noqa: E402
 from jax.sharding import NamedSharding  # noqa: E402
 
 from benchmarks.cases import NAMED_CASES, Case  # noqa: E402
-from benchmarks.harness import at_least, round_robin_times, thunk  # noqa: E402
+from benchmarks.harness import at_least, round_robin_times, suite_parser, thunk  # noqa: E402
 from benchmarks.random_pairs import PairSpec, random_pairs  # noqa: E402
 from redist import executor as ex  # noqa: E402
 from redist import redistribute  # noqa: E402
@@ -269,7 +268,7 @@ def table(seconds: float, runs: int) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.studies.exchange_forms", description=__doc__.splitlines()[0])
+    parser = suite_parser("studies.exchange_forms", __doc__)
     parser.add_argument("--seconds", type=at_least(0, float), default=4.0, help="timing budget per case and run")
     parser.add_argument("--runs", type=at_least(1, int), default=3, help="interleaved runs per case")
     args = parser.parse_args(argv)

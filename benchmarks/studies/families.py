@@ -21,7 +21,6 @@ time (``redist.synth.BUILDERS``, and ``permute_last``: the mirrored permutes) an
 
 from __future__ import annotations
 
-import argparse
 import math
 import random
 import statistics
@@ -31,7 +30,7 @@ from contextlib import ExitStack, contextmanager
 from typing import NamedTuple
 from unittest import mock
 
-from benchmarks.harness import at_least
+from benchmarks.harness import at_least, suite_parser
 from benchmarks.markdown import md_table
 from benchmarks.planning import (
     LADDER,
@@ -211,7 +210,7 @@ def report(pairs: int, reps: int, seed: int = 7) -> list[str]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(prog="python -m benchmarks.studies.families", description=__doc__.splitlines()[0])
+    ap = suite_parser("studies.families", __doc__)
     ap.add_argument("--pairs", type=at_least(1, int), default=15, help="ladder pairs per rung and objective")
     ap.add_argument("--reps", type=at_least(1, int), default=3, help="timed repetitions of each rung")
     args = ap.parse_args()

@@ -16,7 +16,6 @@ is an all-to-all with another collective after it, the first all-to-all's join f
 
 from __future__ import annotations
 
-import argparse
 import os
 from collections.abc import Callable, Sequence
 from functools import partial
@@ -32,7 +31,7 @@ from jax.sharding import Mesh, NamedSharding  # noqa: E402
 from jax.sharding import PartitionSpec as P  # noqa: E402
 
 import redist.executor as ex  # noqa: E402
-from benchmarks.harness import at_least, round_robin, thunk  # noqa: E402
+from benchmarks.harness import at_least, round_robin, suite_parser, thunk  # noqa: E402
 from redist import AllToAll, Plan, redistribute  # noqa: E402
 from redist.arrays import check_output, make_input  # noqa: E402
 from redist.executor import _all_to_all_in_place, _gather_into  # noqa: E402
@@ -227,7 +226,7 @@ def chain_table(chains: Sequence[Chain], seconds: float) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.studies.join_forms", description=__doc__.splitlines()[0])
+    parser = suite_parser("studies.join_forms", __doc__)
     parser.add_argument("--seconds", type=at_least(0, float), default=1.5, help="timing budget per form pair")
     args = parser.parse_args(argv)
     print(f"Command: `python -m benchmarks.studies.join_forms --seconds {args.seconds}`\n")

@@ -34,6 +34,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
+from benchmarks.harness import suite_parser, thunk
 from benchmarks.multiprocess import DEVICES, Timer
 from redist.cost import CostModel
 from redist.errors import RedistError, StepError
@@ -153,7 +154,6 @@ def _worker(index: int, processes: int, port: int, path: str, reps: int, seconds
     init_distributed(index, processes, f"127.0.0.1:{port}")
     import jax
 
-    from benchmarks.harness import thunk
     from benchmarks.paired import paired_ratio
     from redist.arrays import check_output, make_input
     from redist.executor import compile_plan
@@ -182,7 +182,7 @@ _OUR_LINE = re.compile(r"^(\S.* -> .* on \{.*|  (a|b|a/b) .*)$", re.M)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m benchmarks.studies.plan_ab", description=__doc__.split("\n")[0])
+    ap = suite_parser("studies.plan_ab", __doc__)
     ap.add_argument("plans", help="JSON file of moves and their two plans (see the module docstring)")
     ap.add_argument("--processes", type=int, default=2, help="processes of 8 / PROCESSES devices each")
     ap.add_argument("--reps", type=int, default=64)

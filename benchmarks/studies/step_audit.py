@@ -19,7 +19,6 @@ two measurements shows what those passes cost.
 
 from __future__ import annotations
 
-import argparse
 import math
 import os
 import statistics
@@ -28,7 +27,7 @@ from typing import NamedTuple
 
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 
-from benchmarks.harness import at_least  # noqa: E402
+from benchmarks.harness import at_least, suite_parser  # noqa: E402
 from benchmarks.markdown import md_table  # noqa: E402
 from benchmarks.random_pairs import PairSpec, random_pairs  # noqa: E402
 from redist import Plan, redistribute  # noqa: E402
@@ -108,7 +107,7 @@ def _price(plan: Plan, cm: CostModel) -> float:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.studies.step_audit", description=__doc__.splitlines()[0])
+    parser = suite_parser("studies.step_audit", __doc__)
     parser.add_argument("--count", type=at_least(1, int), default=200, help="random pairs whose plans' steps are audited")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random pairs")
     parser.add_argument("--reps", type=at_least(1, int), default=11, help="interleaved calls per step")

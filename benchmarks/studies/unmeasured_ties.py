@@ -17,14 +17,13 @@ empty program), the median over ``R`` rounds of ``N`` calls each.
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 from typing import NamedTuple
 
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 
-from benchmarks.harness import at_least, geomean  # noqa: E402
+from benchmarks.harness import at_least, geomean, suite_parser  # noqa: E402
 from benchmarks.markdown import md_table  # noqa: E402
 from redist import CostModel, Plan  # noqa: E402
 from redist.calibrate import samples  # noqa: E402
@@ -107,7 +106,7 @@ def table(rows: list[Row]) -> list[str]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(prog="python -m benchmarks.studies.unmeasured_ties", description=__doc__.splitlines()[0])
+    ap = suite_parser("studies.unmeasured_ties", __doc__)
     ap.add_argument("--reps", type=at_least(1, int), default=60, help="timed calls per plan and round")
     ap.add_argument("--rounds", type=at_least(1, int), default=3, help="rounds; each figure is the median over them")
     args = ap.parse_args()
