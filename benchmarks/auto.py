@@ -11,7 +11,6 @@ its optimizer state: so every schedule that keeps all parameters whole is ruled 
 
 from __future__ import annotations
 
-import argparse
 import os
 import random
 import statistics
@@ -23,8 +22,9 @@ os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 
 import jax  # noqa: E402
 
+from benchmarks.harness import suite_parser  # noqa: E402
 from benchmarks.paired import balanced_order  # noqa: E402
-from benchmarks.partitioner import Side, bench_schedule, spearman  # noqa: E402
+from benchmarks.partitioner import Side, bench_schedule  # noqa: E402
 from partir_core import Shard, auto, partition  # noqa: E402
 from partir_core import auto_profile as P  # noqa: E402
 from partir_core import models as M  # noqa: E402
@@ -35,6 +35,7 @@ from partir_core.ir import trace  # noqa: E402
 from partir_core.propagate import Propagator  # noqa: E402
 from partir_core.search_space import State, build_space  # noqa: E402
 from partir_core.tactics import Tactic  # noqa: E402
+from redist.profile import spearman  # noqa: E402
 from spmd_types import Mesh  # noqa: E402
 from spmd_types.jax_interop import to_named_sharding  # noqa: E402
 
@@ -241,7 +242,7 @@ def compare(models: list[str], mesh: Mesh, budget_evals: int, fixed: str = "") -
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = suite_parser("auto", __doc__)
     p.add_argument("--models", nargs="*", default=list(SIZES))
     p.add_argument("--runs", type=int, default=15)
     p.add_argument("--time-budget", type=float, default=60.0)

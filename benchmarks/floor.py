@@ -8,7 +8,7 @@ the same device groups (or permute pairs), the same element count and item size,
 whose split or gathered dimension is the leading one (no slicing, transposing or joining around
 it), as its own ``shard_map`` program. The floor of a module is the sum of its collectives' bare
 times less one dispatch per extra program (a real program dispatches once), measured interleaved
-with the programs it bounds (``benchmarks.speed.round_robin``).
+with the programs it bounds (``benchmarks.harness.round_robin``).
 
 A plan's ceiling against XLA is then ``t_xla / min(floor(ours), floor(xla))``: no lowering of
 either side's collectives beats it on this backend. It is not a bound over every conceivable

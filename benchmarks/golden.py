@@ -14,7 +14,6 @@ paths or machine-dependent numbers, and every float is printed with a fixed form
 
 from __future__ import annotations
 
-import argparse
 import difflib
 import re
 import shlex
@@ -24,6 +23,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from benchmarks.cases import NAMED_CASES, Case
+from benchmarks.harness import suite_parser
 from benchmarks.random_pairs import PairSpec, random_pairs
 from redist import CostModel, Plan, redistribute
 from redist.profile import packaged_profile
@@ -158,7 +158,7 @@ def update(directory: Path = GOLDEN_DIR) -> tuple[int, int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.golden", description=__doc__.split("\n\n")[0])
+    parser = suite_parser("golden", __doc__)
     parser.add_argument("--update", action="store_true", help="rewrite the golden files and delete stale ones")
     args = parser.parse_args(argv)
     if args.update:

@@ -36,6 +36,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
+from benchmarks.harness import geomean, round_robin, suite_parser, thunk
 from benchmarks.paired import balanced_order, paired_ratio
 from redist import coordination
 from redist.launch import EIGEN_SINGLE, init_distributed, spawn_local, without_gloo_logs
@@ -243,8 +244,6 @@ def time_case(timer: Timer, tag: str, plan: Plan, x: Any, reps: int, xla: Any, o
     Ratios are medians of per-repetition ratios with their ~95% interval (``paired_ratio``); the
     times printed are medians. Timing ``plan(x)`` as "ours" charged its Python, about 0.1 ms a call
     on a loaded 2-core machine, to the plan; it is shown apart (``call``)."""
-    from benchmarks.speed import thunk
-
     sides = {"xla": thunk(xla, x), "ours": thunk(ours, x), "xla_again": thunk(again, x)}
     bare, uses = floor_sides(xla, ours, x) if floor else ({}, {})
     t = timer.run(tag, {**sides, **bare}, reps, warmup, seconds)
@@ -290,7 +289,6 @@ def floor_text(med: dict[str, float], uses: dict[str, list[str]], speedup: float
 def time_steps(plan: Plan, jm: Any, reps: int) -> list[str]:
     """Each step of ``plan`` timed alone (a single-step plan on an input of its source type), with its
     predicted time: where a multi-step plan's time goes."""
-    from benchmarks.speed import round_robin, thunk
     from redist.arrays import make_input
     from redist.errors import ExecutionError
     from redist.executor import compile_plan
@@ -312,7 +310,7 @@ def time_steps(plan: Plan, jm: Any, reps: int) -> list[str]:
 def summary(lines: Sequence[str]) -> str:
     """Geometric-mean speedup, worst case, the A/A control's spread, predicted-vs-measured rank
     correlation, and (with ``--hlo``) the ceiling that structural ties put on the geometric mean."""
-    from benchmarks.speed import ceiling_of, geomean
+    from benchmarks.speed import ceiling_of
     from redist.profile import spearman
 
     hits = [(ln.split()[0], m, ln) for ln in lines if (m := SPEED.search(ln))]
@@ -352,7 +350,7 @@ def ceiling_sentence(c: Any, n: int) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m benchmarks.multiprocess", description=__doc__.split("\n")[0])
+    ap = suite_parser("multiprocess", __doc__)
     ap.add_argument("--processes", type=int, default=2)
     ap.add_argument("--cases", nargs="*", default=[])
     ap.add_argument("--reps", type=int, default=0, help="timed runs per side (0: check only)")

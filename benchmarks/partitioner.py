@@ -14,7 +14,6 @@ simulator's predicted time is ranked against the measured one.
 
 from __future__ import annotations
 
-import math
 import re
 import statistics
 import time
@@ -24,11 +23,13 @@ from typing import Any
 
 import jax
 
+from benchmarks.harness import geomean, suite_parser
 from benchmarks.markdown import md_table
 from partir_core import models as M
 from partir_core import partition
 from partir_core import strategies as S
 from redist.hlo import parse_collectives
+from redist.profile import spearman
 from spmd_types import Mesh
 from spmd_types.jax_interop import mesh_to_jax, to_named_sharding
 
@@ -248,27 +249,6 @@ def _max_err(got: list[Any], ref: list[Any]) -> float:
                for g, r in zip(got, ref))
 
 
-def spearman(xs: list[float], ys: list[float]) -> float:
-    """Spearman rank correlation (ties get their average rank)."""
-    def ranks(v: list[float]) -> list[float]:
-        order = sorted(range(len(v)), key=lambda i: v[i])
-        r = [0.0] * len(v)
-        i = 0
-        while i < len(order):
-            j = i
-            while j + 1 < len(order) and v[order[j + 1]] == v[order[i]]:
-                j += 1
-            for k in range(i, j + 1):
-                r[order[k]] = (i + j) / 2
-            i = j + 1
-        return r
-    a, b = ranks(xs), ranks(ys)
-    ma, mb = statistics.mean(a), statistics.mean(b)
-    cov = sum((x - ma) * (y - mb) for x, y in zip(a, b))
-    den = math.sqrt(sum((x - ma) ** 2 for x in a) * sum((y - mb) ** 2 for y in b))
-    return cov / den if den else float("nan")
-
-
 def _placed(step: Any, model: M.Model, mesh: Mesh) -> list[Any]:
     from partir_core.api import fn_mesh
 
@@ -368,7 +348,7 @@ def gpt_table(rows: list[GptRow]) -> str:
         _fmt(r.predicted_counts), _fmt(r.xla_counts), f"{r.ours_recv:,.0f}", f"{r.xla_recv:,.0f}",
         f"{r.ours_ms:.2f}", f"{r.xla_ms:.2f}", f"{r.speedup:.2f}x", f"{r.predicted_ms:.2f}") for r in rows))
     sp = [r.speedup for r in rows]
-    gm = math.exp(statistics.mean(math.log(s) for s in sp)) if sp else float("nan")
+    gm = geomean(sp)
     rho = spearman([r.predicted_ms for r in rows], [r.ours_ms for r in rows]) if len(rows) > 1 else float("nan")
     out.append("")
     out.append(f"geometric-mean speedup {gm:.2f}x (min {min(sp, default=float('nan')):.2f}x; speedup = median "
@@ -379,14 +359,12 @@ def gpt_table(rows: list[GptRow]) -> str:
     return "\n".join(out)
 
 
-def main() -> None:
-    import argparse
-
-    p = argparse.ArgumentParser(description="the partitioner on the GPT against XLA's SPMD partitioner")
-    p.add_argument("--reps", type=int, default=10)
+def main(argv: list[str] | None = None) -> None:
+    p = suite_parser("partitioner", "the partitioner on the GPT against XLA's SPMD partitioner",
+                     reps=(10, "interleaved rounds of every strategy"))
     p.add_argument("--small", action="store_true", help="the test-size GPT (seconds, not minutes)")
     p.add_argument("--strategies", default=",".join(GPT_STRATEGIES))
-    args = p.parse_args()
+    args = p.parse_args(argv)
     sizes = dict(GPT_SIZES, seq=16, d_model=32, ffn=64, vocab=64, heads=4, head_dim=8) if args.small else None
     _, text = run_gpt_bench(strategies=tuple(args.strategies.split(",")), sizes=sizes, reps=args.reps)
     print(text)

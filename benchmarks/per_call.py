@@ -29,14 +29,11 @@ import os
 
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 
-import argparse  # noqa: E402
-import datetime  # noqa: E402
 import statistics  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 import timeit  # noqa: E402
 from collections.abc import Callable, Sequence  # noqa: E402
-from pathlib import Path  # noqa: E402
 from typing import Any, NamedTuple  # noqa: E402
 
 import jax  # noqa: E402
@@ -44,10 +41,11 @@ import numpy as np  # noqa: E402
 from jax.sharding import NamedSharding  # noqa: E402
 
 import redist  # noqa: E402
-from benchmarks.hlo import parse_collectives  # noqa: E402
+from benchmarks.harness import Clock, command_line, header, suite_parser, write_results  # noqa: E402
 from benchmarks.markdown import md_table  # noqa: E402
 from benchmarks.paired import balanced_order, period  # noqa: E402
 from redist.executor import _executable  # noqa: E402
+from redist.hlo import parse_collectives  # noqa: E402
 from spmd_types import Mesh, parse  # noqa: E402
 from spmd_types.jax_interop import to_partition_spec  # noqa: E402
 
@@ -146,10 +144,7 @@ def report(rows: Sequence[Row], python: Sequence[dict[str, float]], command: str
            load: tuple[float, float], wall_s: float) -> str:
     head = ["case", "move", "same program", *(f"{a} us" for a in ARMS),
             "reshard - jax us", "plan(x) - executable us", "A/A us"]
-    out = [f"# Per-call cost of the eager entry points ({datetime.date.today()})", "",
-           f"Command: `{command}`  ",
-           f"JAX {jax.__version__}, {jax.device_count()} x {jax.devices()[0].platform}, {os.cpu_count()} cores; "
-           f"{reps} rounds a case; load average {load[0]:.1f} before, {load[1]:.1f} after; {wall_s:.0f} s.", ""]
+    out = header("Per-call cost of the eager entry points", command, load, wall_s, f"{reps} rounds a case")
     for what, of in (("Dispatch (the call returning), medians", lambda r: r.dispatch_s),
                      ("Call and wait (`block_until_ready`), medians", lambda r: r.total_s)):
         out += [f"## {what}", ""]
@@ -167,27 +162,23 @@ def report(rows: Sequence[Row], python: Sequence[dict[str, float]], command: str
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m benchmarks.per_call", description=__doc__.split("\n")[0])
-    ap.add_argument("--reps", type=int, default=2000, help="interleaved rounds per case (each callable once a round)")
+    ap = suite_parser("per_call", __doc__, out="directory for <date>-per-call.md",
+                      reps=(2000, "interleaved rounds per case (each callable once a round)"))
     ap.add_argument("--cases", nargs="*", default=None, help=f"case names (default: all of {[c.name for c in CASES]})")
-    ap.add_argument("--out", default=None, help="directory for <date>-per-call.md")
     args = ap.parse_args(argv)
-    command = "python -m benchmarks.per_call " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = command_line("per_call", argv)
     chosen = [c for c in CASES if args.cases is None or c.name in args.cases]
-    if not chosen or args.reps < 1:
-        ap.error(f"--cases must name some of {[c.name for c in CASES]} and --reps must be at least 1")
-    load0, start = os.getloadavg()[0], time.perf_counter()
-    rows = []
+    if not chosen:
+        ap.error(f"--cases must name some of {[c.name for c in CASES]}")
+    clock, rows = Clock(), []
     for c in chosen:
         rows.append(measure(c, args.reps))
         print(f"{c.name:16s} done", file=sys.stderr, flush=True)
     python = [python_side(c) for c in chosen]
-    text = report(rows, python, command.strip(), args.reps, (load0, os.getloadavg()[0]), time.perf_counter() - start)
+    text = report(rows, python, command, args.reps, clock.load, clock.wall_s)
     print(text)
     if args.out:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / f"{datetime.date.today()}-per-call.md").write_text(text)
+        write_results(args.out, "per-call", text)
     return 0
 
 

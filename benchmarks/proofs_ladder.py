@@ -23,11 +23,11 @@ named, never timed.
 
 from __future__ import annotations
 
-import argparse
 import random
 import statistics
 import time
 
+from benchmarks.harness import suite_parser
 from spmd_types import Mesh, ShardingType, parse
 
 
@@ -132,10 +132,9 @@ def _rung(label: str, devices: int, pairs: list[tuple[ShardingType, ShardingType
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = suite_parser("proofs_ladder", __doc__, seed="seed of the random pending-sum pairs")
     ap.add_argument("--axes", type=int, nargs="*", default=[3, 4, 5, 6, 7, 8])
     ap.add_argument("--random", type=int, default=6, help="random pending-sum pairs per mesh")
-    ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--realistic", action="store_true", help="add the 4,096-device meshes of the issue")
     ap.add_argument("--verbose", action="store_true", help="one line per pair")
     args = ap.parse_args(argv)

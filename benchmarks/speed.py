@@ -28,16 +28,12 @@ import os
 
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 
-import argparse  # noqa: E402
-import datetime  # noqa: E402
-import json  # noqa: E402
 import math  # noqa: E402
 import statistics  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 from collections.abc import Callable, Sequence  # noqa: E402
 from dataclasses import asdict, dataclass  # noqa: E402
-from pathlib import Path  # noqa: E402
 from typing import Any, NamedTuple  # noqa: E402
 
 import jax  # noqa: E402
@@ -46,7 +42,17 @@ from jax.sharding import NamedSharding  # noqa: E402
 from benchmarks.cases import NAMED_CASES, Case, select_cases  # noqa: E402
 from benchmarks.floor import bare_thunks, ceiling_over, floor_s  # noqa: E402
 from benchmarks.floor_passes import pass_thunks, refined_names, side_passes  # noqa: E402
-from benchmarks.paired import balanced_order, period  # noqa: E402
+from benchmarks.harness import (  # noqa: E402
+    Clock,
+    at_least,
+    command_line,
+    geomean,
+    header,
+    suite_parser,
+    thunk,
+    with_control,
+    write_results,
+)
 from benchmarks.random_pairs import PairSpec, random_pairs  # noqa: E402
 from redist import CostModel, Plan, redistribute  # noqa: E402
 from redist.arrays import check_output, make_input  # noqa: E402
@@ -254,32 +260,6 @@ def xla_move(src: ShardingType, dst: ShardingType, jmesh: jax.sharding.Mesh) -> 
     return jax.jit(lambda v: v, out_shardings=sharding)
 
 
-def round_robin(fns: dict[str, Callable[[], Any]], seconds: float, min_reps: int = 15) -> dict[str, float]:
-    """Median seconds of each thunk (``round_robin_times``)."""
-    return {n: statistics.median(v) for n, v in round_robin_times(fns, seconds, min_reps).items()}
-
-
-def round_robin_times(fns: dict[str, Callable[[], Any]], seconds: float, min_reps: int = 15) -> dict[str, list[float]]:
-    """Seconds of each call of each thunk, run in ``balanced_order`` (each runs after each other one
-    equally often) until ``seconds`` pass, at least ``min_reps`` rounds, and whole periods of it."""
-    names = list(fns)
-    times: dict[str, list[float]] = {n: [] for n in names}
-    for n in names:
-        fns[n]().block_until_ready()
-    start, i = time.perf_counter(), 0
-    while i < min_reps or time.perf_counter() - start < seconds or i % period(len(names)):
-        for n in balanced_order(names, i):
-            t = time.perf_counter()
-            fns[n]().block_until_ready()
-            times[n].append(time.perf_counter() - t)
-        i += 1
-    return times
-
-
-def thunk(prog: Any, x: Any) -> Callable[[], Any]:
-    return lambda: prog(x)
-
-
 def run_case(case: Case, seconds: float) -> tuple[Row, float]:
     """One case's row, and the A/A control ratio (Shardy vs itself) measured alongside."""
     src, dst = case.src_type, case.dst_type
@@ -292,14 +272,12 @@ def run_case(case: Case, seconds: float) -> tuple[Row, float]:
              "ours_bytes": compile_plan(plan_b, jmesh).lower(x).compile()}
     ok = {k: check_output(p(x), expected, dst) is None for k, p in progs.items()}
     thunks: dict[str, Callable[[], Any]] = {k: thunk(p, x) for k, p in progs.items()}
-    thunks["shardy_again"] = thunk(progs["shardy"], x)
     texts = {k: p.as_text() for k, p in progs.items()}
     hlo = {k: parse_collectives(t) for k, t in texts.items()}
     bare, uses = bare_thunks({k: hlo[k] for k in ("shardy", "gspmd", "ours")}, jmesh.devices.flatten())
     passes = {k: side_passes(src, dst, hlo[k]) for k in uses}
     extra, extra_uses = pass_thunks(passes, jmesh.devices.flatten())
-    med = round_robin({**thunks, **bare, **extra}, seconds)
-    control = med.pop("shardy_again") / med["shardy"]
+    med, control = with_control({**thunks, **bare, **extra}, "shardy", seconds)
     bare_s = {n: med.pop(n) for n in [*bare, *extra]}
     floors = {k: floor_s([bare_s[n] for n in names], bare_s["dispatch"]) for k, names in uses.items()}
     refined = {k: floor_s([bare_s[n] for n in refined_names(names, extra_uses[k])], bare_s["dispatch"])
@@ -387,19 +365,6 @@ def call_overhead(plan: Plan, x: Any, reps: int = 300) -> tuple[float, float]:
         b.append(time.perf_counter() - t)
         y.block_until_ready()
     return statistics.median(a), statistics.median(b)
-
-
-def geomean(v: Sequence[float]) -> float:
-    return math.exp(sum(math.log(x) for x in v) / len(v)) if v else math.nan
-
-
-def header(title: str, command: str, load: tuple[float, float], wall_s: float) -> list[str]:
-    """Title, command and machine: what a reader needs to judge the numbers below (the machine is
-    shared, so the load average says how noisy they are)."""
-    return [
-        f"# {title} ({datetime.date.today()})", "",
-        f"Command: `{command}`  ", f"JAX {jax.__version__}, {jax.device_count()} x {jax.devices()[0].platform}, "
-        f"{os.cpu_count()} cores; load average {load[0]:.1f} before, {load[1]:.1f} after; {wall_s:.0f} s.", ""]
 
 
 def report(rows: Sequence[Row], controls: Sequence[float], overhead: tuple[float, float, float], command: str,
@@ -604,37 +569,21 @@ def _errors(errors: Sequence[tuple[str, str]]) -> list[str]:
             *(f"| {name} | {err.replace('|', '/')} |" for name, err in errors)]
 
 
-def _at_least(low: float, kind: Callable[[str], Any]) -> Callable[[str], Any]:
-    """An argparse type: ``kind(text)``, refused (a usage error naming the value) below ``low``."""
-
-    def parse(text: str) -> Any:
-        value = kind(text)
-        if value < low:
-            raise argparse.ArgumentTypeError(f"{text} is below {low}: give a count or budget of at least {low}")
-        return value
-
-    return parse
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m benchmarks.speed", description=__doc__.split("\n")[0])
+    ap = suite_parser("speed", __doc__, seed="seed of the random pairs",
+                      out="directory for <date>-speed.md/.json (<date>-speed-random.* without named cases)")
     ap.add_argument("--cases", nargs="*", default=None,
                     help="case names or families (default: all named; 'none': no named case)")
     ap.add_argument("--seconds", type=float, default=1.5, help="timing budget per named case")
-    ap.add_argument("--random", type=_at_least(0, int), default=0, metavar="N", help="also run N seeded random pairs")
-    ap.add_argument("--seed", type=int, default=0, help="seed of the random pairs")
-    ap.add_argument("--random-seconds", type=_at_least(0, float), default=0.5, help="timing budget per random pair")
-    ap.add_argument("--out", default=None,
-                    help="directory for <date>-speed.md/.json (<date>-speed-random.* without named cases)")
+    ap.add_argument("--random", type=at_least(0, int), default=0, metavar="N", help="also run N seeded random pairs")
+    ap.add_argument("--random-seconds", type=at_least(0, float), default=0.5, help="timing budget per random pair")
     args = ap.parse_args(argv)
-    command = "python -m benchmarks.speed " + " ".join(argv if argv is not None else sys.argv[1:])
-    load0, start = os.getloadavg()[0], time.perf_counter()
+    command, clock = command_line("speed", argv), Clock()
     named = () if args.cases == ["none"] else select_cases(NAMED_CASES, args.cases)
     rows, controls = run_named(named, args.seconds)
     rand = run_random(PairSpec(seed=args.seed, count=args.random), args.random_seconds) if args.random else None
     overhead = measure_overhead() if rows else (math.nan, math.nan, math.nan)
-    load = (load0, os.getloadavg()[0])
-    wall = time.perf_counter() - start
+    load, wall = clock.load, clock.wall_s
     if rows:
         text = report(rows, controls, overhead, command, load, wall)
     else:
@@ -643,7 +592,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         text += "\n".join(random_section(rand)) + "\n"
     print(text)
     if args.out:
-        write_outputs(Path(args.out), "speed" if rows else "speed-random", text, {
+        write_results(args.out, "speed" if rows else "speed-random", text, {
             "command": command, "rows": [asdict(r) for r in rows], "controls": controls, "overhead_s": overhead,
             "random": None if rand is None else {
                 "spec": asdict(rand.spec), "seconds": rand.seconds, "rows": [asdict(r) for r in rand.rows],
@@ -670,13 +619,6 @@ def measure_overhead() -> tuple[float, float, float]:
     x, _ = make_input(small.src_type, small.mesh.to_jax())
     small_plan = redistribute(small.src_type, small.dst_type, small.mesh)
     return (*call_overhead(small_plan, x), lookup_overhead(small_plan, x))
-
-
-def write_outputs(out: Path, suffix: str, text: str, data: dict[str, Any]) -> None:
-    out.mkdir(parents=True, exist_ok=True)
-    stem = f"{datetime.date.today()}-{suffix}"
-    (out / f"{stem}.md").write_text(text)
-    (out / f"{stem}.json").write_text(json.dumps(data, indent=1))
 
 
 if __name__ == "__main__":

@@ -293,7 +293,7 @@ def _slab_grid(shape: Sequence[int], cell: Sequence[int], anywhere: bool = False
     16-bit floats moved as bits, whose conversion back fuses with the zero-filled block's updates
     into one elementwise loop over the block (``dynamic-update-slice_bitcast-convert_fusion``, no
     longer in place); the concatenate along a minor dimension took 0.4-0.7x its time on 2-D and
-    3-D pairwise swaps, 0.95x on a 4-D one (``python -m benchmarks.exchange_forms``)."""
+    3-D pairwise swaps, 0.95x on a 4-D one (``python -m benchmarks.studies.exchange_forms``)."""
     if any(n % c for n, c in zip(shape, cell)):
         return None
     grid = tuple(n // c for n, c in zip(shape, cell))
@@ -503,7 +503,7 @@ def splits_directly(shape: Sequence[int], s: int, d: int, itemsize: int) -> bool
     threads at sizes where a plain slice of the parameter (the direct form) stays one task;
     with 8 simulated devices sharing the host's cores the split costs (``ulysses_*``: the four
     slices and the join run partitioned in the reshape form, only the join in the direct form).
-    Interleaved medians on 8 simulated devices (``python -m benchmarks.a2a_forms``): direct /
+    Interleaved medians on 8 simulated devices (``python -m benchmarks.studies.a2a_forms``): direct /
     reshape 0.72-0.86 where it drops the partitioning, 0.90-1.01 elsewhere (both forms
     partitioned alike, or neither). Not when ``d`` is minor: the
     received pieces are then concatenated on the minor dimension, which XLA:CPU leaves unfused
@@ -521,7 +521,7 @@ def concat_joins(shape: Sequence[int], k: int, d: int, loop_is_slow: bool) -> bo
 
     A transpose and reshape compiles to one loop fusion, a ``concatenate`` to a copy of contiguous
     runs. Joined on the minor dimension, the loop interleaves pieces in its innermost index:
-    interleaved medians on 8 simulated devices (``python -m benchmarks.join_forms``, two runs)
+    interleaved medians on 8 simulated devices (``python -m benchmarks.studies.join_forms``, two runs)
     give the concatenate 0.59-0.90x the loop's time after an all-to-all (``hidden_to_seq`` 1.83 ->
     1.11 ms) and 0.54-0.82x after a 16-bit gather, but 1.22-1.36x after an f32 gather (a plain
     transpose); with a minor dimension after ``d`` the loop runs along it and is as fast or faster
@@ -537,7 +537,7 @@ def concat_joins_before(itemsize: int, following: Following) -> bool:
     materialised join of the whole tuple), where the transposing join keeps the all-to-all's own
     ``concatenate`` and fuses the transpose into every send slice. Interleaved medians on the
     six bf16 plans of two all-to-alls among 1,500 random pairs (``python -m
-    benchmarks.join_forms``, chained table, two runs): 0.81-1.00x the time (``rand057`` 0.95x,
+    benchmarks.studies.join_forms``, chained table, two runs): 0.81-1.00x the time (``rand057`` 0.95x,
     which lost to XLA by 10% before); not for 32-bit elements (0.99-1.11x on four s32 plans),
     nor before a gather, permute, reduce-scatter or all-reduce (0.99-1.04x)."""
     return itemsize == 2 and following is AllToAll
@@ -799,7 +799,7 @@ def _added_slots(sl: Slots, sums: bool, after: ShardingType, x: jax.Array, lin: 
     block converted once at the end (``_sum_dtype``): added at 16 bits, XLA:CPU widened every slot
     to f32 before the all-to-all (twice the bytes on the wire) and the block to f32 and back at
     every slot, 126 converts and 0.18x the speed of the typed reduce-scatter + all-to-all on
-    ``bf16[32,16,16,64@y]{U:x} -> bf16[32@x,16,16@y,64]`` (``python -m benchmarks.unmeasured_ties``).
+    ``bf16[32,16,16,64@y]{U:x} -> bf16[32@x,16,16@y,64]`` (``python -m benchmarks.studies.unmeasured_ties``).
     Added in f32, the partials are also rounded once rather than once per slot."""
     rank = x.ndim
 

@@ -1,7 +1,7 @@
 """Choosing among the planner's best plans by timing them on the running backend (autotuning).
 
 Why: the measured cost model is a fit, typically 10-35% off a single step (``Profile.fit_error``,
-``python -m benchmarks.step_audit``), and where several plans are priced within that of each other
+``python -m benchmarks.studies.step_audit``), and where several plans are priced within that of each other
 its ranking is a coin toss that can cost 20-30% on the clock (``rand166`` of the random speed
 pairs: two all-to-alls priced 780 us beside our 779 us ran 1.25x faster). XLA autotunes its own
 kernels the same way. ``autotune`` takes the ``top`` plans the search kept (``synth.ranked``: the
@@ -78,7 +78,7 @@ DEFAULT_MARGIN = 0.1
 """How much faster than the model's choice another plan must measure to replace it. On a shared
 machine one plan timed 368-802 us in runs of 15-41 calls, and without a margin 64 of 200
 random pairs changed plan, as many for the worse as for the better (``python -m
-benchmarks.autotuned``)."""
+benchmarks.studies.autotuned``)."""
 
 
 def autotune(src: ShardingType | str, dst: ShardingType | str, mesh: Any = None, *,

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 from jax.sharding import Mesh, NamedSharding
 
-from benchmarks.a2a_forms import Form, _program, _specs
 from benchmarks.cases import NAMED_CASES
+from benchmarks.studies.a2a_forms import Form, _program, _specs
 from redist import AllToAll, redistribute
 from redist.arrays import check_output, make_input
 from redist.executor import compile_plan, splits_directly

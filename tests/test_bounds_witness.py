@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from synth_checks import BYTES
 
-from benchmarks.bound_optimum import cell_problems, least_program_bytes, min_messages
+from benchmarks.studies.bound_optimum import cell_problems, least_program_bytes, min_messages
 from redist import redistribute
 from redist.bounds import lower_bound_bytes
 from redist.search import search
@@ -151,7 +151,7 @@ def test_a_relay_chain_meets_the_bound_on_replicated_partials() -> None:
 
 
 def test_the_exhaustive_least_program_meets_the_bound_where_a_relay_does() -> None:
-    """``benchmarks.bound_optimum`` finds the relay chain's 5 messages on its own (and nothing
+    """``benchmarks.studies.bound_optimum`` finds the relay chain's 5 messages on its own (and nothing
     shorter), and on ``s32[12]{U:(x,y)} -> s32[12@z]{U:x}`` no program of subset sums beats our
     plan's 24 B: there the bound (18 B) is loose, not our programs."""
     src, dst = (parse_type(t, MESH) for t in ("s32[12]{U:(x,y)}", "s32[12]{U:x}"))

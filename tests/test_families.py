@@ -1,11 +1,11 @@
-"""``benchmarks.families``: dropping a family of typed candidates drops exactly its candidates, is
+"""``benchmarks.studies.families``: dropping a family of typed candidates drops exactly its candidates, is
 undone on exit, and its plan-quality figures are right on a move whose plan only that family finds."""
 
 from __future__ import annotations
 
 import pytest
 
-from benchmarks.families import ALL, MIRRORS, ONLY_GREEDY, Case, dropped, families, quality
+from benchmarks.studies.families import ALL, MIRRORS, ONLY_GREEDY, Case, dropped, families, quality
 from redist import synth
 from redist.cost import CostModel
 from redist.errors import RedistError

@@ -269,7 +269,7 @@ def _entry_ops(text: str, opcode: str) -> int:
 def test_16bit_swap_joins_minor_cells(mesh: Mesh, src: str, dst: str) -> None:
     """Moved as bits, a 16-bit block is converted back at the end, and XLA:CPU fuses that convert
     with a zero-filled block's updates into one loop over the block (not in place): 1.05-2.4x the
-    time of joining the two cells by one concatenate (``python -m benchmarks.exchange_forms``).
+    time of joining the two cells by one concatenate (``python -m benchmarks.studies.exchange_forms``).
     So the join applies along any one dimension here (only leading slabs in 32 bits), the values
     still NumPy's."""
     s, d = parse(src, mesh), parse(dst, mesh)

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.partitioner import executed_collectives, spearman
+from benchmarks.partitioner import executed_collectives
+from redist.profile import spearman
 
 HLO = """HloModule m, num_partitions=8
 

@@ -1,4 +1,4 @@
-"""``benchmarks.plan_ab``: plans written by their steps are read back as those steps, and nothing
+"""``benchmarks.studies.plan_ab``: plans written by their steps are read back as those steps, and nothing
 but steps, sub-axes and literals is evaluated."""
 
 from __future__ import annotations
@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 
 from benchmarks.golden import golden_cases
-from benchmarks.plan_ab import gloo_cost_model, load_moves, main, parse_steps
+from benchmarks.studies.plan_ab import gloo_cost_model, load_moves, main, parse_steps
 from redist import redistribute
 from redist.errors import RedistError
 from redist.launch import without_gloo_logs
 
-PLANS = Path(__file__).resolve().parent.parent / "benchmarks" / "results" / "2026-11-25-gloo-rounds-rule-plans.json"
+PLANS = Path(__file__).resolve().parent.parent / "benchmarks" / "studies" / "results" / "2026-11-25-gloo-rounds-rule-plans.json"
 
 
 def test_every_golden_plan_reads_back_as_its_steps() -> None:

@@ -10,8 +10,8 @@ from fractions import Fraction
 import pytest
 
 import redist.exchange
-from benchmarks.bound_optimum import CellProblem, cell_counts, cell_problems
 from benchmarks.proofs_bench import exhaustive_pairs
+from benchmarks.studies.bound_optimum import CellProblem, cell_counts, cell_problems
 from proofs import VerificationError, verify_plan
 from proofs.link import prove_link
 from proofs.measures import lower_bound_cells

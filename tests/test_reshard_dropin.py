@@ -19,7 +19,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from benchmarks.hlo import parse_collectives
 from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 from test_executor import _expected_kinds
@@ -27,6 +26,7 @@ from test_executor import _expected_kinds
 import redist
 from redist import IncompatibleTypesError, redistribute
 from redist.caches import clear_caches
+from redist.hlo import parse_collectives
 from spmd_types import ShardingTypeError
 
 E, A = AxisType.Explicit, AxisType.Auto

@@ -1,9 +1,9 @@
-"""The per-step audit (``benchmarks.step_audit``): which steps it times, and how it reports them."""
+"""The per-step audit (``benchmarks.studies.step_audit``): which steps it times, and how it reports them."""
 
 from __future__ import annotations
 
 from benchmarks.random_pairs import PairSpec
-from benchmarks.step_audit import Audited, _as_u16, steps_of, table
+from benchmarks.studies.step_audit import Audited, _as_u16, steps_of, table
 from redist.profile import packaged_profile
 from redist.steps import Comm
 from spmd_types.dtypes import is_16bit_float

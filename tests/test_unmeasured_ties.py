@@ -1,4 +1,4 @@
-"""``benchmarks.unmeasured_ties`` times plans the unmeasured model cannot tell apart: each pair's
+"""``benchmarks.studies.unmeasured_ties`` times plans the unmeasured model cannot tell apart: each pair's
 typed plan reaches the destination, and the planner's choice under ``CostModel(objective="alpha-beta")``
 runs as one all-to-all exchange, no slower on the model and with no more collective ops; on 14
 of the 16 pairs the two are an exact tie there (time and bytes), on 2 the exchange is modelled
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.unmeasured_ties import PAIRS
+from benchmarks.studies.unmeasured_ties import PAIRS
 from redist import CostModel, Plan
 from redist.steps import ExchangeAllToAll, Step
 from redist.synth import synthesize

@@ -437,6 +437,6 @@ BUILDERS: Mapping[str, Builder] = MappingProxyType({
 })
 """The families of typed candidates, built in this order (``typed_candidates``; each candidate
 that opens with a relabelling permute is then mirrored, ``_permute_last_candidates``). Every
-family wins plans the others miss: ``benchmarks.families`` drops each in turn and reports the
+family wins plans the others miss: ``benchmarks.studies.families`` drops each in turn and reports the
 plans that change and the planning time it costs."""
 

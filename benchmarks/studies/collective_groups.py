@@ -1,6 +1,6 @@
 """Reproducer: the same all-to-all, from XLA's partitioner and from ``shard_map``, timed on CPU.
 
-Run: ``python -m benchmarks.collective_groups``. On the CPU runtime the two compiled modules are the
+Run: ``python -m benchmarks.studies.collective_groups``. On the CPU runtime the two compiled modules are the
 same collective with the same groups, differing only in how the groups are written (XLA's
 partitioner: ``replica_groups=mesh[...] {'axis_1'}``; ``shard_map``: an explicit list, which JAX's
 lowering always emits). The explicit form runs about 2x slower here, which is why plans whose
@@ -47,7 +47,7 @@ def main(runs: int = 200) -> str:
             t0 = time.perf_counter()
             c(x).block_until_ready()
             times[name].append(time.perf_counter() - t0)
-    lines = ["Command: python -m benchmarks.collective_groups", "",
+    lines = ["Command: python -m benchmarks.studies.collective_groups", "",
              "| program | replica groups in the compiled HLO | median ms |", "|---|---|---|"]
     for name, c in compiled.items():
         groups = re.findall(r"all-to-all\(.*?replica_groups=(\S+ ?\S*)", c.as_text() or "")

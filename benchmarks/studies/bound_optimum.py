@@ -9,14 +9,13 @@ every destination group can split the whole sum among its members. Messages that
 each other are tried in one canonical order only (a later message whose sender is not the earlier
 one's receiver could run first), so the search is exact for that alphabet.
 
-``python -m benchmarks.bound_optimum`` classifies the pairs of ``benchmarks.proofs_bench`` on
+``python -m benchmarks.studies.bound_optimum`` classifies the pairs of ``benchmarks.proofs_bench`` on
 ``{x=2,y=2,z=2}`` whose bytes plan is above the bound: *exact* (a program attains the bound: the
 slack is ours) or *bound slack* (the least program is above the bound).
 """
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import math
 from collections.abc import Iterable, Iterator, Sequence
@@ -24,6 +23,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from benchmarks.harness import suite_parser
 from proofs.model import shards
 from spmd_types import Mesh, ShardingType
 
@@ -157,7 +157,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from redist.bounds import lower_bound_bytes
     from redist.synth import synthesize
 
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = suite_parser("studies.bound_optimum", __doc__)
     ap.add_argument("--signed", action="store_true", help="messages may also subtract partials")
     a = ap.parse_args(argv)
     by = CostModel(objective="bytes")
@@ -173,7 +173,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         rows[kind] += 1
         print(f"{kind:12s} {s} -> {d}: plan {plan:g} B, least program {least:g} B, bound {bound:g} B", flush=True)
     print(f"above the bound: {sum(rows.values())}; " + ", ".join(f"{k} {v}" for k, v in rows.items()))
-    print(f"command: python -m benchmarks.bound_optimum{' --signed' if a.signed else ''}")
+    print(f"command: python -m benchmarks.studies.bound_optimum{' --signed' if a.signed else ''}")
     return 0
 
 

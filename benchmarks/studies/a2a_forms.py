@@ -11,7 +11,7 @@ concatenated on that minor dimension, which XLA:CPU does not fuse into the join'
 one more full-size pass. The executor picks a form by the rule this table supports; rerun it
 after a JAX upgrade.
 
-``python -m benchmarks.a2a_forms [--seconds S] [--rounds R]``: for each (dtype, shape, joined
+``python -m benchmarks.studies.a2a_forms [--seconds S] [--rounds R]``: for each (dtype, shape, joined
 dimension, split dimension), the median over ``R`` rounds of each round's interleaved median time
 of both forms (8 simulated CPU devices, {data=2, model=4}, the all-to-all over ``model``), the
 spread of the per-round ratio, and which form the executor's rule picks.
@@ -19,7 +19,6 @@ spread of the per-round ratio, and which form the executor's rule picks.
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 from collections.abc import Callable, Sequence
@@ -30,8 +29,8 @@ os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 import jax  # noqa: E402
 from jax.sharding import PartitionSpec as P  # noqa: E402
 
-from benchmarks.join_forms import GROUP, compile_forms  # noqa: E402
-from benchmarks.speed import _at_least, round_robin, thunk  # noqa: E402
+from benchmarks.harness import at_least, round_robin, suite_parser, thunk  # noqa: E402
+from benchmarks.studies.join_forms import GROUP, compile_forms  # noqa: E402
 from redist.executor import _all_to_all_in_place, _on_bits  # noqa: E402
 
 ARGS = {"axis_name": "model"}
@@ -104,11 +103,11 @@ def table(forms: Sequence[Form], seconds: float, rounds: int) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.a2a_forms", description=__doc__.splitlines()[0])
-    parser.add_argument("--seconds", type=_at_least(0, float), default=3.0, help="timing budget per form pair")
-    parser.add_argument("--rounds", type=_at_least(1, int), default=5, help="interleaved rounds per form pair")
+    parser = suite_parser("studies.a2a_forms", __doc__)
+    parser.add_argument("--seconds", type=at_least(0, float), default=3.0, help="timing budget per form pair")
+    parser.add_argument("--rounds", type=at_least(1, int), default=5, help="interleaved rounds per form pair")
     args = parser.parse_args(argv)
-    print(f"Command: `python -m benchmarks.a2a_forms --seconds {args.seconds} --rounds {args.rounds}`")
+    print(f"Command: `python -m benchmarks.studies.a2a_forms --seconds {args.seconds} --rounds {args.rounds}`")
     table(FORMS, args.seconds, args.rounds)
     return 0
 

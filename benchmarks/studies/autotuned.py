@@ -3,15 +3,14 @@
 Why: near-ties on the measured model are where plans lose to XLA (design 13.3); autotuning times
 the planner's best few plans and keeps the fastest. This benchmark says what that buys: for each
 case, ``autotune`` (its own timing, then discarded), then the model's choice, the tuned plan,
-Shardy and GSPMD timed interleaved in one process (``benchmarks.speed.round_robin``), speedups
+Shardy and GSPMD timed interleaved in one process (``benchmarks.harness.round_robin``), speedups
 against the faster correct XLA partitioner. Every side's result is checked against NumPy.
 
-``python -m benchmarks.autotuned [--cases none|NAME ...] [--random N] [--seconds S] [--top K] [--reps R] [--margin M]``
+``python -m benchmarks.studies.autotuned [--cases none|NAME ...] [--random N] [--seconds S] [--top K] [--reps R] [--margin M]``
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import time
@@ -21,9 +20,10 @@ from typing import NamedTuple
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 
 from benchmarks.cases import NAMED_CASES, Case, select_cases  # noqa: E402
+from benchmarks.harness import at_least, geomean, round_robin, suite_parser, thunk  # noqa: E402
 from benchmarks.markdown import md_table  # noqa: E402
 from benchmarks.random_pairs import PairSpec, random_pairs  # noqa: E402
-from benchmarks.speed import _at_least, _steps, _xla, geomean, round_robin, thunk  # noqa: E402
+from benchmarks.speed import _steps, _xla  # noqa: E402
 from redist import autotune, redistribute  # noqa: E402
 from redist.arrays import check_output, make_input  # noqa: E402
 from redist.executor import compile_plan  # noqa: E402
@@ -81,17 +81,17 @@ def report(rows: Sequence[Result], command: str, low: float = 0.9) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.autotuned", description=__doc__.splitlines()[0])
+    parser = suite_parser("studies.autotuned", __doc__)
     parser.add_argument("--cases", nargs="*", default=None, help="named cases (default all; 'none' for none)")
-    parser.add_argument("--random", type=_at_least(0, int), default=0, help="random pairs (benchmarks.random_pairs, seed 0)")
-    parser.add_argument("--seconds", type=_at_least(0, float), default=0.6, help="timing budget per case")
-    parser.add_argument("--top", type=_at_least(1, int), default=DEFAULT_TOP, help="plans autotune times")
-    parser.add_argument("--reps", type=_at_least(1, int), default=DEFAULT_REPS, help="autotune's calls per plan")
+    parser.add_argument("--random", type=at_least(0, int), default=0, help="random pairs (benchmarks.random_pairs, seed 0)")
+    parser.add_argument("--seconds", type=at_least(0, float), default=0.6, help="timing budget per case")
+    parser.add_argument("--top", type=at_least(1, int), default=DEFAULT_TOP, help="plans autotune times")
+    parser.add_argument("--reps", type=at_least(1, int), default=DEFAULT_REPS, help="autotune's calls per plan")
     parser.add_argument("--margin", type=float, default=DEFAULT_MARGIN, help="how much faster another plan must measure")
     args = parser.parse_args(argv)
     named = () if args.cases == ["none"] else select_cases(NAMED_CASES, args.cases)
     cases = [*named, *(random_pairs(PairSpec(count=args.random)) if args.random else ())]
-    cmd = " ".join(["python -m benchmarks.autotuned", *(["--cases", *args.cases] if args.cases else []),
+    cmd = " ".join(["python -m benchmarks.studies.autotuned", *(["--cases", *args.cases] if args.cases else []),
                     f"--random {args.random}", f"--seconds {args.seconds}", f"--top {args.top}", f"--reps {args.reps}", f"--margin {args.margin}"])
     rows = []
     for case in cases:

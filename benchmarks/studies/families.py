@@ -16,12 +16,11 @@ time (``redist.synth.BUILDERS``, and ``permute_last``: the mirrored permutes) an
 - the same with only the greedy pass kept: the least planning time any trimming of the families
   could reach, and what it would cost in plans.
 
-``python -m benchmarks.families [--pairs N] [--reps R]``.
+``python -m benchmarks.studies.families [--pairs N] [--reps R]``.
 """
 
 from __future__ import annotations
 
-import argparse
 import math
 import random
 import statistics
@@ -31,6 +30,7 @@ from contextlib import ExitStack, contextmanager
 from typing import NamedTuple
 from unittest import mock
 
+from benchmarks.harness import at_least, suite_parser
 from benchmarks.markdown import md_table
 from benchmarks.planning import (
     LADDER,
@@ -40,7 +40,6 @@ from benchmarks.planning import (
     ladder_pair,
     random_type,
 )
-from benchmarks.speed import _at_least
 from redist import synth
 from redist.caches import clear_caches
 from redist.cost import CostModel
@@ -204,7 +203,7 @@ def report(pairs: int, reps: int, seed: int = 7) -> list[str]:
         ("family dropped", *(f"{o}, {len(LADDER[r])} axes: mean ms" for o, r in timed)),
         ((n, *(f"{ms[k][n]:.2f}" if n == ALL else f"{ms[k][n]:.2f} ({ms[k][n] / ms[k][ALL] - 1:+.0%})" for k in timed))
          for n in names))
-    return [f"Command: python -m benchmarks.families --pairs {pairs} --reps {reps}", "",
+    return [f"Command: python -m benchmarks.studies.families --pairs {pairs} --reps {reps}", "",
             f"Plans: {len(cases)} moves ({per_obj} per objective, seed {seed}); \"worse\": by more than 1% in the "
             "objective's figure (received bytes under bytes, modelled time otherwise).", "", *plans, "",
             f"Planning time: the 12 pairs of `redist bench-plan --ladder 12 --seed 0` on each binary rung, "
@@ -212,9 +211,9 @@ def report(pairs: int, reps: int, seed: int = 7) -> list[str]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(prog="python -m benchmarks.families", description=__doc__.splitlines()[0])
-    ap.add_argument("--pairs", type=_at_least(1, int), default=15, help="ladder pairs per rung and objective")
-    ap.add_argument("--reps", type=_at_least(1, int), default=3, help="timed repetitions of each rung")
+    ap = suite_parser("studies.families", __doc__)
+    ap.add_argument("--pairs", type=at_least(1, int), default=15, help="ladder pairs per rung and objective")
+    ap.add_argument("--reps", type=at_least(1, int), default=3, help="timed repetitions of each rung")
     args = ap.parse_args()
     print("\n".join(report(args.pairs, args.reps)))
 

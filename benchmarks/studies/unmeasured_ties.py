@@ -6,9 +6,9 @@ Why: since 65b20d0 the exchange floors admit a pending-sum exchange run as one a
 with typed plans (reduce-scatter + all-to-all, reduce-scatter + pad...) by having fewer collective
 ops. The model cannot tell them apart; this times them. Under the shipped CPU profile (the speed
 benchmarks' objective) none of these plans is chosen. On XLA:CPU the tie-break is no license: see
-the committed results (``benchmarks/results/2026-11-24-unmeasured-ties.md``).
+the committed results (``benchmarks/studies/results/2026-11-24-unmeasured-ties.md``).
 
-``python -m benchmarks.unmeasured_ties [--reps N] [--rounds R]``: per pair (the 16 pairs of the
+``python -m benchmarks.studies.unmeasured_ties [--reps N] [--rounds R]``: per pair (the 16 pairs of the
 golden cases and 200 seeded random pairs whose unmeasured plan changed at 65b20d0), the plan
 ``synthesize`` returns under ``CostModel(objective="alpha-beta")`` and the typed plan it replaced, timed
 interleaved on 8 simulated CPU devices (``redist.calibrate.samples``: each call paired with the
@@ -17,15 +17,14 @@ empty program), the median over ``R`` rounds of ``N`` calls each.
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 from typing import NamedTuple
 
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 
+from benchmarks.harness import at_least, geomean, suite_parser  # noqa: E402
 from benchmarks.markdown import md_table  # noqa: E402
-from benchmarks.speed import _at_least, geomean  # noqa: E402
 from redist import CostModel, Plan  # noqa: E402
 from redist.calibrate import samples  # noqa: E402
 from redist.steps import AllToAll, DynSlice, PadUnreduced, Permute, ReduceScatter, Step  # noqa: E402
@@ -107,11 +106,11 @@ def table(rows: list[Row]) -> list[str]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(prog="python -m benchmarks.unmeasured_ties", description=__doc__.splitlines()[0])
-    ap.add_argument("--reps", type=_at_least(1, int), default=60, help="timed calls per plan and round")
-    ap.add_argument("--rounds", type=_at_least(1, int), default=3, help="rounds; each figure is the median over them")
+    ap = suite_parser("studies.unmeasured_ties", __doc__)
+    ap.add_argument("--reps", type=at_least(1, int), default=60, help="timed calls per plan and round")
+    ap.add_argument("--rounds", type=at_least(1, int), default=3, help="rounds; each figure is the median over them")
     args = ap.parse_args()
-    print(f"Command: python -m benchmarks.unmeasured_ties --reps {args.reps} --rounds {args.rounds}\n")
+    print(f"Command: python -m benchmarks.studies.unmeasured_ties --reps {args.reps} --rounds {args.rounds}\n")
     print("\n".join(table(measure(args.reps, args.rounds))))
 
 

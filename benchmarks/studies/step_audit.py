@@ -14,12 +14,11 @@ on ``u16`` is timed alongside: XLA:CPU runs each ``bitcast-convert`` at a plan's
 of its own, which no profile key prices (16-bit moves read the plain kind), and the ratio of the
 two measurements shows what those passes cost.
 
-``python -m benchmarks.step_audit [--count N] [--seed S] [--reps R] [--profile P ...]``
+``python -m benchmarks.studies.step_audit [--count N] [--seed S] [--reps R] [--profile P ...]``
 """
 
 from __future__ import annotations
 
-import argparse
 import math
 import os
 import statistics
@@ -28,9 +27,9 @@ from typing import NamedTuple
 
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 
+from benchmarks.harness import at_least, suite_parser  # noqa: E402
 from benchmarks.markdown import md_table  # noqa: E402
 from benchmarks.random_pairs import PairSpec, random_pairs  # noqa: E402
-from benchmarks.speed import _at_least  # noqa: E402
 from redist import Plan, redistribute  # noqa: E402
 from redist.calibrate import samples, size_classes  # noqa: E402
 from redist.cost import CostModel  # noqa: E402
@@ -108,16 +107,16 @@ def _price(plan: Plan, cm: CostModel) -> float:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.step_audit", description=__doc__.splitlines()[0])
-    parser.add_argument("--count", type=_at_least(1, int), default=200, help="random pairs whose plans' steps are audited")
+    parser = suite_parser("studies.step_audit", __doc__)
+    parser.add_argument("--count", type=at_least(1, int), default=200, help="random pairs whose plans' steps are audited")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random pairs")
-    parser.add_argument("--reps", type=_at_least(1, int), default=11, help="interleaved calls per step")
+    parser.add_argument("--reps", type=at_least(1, int), default=11, help="interleaved calls per step")
     parser.add_argument("--profile", nargs="*", default=[str(PROFILE_DIR / "cpu.json")],
                         help="profiles to price the steps under (default: the shipped CPU profile)")
     args = parser.parse_args(argv)
     default = parser.get_default("profile")
     named = "" if args.profile == default else " --profile " + " ".join(args.profile)
-    print(f"Command: `python -m benchmarks.step_audit --count {args.count} --seed {args.seed} --reps {args.reps}{named}`\n")
+    print(f"Command: `python -m benchmarks.studies.step_audit --count {args.count} --seed {args.seed} --reps {args.reps}{named}`\n")
     rows = audit(steps_of(PairSpec(seed=args.seed, count=args.count)), args.reps)
     models = {os.path.basename(p): load_profile(p).cost_model("measured") for p in args.profile}
     print("\n".join(table(rows, models)))

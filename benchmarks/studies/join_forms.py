@@ -6,7 +6,7 @@ joined dimension is the minor one, on the collective (an all-to-all's pieces arr
 the loop selects among per element) and on the element width. The executor picks a form by the
 rule this table supports; rerun it after a JAX upgrade.
 
-``python -m benchmarks.join_forms [--seconds S]``: for each (collective, dtype, shape, joined
+``python -m benchmarks.studies.join_forms [--seconds S]``: for each (collective, dtype, shape, joined
 dimension), the median time of the ``moveaxis`` form and of the ``concatenate`` form, interleaved
 in one process on 8 simulated CPU devices ({data=2, model=4}, the collective over ``model``),
 and which form the executor's rule picks. Then the *chained* table: whole plans whose first step
@@ -16,7 +16,6 @@ is an all-to-all with another collective after it, the first all-to-all's join f
 
 from __future__ import annotations
 
-import argparse
 import os
 from collections.abc import Callable, Sequence
 from functools import partial
@@ -32,7 +31,7 @@ from jax.sharding import Mesh, NamedSharding  # noqa: E402
 from jax.sharding import PartitionSpec as P  # noqa: E402
 
 import redist.executor as ex  # noqa: E402
-from benchmarks.speed import _at_least, round_robin, thunk  # noqa: E402
+from benchmarks.harness import at_least, round_robin, suite_parser, thunk  # noqa: E402
 from redist import AllToAll, Plan, redistribute  # noqa: E402
 from redist.arrays import check_output, make_input  # noqa: E402
 from redist.executor import _all_to_all_in_place, _gather_into  # noqa: E402
@@ -227,10 +226,10 @@ def chain_table(chains: Sequence[Chain], seconds: float) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.join_forms", description=__doc__.splitlines()[0])
-    parser.add_argument("--seconds", type=_at_least(0, float), default=1.5, help="timing budget per form pair")
+    parser = suite_parser("studies.join_forms", __doc__)
+    parser.add_argument("--seconds", type=at_least(0, float), default=1.5, help="timing budget per form pair")
     args = parser.parse_args(argv)
-    print(f"Command: `python -m benchmarks.join_forms --seconds {args.seconds}`\n")
+    print(f"Command: `python -m benchmarks.studies.join_forms --seconds {args.seconds}`\n")
     table(FORMS, args.seconds)
     print()
     chain_table(CHAINS, args.seconds)

@@ -20,7 +20,7 @@ what is wrong with it; meshes have the 8 devices the processes hold, and both pl
 destination). Ratios are ``a / b``: above 1,
 ``b`` is faster.
 
-Command: ``python -m benchmarks.plan_ab benchmarks/results/2026-11-25-gloo-rounds-rule-plans.json``
+Command: ``python -m benchmarks.studies.plan_ab benchmarks/studies/results/2026-11-25-gloo-rounds-rule-plans.json``
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
+from benchmarks.harness import suite_parser, thunk
 from benchmarks.multiprocess import DEVICES, Timer
 from redist.cost import CostModel
 from redist.errors import RedistError, StepError
@@ -154,7 +155,6 @@ def _worker(index: int, processes: int, port: int, path: str, reps: int, seconds
     import jax
 
     from benchmarks.paired import paired_ratio
-    from benchmarks.speed import thunk
     from redist.arrays import check_output, make_input
     from redist.executor import compile_plan
     from redist.profile import default_cost_model
@@ -182,7 +182,7 @@ _OUR_LINE = re.compile(r"^(\S.* -> .* on \{.*|  (a|b|a/b) .*)$", re.M)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m benchmarks.plan_ab", description=__doc__.split("\n")[0])
+    ap = suite_parser("studies.plan_ab", __doc__)
     ap.add_argument("plans", help="JSON file of moves and their two plans (see the module docstring)")
     ap.add_argument("--processes", type=int, default=2, help="processes of 8 / PROCESSES devices each")
     ap.add_argument("--reps", type=int, default=64)
@@ -204,10 +204,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except RedistError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    print(f"Command: python -m benchmarks.plan_ab {a.plans} --processes {a.processes} --reps {a.reps} "
+    print(f"Command: python -m benchmarks.studies.plan_ab {a.plans} --processes {a.processes} --reps {a.reps} "
           f"--seconds {a.seconds} --xla-flags={a.xla_flags!r}", flush=True)
     runs = spawn_local(a.processes, DEVICES // a.processes,
-                       lambda i, port: ["-m", "benchmarks.plan_ab", a.plans, "--processes", str(a.processes),
+                       lambda i, port: ["-m", "benchmarks.studies.plan_ab", a.plans, "--processes", str(a.processes),
                                         "--reps", str(a.reps), "--seconds", str(a.seconds),
                                         "--worker", str(i), str(port)], a.timeout, a.xla_flags)
     print("\n".join(m.group(0) for m in _OUR_LINE.finditer(without_gloo_logs(runs[0].stdout))))

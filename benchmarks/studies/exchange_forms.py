@@ -10,7 +10,7 @@ all-to-all over the pairs (``redist.exchange_a2a.slots`` groups whole mesh axes,
 all-to-all for a swap across a sub-axis such as ``tp2d_transpose_2x4``'s ``y:(2)2``: a group of 4
 needs 4 slots per device, above the memory bound). Each form below is checked against NumPy.
 
-``python -m benchmarks.exchange_forms [--seconds S] [--runs R]``: per case, the whole plan compiled
+``python -m benchmarks.studies.exchange_forms [--seconds S] [--runs R]``: per case, the whole plan compiled
 with its exchange lowered in each form, interleaved in one process on 8 simulated CPU devices,
 ``R`` runs of ``S`` seconds; the medians, the median and quartiles of the per-iteration ratio
 (current / form: above 1 is faster than today's lowering) and the compiled program's local writes.
@@ -30,7 +30,6 @@ Forms:
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 from collections.abc import Callable, Sequence
@@ -45,8 +44,8 @@ from jax import lax  # noqa: E402
 from jax.sharding import NamedSharding  # noqa: E402
 
 from benchmarks.cases import NAMED_CASES, Case  # noqa: E402
+from benchmarks.harness import at_least, round_robin_times, suite_parser, thunk  # noqa: E402
 from benchmarks.random_pairs import PairSpec, random_pairs  # noqa: E402
-from benchmarks.speed import _at_least, round_robin_times, thunk  # noqa: E402
 from redist import executor as ex  # noqa: E402
 from redist import redistribute  # noqa: E402
 from redist.arrays import check_output, make_input  # noqa: E402
@@ -269,11 +268,11 @@ def table(seconds: float, runs: int) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.exchange_forms", description=__doc__.splitlines()[0])
-    parser.add_argument("--seconds", type=_at_least(0, float), default=4.0, help="timing budget per case and run")
-    parser.add_argument("--runs", type=_at_least(1, int), default=3, help="interleaved runs per case")
+    parser = suite_parser("studies.exchange_forms", __doc__)
+    parser.add_argument("--seconds", type=at_least(0, float), default=4.0, help="timing budget per case and run")
+    parser.add_argument("--runs", type=at_least(1, int), default=3, help="interleaved runs per case")
     args = parser.parse_args(argv)
-    print(f"Command: `python -m benchmarks.exchange_forms --seconds {args.seconds} --runs {args.runs}`")
+    print(f"Command: `python -m benchmarks.studies.exchange_forms --seconds {args.seconds} --runs {args.runs}`")
     table(args.seconds, args.runs)
     return 0
 
