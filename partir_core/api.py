@@ -78,6 +78,20 @@ class Partitioned:
                  for x, t in zip(leaves, a.lowered.in_types)]
         return str(fn.lower(*specs).as_text())
 
+    def compiled_text(self, *args: Any) -> str:
+        """The optimised HLO the backend compiled (what its collectives really move: XLA:CPU,
+        for one, runs bf16 collectives in f32; ``Simulation.wire_bytes`` predicts that)."""
+        import jax
+
+        from spmd_types.jax_interop import to_named_sharding
+
+        a, fn = self._compiled(*args)
+        jmesh = fn_mesh(self.mesh)
+        leaves = jax.tree_util.tree_leaves(args)
+        specs = [jax.ShapeDtypeStruct(t.shape, x.dtype, sharding=to_named_sharding(t, jmesh))
+                 for x, t in zip(leaves, a.lowered.in_types)]
+        return str(fn.lower(*specs).compile().as_text())
+
     @property
     def analysis(self) -> Analysis:
         if self._last is None:
