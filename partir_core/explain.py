@@ -5,11 +5,12 @@ from __future__ import annotations
 from partir_core.analysis import Analysis
 from partir_core.ir import Value
 from partir_core.lower import Lowered, Move
+from partir_core.propagate import Layout
 from partir_core.simulate import simulate
 
 
-def _lay(layout: tuple[tuple[str, ...], ...]) -> str:
-    return "[" + ",".join(("@" + ("(" + ",".join(a) + ")" if len(a) > 1 else a[0])) if a else "_"
+def _lay(layout: Layout) -> str:
+    return "[" + ",".join(("@" + ("(" + ",".join(map(str, a)) + ")" if len(a) > 1 else str(a[0]))) if a else "_"
                           for a in layout) + "]"
 
 

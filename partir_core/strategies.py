@@ -5,8 +5,9 @@ On a mesh ``{data, model}``: BP shards the batch over ``data``; MP is Megatron o
 state over ``data`` while pinning parameters whole; Z3 shards the parameters themselves over
 ``data`` (state follows by propagation); EMB (VP) shards the embedding table's rows over
 ``model``; SP shards the sequence over ``model`` (Megatron-SP, with MP). On the Llama-style
-models MP also shards the KV heads of grouped-query attention and SwiGLU's three matrices, and
-on the mixture of experts it splits every expert's SwiGLU the same way.
+models MP shards the query heads of grouped-query attention (the KV heads follow: over the axis
+when it divides them, otherwise each replicated on its query group's devices) and SwiGLU's three
+matrices, and on the mixture of experts it splits every expert's SwiGLU the same way.
 ZeRO is defined on top of data parallelism, so ``Z2`` and ``Z3`` include BP.
 """
 
@@ -21,12 +22,13 @@ MEGATRON: dict[str, dict[str, int]] = {
     # stacked layers: dimension 0 is the layer, so each Megatron dimension is one further
     "gpt": {"params/blocks/wq": 2, "params/blocks/wk": 2, "params/blocks/wv": 2, "params/blocks/wo": 1,
             "params/blocks/w1": 2, "params/blocks/b1": 1, "params/blocks/w2": 1},
-    # grouped-query attention: KV heads over the axis too (each device's query heads read the
-    # KV heads it holds); SwiGLU: gate and up by column, down by row
-    "llama": {"params/blocks/wq": 2, "params/blocks/wk": 2, "params/blocks/wv": 2, "params/blocks/wo": 1,
+    # grouped-query attention: query heads by head; propagation through the grouping reshape
+    # gives the KV heads the axis when it divides them, and otherwise a sub-axis (each KV head on
+    # the devices of its query group). SwiGLU: gate and up by column, down by row
+    "llama": {"params/blocks/wq": 2, "params/blocks/wo": 1,
               "params/blocks/w_gate": 2, "params/blocks/w_up": 2, "params/blocks/w_down": 1},
     # each expert's SwiGLU split Megatron-style (expert weights are (layer, expert, in, out))
-    "moe": {"params/blocks/wq": 2, "params/blocks/wk": 2, "params/blocks/wv": 2, "params/blocks/wo": 1,
+    "moe": {"params/blocks/wq": 2, "params/blocks/wo": 1,
             "params/blocks/w_gate": 3, "params/blocks/w_up": 3, "params/blocks/w_down": 2},
 }
 SEQUENCE_MODELS = ("gpt", "llama", "moe")

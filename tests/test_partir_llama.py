@@ -175,3 +175,55 @@ def test_simulator_counts_bytes_as_the_backend_moves_them(dtype: str) -> None:
     assert other.wire_bytes == other.recv_bytes == sim.recv_bytes
     assert wire_scale("all_gather", "bf16", "cpu") == wire_scale("all_reduce", "f16", "cpu") == 1.0
     assert wire_scale("reduce_scatter", "bf16", "cpu") == 2.0
+
+
+def test_sub_axes_split_an_axis_between_grouped_dimensions() -> None:
+    """4 heads over model=4 regrouped as (2 KV heads, 2 queries each): the major half of ``model``
+    indexes the KV head, the minor half the query in its group; composed back, it is ``model``."""
+    from partir_core.propagate import clashes, compose, split_axes
+    from spmd_types import SubAxis
+
+    mesh = MESHES["data=2,model=4"]
+    major, minor = SubAxis("model", 1, 2), SubAxis("model", 2, 2)
+    assert split_axes(mesh, ("model",), [2, 2]) == [(major,), (minor,)]
+    assert split_axes(mesh, ("model",), [4, 2]) == [("model",), ()]
+    assert split_axes(mesh, ("data", "model"), [4, 2]) == [("data", major), (minor,)]
+    assert split_axes(mesh, ("model",), [3, 4]) is None
+    assert compose(mesh, [(major,), (minor,)], [2, 2]) == ("model",)
+    assert not clashes(mesh, [major], [minor]) and clashes(mesh, ["model"], [minor])
+
+
+KV2 = dict(batch=4, seq=8, d_model=16, heads=4, kv_heads=2, head_dim=4, ffn=32, vocab=32, layers=2)
+
+
+@pytest.mark.parametrize("strategy", ["MP", "BP+MP"])
+def test_fewer_kv_heads_than_the_model_axis_partition_by_query_group(strategy: str) -> None:
+    """2 KV heads, model=4: each KV head is sharded over the major half of ``model`` (replicated
+    on the two devices of its query group), the queries are never gathered, attention runs
+    partitioned, and the step equals the unpartitioned one. Per layer and direction the
+    collectives are Megatron's (attention and MLP outputs forward, the rematerialised attention
+    output, the MLP's input gradient) plus, backward, each KV head's gradient summed over its
+    query group (dk, dv: all-reduce over ``model:(2)2``) and the attention input gradient's two
+    parts (queries over ``model``, keys/values over ``model:(1)2``); wk, wv and their Adam moments
+    leave the program whole (a PartitionSpec cannot name a sub-axis): one all-gather each."""
+    from spmd_types import SubAxis
+
+    m = M.llama(**KV2, dtype=jnp.float32)
+    step = partition(m.step, MESHES["data=2,model=4"], S.schedule("llama", strategy))
+    out = step(*m.args)
+    want = jax.tree_util.tree_leaves(jax.jit(m.step)(*m.args))
+    for g, r in zip(jax.tree_util.tree_leaves(out), want):
+        np.testing.assert_allclose(np.asarray(g), np.asarray(r), rtol=2e-5, atol=2e-6)
+    sim = step.simulate()
+    assert sim.hlo_counts() == hlo_collectives(step.lower_text(*m.args))
+    a = step.analysis
+    names = dict(zip(a.program.input_paths, a.program.inputs))
+    for w in ("wk", "wv"):
+        assert a.lowered.layouts[names[f"params/blocks/{w}"].id] == ((), (), (SubAxis("model", 1, 2),), ())
+    gathers = [c for c in sim.collectives if c.kind == "all_gather"]
+    assert sorted(c.reason for c in gathers) == sorted(
+        f"output out/{o}/blocks/{w}" for o in ("0", "1/m", "1/v") for w in ("wk", "wv"))
+    if strategy == "MP":
+        assert sim.counts() == {"all_reduce": 8 * LAYERS, "all_gather": 6}
+        group = [c for c in sim.collectives if c.src.endswith("{U:(model:(2)2)}")]
+        assert sum(c.repeat for c in group) == 2 * LAYERS and all(c.recv_bytes == 512 for c in group)
