@@ -133,16 +133,18 @@ def partition(fn: Callable[..., Any], mesh: Mesh, schedule: Sequence[Tactic] | A
 
 
 def _tactics(mesh: Mesh, schedule: Sequence[Tactic] | AutoResult) -> tuple[Tactic, ...]:
-    """The tactics of a schedule or of an ``auto`` result (checked against ``mesh``)."""
-    from partir_core.auto import AutoResult
+    """The tactics of a schedule or of an ``auto`` result (checked against ``mesh``). An
+    ``AutoResult`` is recognised by its ``schedule`` and ``mesh`` (``auto`` imports this module)."""
     from partir_core.errors import TacticError
 
-    if isinstance(schedule, AutoResult):
-        if schedule.mesh != mesh:
-            raise TacticError(f"this auto result was searched on mesh {schedule.mesh}, not {mesh}; "
-                              "run auto on this mesh, or partition on the mesh it was found for")
-        return schedule.schedule
     if isinstance(schedule, Tactic):
         raise TacticError(f"schedule must be a list of tactics, got the single tactic {schedule}; "
                           "wrap it in a list")
-    return tuple(schedule)
+    if isinstance(schedule, Sequence):
+        return tuple(schedule)
+    if hasattr(schedule, "schedule") and hasattr(schedule, "mesh"):
+        if schedule.mesh != mesh:
+            raise TacticError(f"this auto result was searched on mesh {schedule.mesh}, not {mesh}; "
+                              "run auto on this mesh, or partition on the mesh it was found for")
+        return tuple(schedule.schedule)
+    raise TacticError(f"schedule must be a list of tactics or what auto returns, got {type(schedule).__name__}")
