@@ -19,6 +19,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from partir_core import hlo_collectives, partition
 from partir_core import models as M
@@ -228,3 +230,21 @@ def test_fewer_kv_heads_than_the_model_axis_partition_by_query_group(strategy: s
         assert sim.counts() == {"all_reduce": 8 * LAYERS, "all_gather": 6}
         group = [c for c in sim.collectives if c.src.endswith("{U:(model:(2)2)}")]
         assert sum(c.repeat for c in group) == 2 * LAYERS and all(c.recv_bytes == 512 for c in group)
+
+
+@given(st.lists(st.sampled_from([1, 2, 4, 8]), min_size=1, max_size=3), st.permutations(["a", "b"]),
+       st.integers(0, 2))
+def test_split_axes_then_compose_gives_the_axes_back(sizes: list[int], order: list[str], n_axes: int) -> None:
+    """Whatever way a dimension's axes are split over its factors (sub-axes included), composing
+    the factors' axes gives the dimension's axes back, each factor's blocks dividing its size."""
+    from partir_core.propagate import compose, split_axes
+
+    mesh = Mesh({"a": 2, "b": 4})
+    axes = tuple(order[:n_axes])
+    if math.prod(sizes) % math.prod(mesh.axis_size(a) for a in axes):
+        return
+    parts = split_axes(mesh, axes, sizes)
+    assert parts is not None  # power-of-two sizes always split
+    for part, n in zip(parts, sizes):
+        assert n % math.prod(mesh.axis_size(a) for a in part) == 0
+    assert compose(mesh, parts, sizes) == axes
