@@ -57,9 +57,10 @@ HAND = {
 }
 CASES = [("llama", "data=2,model=4", s) for s in ("BP", "MP", "BP+MP", "BP+MP+Z3", "BP+MP+SP", "BP+MP+VP",
                                                   "BP+MP+SP+VP")]
-CASES += [("moe", "data=2,model=4", s) for s in ("BP", "MP", "BP+MP+Z3", "BP+MP+SP+VP")]
+CASES += [("moe", "data=2,model=4", s) for s in ("BP", "MP", "BP+MP", "BP+MP+Z3", "BP+MP+SP", "BP+MP+VP",
+                                                "BP+MP+SP+VP", "EMB")]
 CASES += [(m, "data=8", s) for m in ("llama", "moe") for s in ("BP", "Z3")]
-CASES += [("llama", "data=8", "Z2"), ("llama", "data=2,model=4", "EMB")]
+CASES += [(m, "data=8", "Z2") for m in ("llama", "moe")] + [("llama", "data=2,model=4", "EMB")]
 
 
 def _run(name: str, mesh: str, strategy: str, dtype: str) -> tuple[list[np.ndarray], object]:
