@@ -43,6 +43,9 @@ SIZES: dict[str, dict[str, int]] = {
     "mlp": dict(batch=64, d_in=256, hidden=1024, classes=64),
     "transformer": dict(batch=8, seq=64, d_model=128, heads=8, head_dim=16, ffn=512, vocab=256),
     "gpt": dict(batch=8, seq=64, d_model=128, heads=8, head_dim=16, ffn=512, vocab=256, layers=2),
+    "llama": dict(batch=8, seq=64, d_model=128, heads=8, kv_heads=2, head_dim=16, ffn=512, vocab=256, layers=2),
+    "moe": dict(batch=8, seq=64, d_model=128, heads=8, kv_heads=2, head_dim=16, ffn=256, vocab=256, layers=2,
+                experts=4),
 }
 """Models the benchmark searches, at sizes where compute, not dispatch, dominates measured time
 (adding a model is one line: its name in ``partir_core.models.MODELS`` and its sizes)."""

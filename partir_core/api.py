@@ -7,7 +7,7 @@ arrays or ``jax.ShapeDtypeStruct``s), cached per input signature like ``jax.jit`
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from partir_core.analysis import Analysis, analyze
 from partir_core.explain import explain
@@ -15,6 +15,9 @@ from partir_core.lower import compile_lowered
 from partir_core.simulate import Simulation, simulate
 from partir_core.tactics import Tactic
 from spmd_types import Mesh
+
+if TYPE_CHECKING:
+    from partir_core.auto import AutoResult
 
 
 def _signature(args: Sequence[Any]) -> tuple[Any, ...]:
@@ -28,10 +31,11 @@ def _signature(args: Sequence[Any]) -> tuple[Any, ...]:
 class Partitioned:
     """A function partitioned by a schedule; call it like the original."""
 
-    def __init__(self, fn: Callable[..., Any], mesh: Mesh, schedule: Sequence[Tactic], unknown: str = "error") -> None:
+    def __init__(self, fn: Callable[..., Any], mesh: Mesh, schedule: Sequence[Tactic] | AutoResult,
+                 unknown: str = "error") -> None:
         if unknown not in ("error", "replicate"):
             raise ValueError(f"unknown= must be 'error' or 'replicate', got {unknown!r}")
-        self.fn, self.mesh, self.schedule, self.unknown = fn, mesh, tuple(schedule), unknown
+        self.fn, self.mesh, self.schedule, self.unknown = fn, mesh, _tactics(mesh, schedule), unknown
         self._cache: dict[Any, tuple[Analysis, Any]] = {}
         self._last: Analysis | None = None
 
@@ -74,6 +78,20 @@ class Partitioned:
                  for x, t in zip(leaves, a.lowered.in_types)]
         return str(fn.lower(*specs).as_text())
 
+    def compiled_text(self, *args: Any) -> str:
+        """The optimised HLO the backend compiled (what its collectives really move: XLA:CPU,
+        for one, runs bf16 collectives in f32; ``Simulation.wire_bytes`` predicts that)."""
+        import jax
+
+        from spmd_types.jax_interop import to_named_sharding
+
+        a, fn = self._compiled(*args)
+        jmesh = fn_mesh(self.mesh)
+        leaves = jax.tree_util.tree_leaves(args)
+        specs = [jax.ShapeDtypeStruct(t.shape, x.dtype, sharding=to_named_sharding(t, jmesh))
+                 for x, t in zip(leaves, a.lowered.in_types)]
+        return str(fn.lower(*specs).compile().as_text())
+
     @property
     def analysis(self) -> Analysis:
         if self._last is None:
@@ -97,10 +115,36 @@ def fn_mesh(mesh: Mesh) -> Any:
     return _JMESH[mesh]
 
 
-def partition(fn: Callable[..., Any], mesh: Mesh, schedule: Sequence[Tactic], *, unknown: str = "error") -> Partitioned:
+def partition(fn: Callable[..., Any], mesh: Mesh, schedule: Sequence[Tactic] | AutoResult, *,
+              unknown: str = "error") -> Partitioned:
     """Partition ``fn`` over ``mesh`` following ``schedule`` (tactics applied in order).
 
-    ``unknown="replicate"`` runs primitives without a rule on whole (gathered) arrays instead of
-    raising ``UnknownPrimitiveError``.
+    ``schedule`` is a list of tactics or what ``auto`` returns (its ``schedule``: the fixed
+    tactics, then the found ones), so a search result partitions the step it was found for::
+
+        result = auto(step, mesh, *args, time_budget_s=60)
+        partitioned = partition(step, mesh, result)
+
+    An ``AutoResult`` found on another mesh raises ``TacticError`` (its tactics name that mesh's
+    axes and were scored on its sizes). ``unknown="replicate"`` runs primitives without a rule on
+    whole (gathered) arrays instead of raising ``UnknownPrimitiveError``.
     """
-    return Partitioned(fn, mesh, schedule, unknown)
+    return Partitioned(fn, mesh, _tactics(mesh, schedule), unknown)
+
+
+def _tactics(mesh: Mesh, schedule: Sequence[Tactic] | AutoResult) -> tuple[Tactic, ...]:
+    """The tactics of a schedule or of an ``auto`` result (checked against ``mesh``). An
+    ``AutoResult`` is recognised by its ``schedule`` and ``mesh`` (``auto`` imports this module)."""
+    from partir_core.errors import TacticError
+
+    if isinstance(schedule, Tactic):
+        raise TacticError(f"schedule must be a list of tactics, got the single tactic {schedule}; "
+                          "wrap it in a list")
+    if isinstance(schedule, Sequence):
+        return tuple(schedule)
+    if hasattr(schedule, "schedule") and hasattr(schedule, "mesh"):
+        if schedule.mesh != mesh:
+            raise TacticError(f"this auto result was searched on mesh {schedule.mesh}, not {mesh}; "
+                              "run auto on this mesh, or partition on the mesh it was found for")
+        return tuple(schedule.schedule)
+    raise TacticError(f"schedule must be a list of tactics or what auto returns, got {type(schedule).__name__}")

@@ -24,7 +24,12 @@ largest first (``SearchSpace.ordered``); ``benchmarks.auto --compare`` sets the 
 each other on the same evaluation budget.
 
 The result is a list of ordinary ``Shard`` tactics after the user's ``fixed`` ones: readable,
-editable, and ``partition(fn, mesh, result.schedule)`` reproduces exactly the scored program.
+editable, and ``partition(fn, mesh, result)`` (or ``result.schedule``) reproduces exactly the
+scored program. Example (docs/howto/partition.md)::
+
+    result = auto(step, mesh, *args, memory_budget=2**30, seed=0, max_evaluations=200)
+    print(result.explain())
+    partitioned = partition(step, mesh, result)
 """
 
 from __future__ import annotations
@@ -369,7 +374,9 @@ def auto(step_fn: Callable[..., Any], mesh: Mesh, *args: Any, memory_budget: int
     ``memory_budget``: bytes per device the simulator's peak should stay under. The search stops
     at ``time_budget_s`` (or ``max_evaluations`` costed schedules, or when every reachable state
     was seen) with the best schedule so far. For a given ``seed`` and a search that ends on its
-    evaluation budget or exhausts the space, the result is deterministic.
+    evaluation budget or exhausts the space, the result is deterministic (one that ends on the
+    clock depends on the machine's speed). Returns an ``AutoResult``, which ``partition`` accepts
+    in place of a schedule.
     """
     started = time.perf_counter()
     if method not in METHODS:

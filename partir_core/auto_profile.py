@@ -5,7 +5,9 @@ The simulator counts what a partitioned step does (per-device FLOPs, each collec
 bytes and rounds); a profile prices it:
 
     time = overhead + dot_flops / dot_rate + other_flops / other_rate
-           + sum over collectives of repeat * (rounds * latency[kind] + recv_bytes / bandwidth)
+           + sum over collectives of repeat * (rounds * latency[kind] + wire_bytes / bandwidth)
+
+(``wire_bytes``: the bytes as the backend's collectives carry them; XLA:CPU runs bf16 ones in f32.)
 
 Why these terms: matmuls and elementwise ops run at very different rates on a CPU (an
 elementwise op is memory-bound), and a collective between simulated devices costs mostly its
@@ -41,6 +43,7 @@ class Features(NamedTuple):
     rounds: tuple[float, ...]
     """Collective rounds executed, per kind in ``KIND_ORDER``."""
     recv_bytes: float
+    """Bytes received per device as the backend moves them (``Simulation.wire_bytes``)."""
 
     def vector(self) -> list[float]:
         """The regressors of ``fit``, in the order of ``CostProfile.coefficients``."""
@@ -63,7 +66,7 @@ def features(low: Lowered, sim: Simulation) -> Features:
     rounds = dict.fromkeys(KIND_ORDER, 0.0)
     for c in sim.collectives:
         rounds[KINDS.get(c.kind, "permute")] += c.rounds * c.repeat
-    return Features(dots, max(0.0, sim.flops - dots), tuple(rounds[k] for k in KIND_ORDER), sim.recv_bytes)
+    return Features(dots, max(0.0, sim.flops - dots), tuple(rounds[k] for k in KIND_ORDER), sim.wire_bytes)
 
 
 @dataclass(frozen=True)

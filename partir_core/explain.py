@@ -5,11 +5,12 @@ from __future__ import annotations
 from partir_core.analysis import Analysis
 from partir_core.ir import Value
 from partir_core.lower import Lowered, Move
+from partir_core.propagate import Layout
 from partir_core.simulate import simulate
 
 
-def _lay(layout: tuple[tuple[str, ...], ...]) -> str:
-    return "[" + ",".join(("@" + ("(" + ",".join(a) + ")" if len(a) > 1 else a[0])) if a else "_"
+def _lay(layout: Layout) -> str:
+    return "[" + ",".join(("@" + ("(" + ",".join(map(str, a)) + ")" if len(a) > 1 else str(a[0]))) if a else "_"
                           for a in layout) + "]"
 
 
@@ -84,8 +85,10 @@ def explain(a: Analysis) -> str:
     sim = simulate(low)
     lines.append("")
     lines.append("== simulated cost per device ==")
+    wire = (f" ({sim.wire_bytes:,.0f} B as {sim.backend} moves them: bf16 reductions run in f32)"
+            if sim.wire_bytes != sim.recv_bytes else "")
     lines.append(f"  flops {sim.flops:,.0f}; peak memory {sim.peak_bytes:,} B; "
-                 f"received {sim.recv_bytes:,.0f} B; communication {sim.comm_time_s * 1e6:.1f} us")
+                 f"received {sim.recv_bytes:,.0f} B{wire}; communication {sim.comm_time_s * 1e6:.1f} us")
     counts = ", ".join(f"{k} x{n}" for k, n in sorted(sim.counts().items())) or "none"
     lines.append(f"  collectives: {counts}")
     for col in sim.collectives:

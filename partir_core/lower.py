@@ -28,11 +28,11 @@ from typing import Any
 from partir_core.errors import PartitionError
 from partir_core.ir import Atom, Const, Op, Program, Value, is_key
 from partir_core.local import arg_value, run_local
-from partir_core.propagate import Layout, factor_axes, layout_from_factors
+from partir_core.propagate import Layout, clashes, factor_axes, layout_from_factors
 from partir_core.rules import COMBINE, COMBINERS, CONTRACT, NOSHARD, PASS, Linearity, Rule
 from redist import CostModel, Plan, redistribute
 from redist.cost import KindCost
-from spmd_types import Mesh, ShardingType, ShardingTypeError
+from spmd_types import Axis, Mesh, ShardingType, ShardingTypeError, SubAxis
 from spmd_types.memo import Scope, memo
 
 
@@ -54,7 +54,7 @@ class OpDecision:
 
     op: Op
     rule: Rule
-    assign: tuple[tuple[str, ...], ...]
+    assign: tuple[tuple[Axis, ...], ...]
     in_types: tuple[ShardingType | None, ...]
     out_types: tuple[ShardingType, ...]
     moves: tuple[Move, ...]
@@ -114,13 +114,20 @@ def _cost(src: ShardingType, dst: ShardingType) -> float:
         return math.inf
 
 
-def _type(v: Value | Const, layout: Layout, mesh: Mesh, unreduced: Sequence[str] = ()) -> ShardingType:
+def _type(v: Value | Const, layout: Layout, mesh: Mesh, unreduced: Sequence[Axis] = ()) -> ShardingType:
     # a PRNG key is 8 bytes (two u32 words) per element and is never moved: u64 stands in for it
     return ShardingType(v.shape, "u64" if is_key(v.dtype) else v.dtype, layout, mesh, unreduced)
 
 
 def _layout(t: ShardingType) -> Layout:
-    return tuple(tuple(str(a) for a in d) for d in t.dims)
+    return tuple(tuple(d) for d in t.dims)
+
+
+def whole_axes(layout: Layout) -> Layout:
+    """``layout`` without its sub-axes: what a program's inputs and outputs take, since a JAX
+    ``PartitionSpec`` names whole axes only (a KV head sharded over part of ``model`` enters
+    replicated and is sliced locally, for free; it leaves by an all-gather)."""
+    return tuple(tuple(a for a in d if not isinstance(a, SubAxis)) for d in layout)
 
 
 def _stack(t: ShardingType, n: int) -> ShardingType:
@@ -145,12 +152,13 @@ class _Planner:
 
     # -- candidates -------------------------------------------------------------------------------
     def _gather_assign(self, rule: Rule, sources: Sequence[tuple[Any, Layout]], final_after: int
-                       ) -> dict[int, tuple[str, ...]]:
+                       ) -> dict[int, tuple[Axis, ...]]:
         """Axes per factor, first source first; factors seen in the first ``final_after`` sources
-        are fixed even where they are unsharded there."""
-        assign: dict[int, tuple[str, ...]] = {}
+        are fixed even where they are unsharded there. A max/min factor takes whole axes only
+        (its all-reduce is named by axis)."""
+        assign: dict[int, tuple[Axis, ...]] = {}
         fixed: set[int] = set()
-        used: set[str] = set()
+        used: list[Axis] = []
         for k, (dims, layout) in enumerate(sources):
             fa = factor_axes(self.mesh, rule, dims, layout)
             if fa is None:
@@ -162,14 +170,15 @@ class _Planner:
                     if k < final_after:
                         fixed.add(f)
                     continue
-                if used & set(axes):
+                if clashes(self.mesh, axes, used) or (
+                        rule.factors[f].kind == COMBINE and any(isinstance(a, SubAxis) for a in axes)):
                     continue
                 assign[f] = axes
-                used |= set(axes)
+                used += axes
         return assign
 
     def _candidates(self, op: Op, rule: Rule, produced: list[ShardingType | None]
-                    ) -> list[tuple[str, dict[int, tuple[str, ...]]]]:
+                    ) -> list[tuple[str, dict[int, tuple[Axis, ...]]]]:
         res: list[tuple[Any, Layout]] = [(d, self.layouts[v.id]) for v, d in zip(op.outputs, rule.results)]
         ins: list[tuple[Any, Layout]] = [(d, t.dims) for d, t in zip(rule.operands, produced)  # type: ignore[misc]
                                          if t is not None]
@@ -193,7 +202,7 @@ class _Planner:
         return cands
 
     # -- materialising a candidate ---------------------------------------------------------------
-    def _layouts(self, op: Op, rule: Rule, assign: dict[int, tuple[str, ...]]
+    def _layouts(self, op: Op, rule: Rule, assign: dict[int, tuple[Axis, ...]]
                  ) -> tuple[list[Layout | None], list[Layout]]:
         assign = dict(assign)
         for _ in range(len(rule.factors) + 1):
@@ -220,32 +229,32 @@ class _Planner:
                 assign.pop(f, None)
         raise PartitionError(f"op #{op.index} ({op.name}): no valid local layout")  # pragma: no cover
 
-    def _unreduced(self, op: Op, rule: Rule, produced: list[ShardingType | None], used: set[str],
-                   assign: dict[int, tuple[str, ...]]) -> tuple[list[frozenset[str]], frozenset[str]]:
+    def _unreduced(self, op: Op, rule: Rule, produced: list[ShardingType | None], used: set[Axis],
+                   assign: dict[int, tuple[Axis, ...]]) -> tuple[list[frozenset[Axis]], frozenset[Axis]]:
         """Pending sums each operand keeps, and those of the result (see the rules' linearity).
 
         A pending sum is carried through only from a value with this one consumer: a value read
         twice is better reduced once than carried into two results reduced separately."""
         n = len(op.inputs)
-        keep: list[frozenset[str]] = [frozenset()] * n
-        us = [frozenset(str(a) for a in t.unreduced) if t is not None else frozenset() for t in produced]
+        keep: list[frozenset[Axis]] = [frozenset()] * n
+        us = [frozenset(t.unreduced) if t is not None else frozenset() for t in produced]
         if any(u and self.uses.get(a.id, 0) > 1 for a, u in zip(op.inputs, us) if isinstance(a, Value)):
             us = [frozenset() if u else u for u in us]  # forces a reduction of every pending operand
         lin = set(rule.linear)
         contract = {a for f, k in enumerate(rule.factors) if k.kind == CONTRACT for a in assign.get(f, ())}
-        carried: frozenset[str] = frozenset()
+        carried: frozenset[Axis] = frozenset()
         if rule.linearity == Linearity.ALL and lin:
             pend = {us[i] for i in lin if i < n and isinstance(op.inputs[i], Value)}
             consts_ok = all(isinstance(op.inputs[i], Value) for i in lin if i < n)
             others_clean = all(not us[i] for i in range(n) if i not in lin)
             if len(pend) == 1 and consts_ok and others_clean:
                 u = next(iter(pend))
-                if u and not (u & used):
+                if u and not clashes(self.mesh, u, used):
                     carried = u
                     keep = [u if (i in lin and isinstance(op.inputs[i], Value)) else frozenset() for i in range(n)]
         elif rule.linearity == Linearity.ONE:
             dirty = [i for i in range(n) if us[i]]
-            if len(dirty) == 1 and dirty[0] in lin and not (us[dirty[0]] & used):
+            if len(dirty) == 1 and dirty[0] in lin and not clashes(self.mesh, us[dirty[0]], used):
                 carried = us[dirty[0]]
                 keep[dirty[0]] = carried
         if contract and rule.linearity == Linearity.ALL:
@@ -258,16 +267,16 @@ class _Planner:
                     keep[i] = keep[i] | frozenset(missing)
         return keep, carried | frozenset(contract)
 
-    def _materialise(self, op: Op, rule: Rule, assign: dict[int, tuple[str, ...]],
-                     produced: list[ShardingType | None]) -> tuple[list[ShardingType | None], list[ShardingType], dict[int, tuple[str, ...]]]:
+    def _materialise(self, op: Op, rule: Rule, assign: dict[int, tuple[Axis, ...]],
+                     produced: list[ShardingType | None]) -> tuple[list[ShardingType | None], list[ShardingType], dict[int, tuple[Axis, ...]]]:
         ins_l, outs_l = self._layouts(op, rule, assign)
         used = {a for lay in outs_l for ax in lay for a in ax} | {
             a for lay in ins_l if lay is not None for ax in lay for a in ax}
         keep, out_u = self._unreduced(op, rule, produced, used, assign)
         ins: list[ShardingType | None] = []
         for a, lay, u in zip(op.inputs, ins_l, keep):
-            ins.append(None if isinstance(a, Const) or lay is None else _type(a, lay, self.mesh, sorted(u)))
-        outs = [_type(v, lay, self.mesh, sorted(out_u)) for v, lay in zip(op.outputs, outs_l)]
+            ins.append(None if isinstance(a, Const) or lay is None else _type(a, lay, self.mesh, sorted(u, key=str)))
+        outs = [_type(v, lay, self.mesh, sorted(out_u, key=str)) for v, lay in zip(op.outputs, outs_l)]
         return ins, outs, assign
 
     # -- the decision ------------------------------------------------------------------------------
@@ -367,15 +376,17 @@ class _Planner:
                           tuple(ins), tuple(outs), tuple(moves), name, best[0], (), comb_axes, comb_plan)
 
 
-def _combine(op: Op, rule: Rule, assign: dict[int, tuple[str, ...]], outs: Sequence[ShardingType]
+def _combine(op: Op, rule: Rule, assign: dict[int, tuple[Axis, ...]], outs: Sequence[ShardingType]
              ) -> tuple[tuple[str, ...], Plan | None]:
     """Axes of the op's sharded max/min factors, and the all-reduce that finishes it, priced as
-    redist prices a sum over the same axes (same bytes and rounds; only the combiner differs)."""
-    axes = tuple(a for f, k in enumerate(rule.factors) if k.kind == COMBINE for a in assign.get(f, ()))
+    redist prices a sum over the same axes (same bytes and rounds; only the combiner differs).
+    They are whole axes (``_gather_assign`` gives these factors no sub-axis)."""
+    axes = tuple(a for f, k in enumerate(rule.factors) if k.kind == COMBINE for a in assign.get(f, ())
+                 if isinstance(a, str))
     if not axes:
         return (), None
     t = outs[0]
-    return axes, plan_move(ShardingType(t.shape, t.dtype, t.dims, t.mesh, sorted(axes)), t)
+    return axes, plan_move(ShardingType(t.shape, t.dtype, t.dims, t.mesh, sorted(axes, key=str)), t)
 
 
 def _combine_rounds(op: Op) -> int:
@@ -389,9 +400,9 @@ def lower(program: Program, mesh: Mesh, rules: Sequence[Rule], layouts: dict[int
 
     Inputs and outputs take their propagated layouts unless given (a body's are its loop's)."""
     pl = _Planner(program, mesh, rules, layouts)
-    in_lays = in_layouts if in_layouts is not None else [layouts[v.id] for v in program.inputs]
+    in_lays = in_layouts if in_layouts is not None else [whole_axes(layouts[v.id]) for v in program.inputs]
     out_lays = out_layouts if out_layouts is not None else [
-        layouts[o.id] if isinstance(o, Value) else () for o in program.outputs]
+        whole_axes(layouts[o.id]) if isinstance(o, Value) else () for o in program.outputs]
     in_types = tuple(_type(v, lay, mesh) for v, lay in zip(program.inputs, in_lays))
     for v, t in zip(program.inputs, in_types):
         pl.avail[v.id] = [t]
@@ -471,7 +482,9 @@ def _run_op(step: OpDecision, args: list[Any]) -> list[Any]:
     def offset(t: ShardingType, d: int) -> Any:
         block = jnp.zeros((), jnp.int32)
         for a in t.dims[d]:
-            block = block * t.mesh.axis_size(a) + lax.axis_index(str(a))
+            name, pre, size = t.mesh.span(a)
+            digit = lax.axis_index(name) // (t.mesh.axis_size(name) // (pre * size)) % size
+            block = block * size + digit
         return block * t.local_shape[d]
 
     outs = run_local(op, step.in_types, step.out_types, args, offset, step.combine)

@@ -2,7 +2,9 @@
 
 ``train_step(params, opt_state, batch[, key]) -> (new_params, new_opt_state, loss)``. ``gpt`` is
 written as current JAX LLMs are: a ``scan`` over stacked layer parameters, ``jax.checkpoint`` per
-layer, dropout from a PRNG key, tied input/output embeddings, an integer-label loss. Parameter names
+layer, dropout from a PRNG key, tied input/output embeddings, an integer-label loss; ``llama`` as a
+Llama-style decoder (RMSNorm, rotary embeddings, grouped-query attention, SwiGLU, bf16 activations
+over f32 master weights) and ``moe`` as its top-2 mixture-of-experts variant. Parameter names
 are what strategies refer to (``w1``, ``wq``, ``embed``...). Sizes are arguments so tests stay
 small and benchmarks can grow them.
 """
@@ -221,4 +223,152 @@ def gpt(batch: int = 8, seq: int = 8, d_model: int = 32, heads: int = 4, head_di
     return Model("gpt", gpt_step, params, adam_init(params), data, jax.random.key(seed))
 
 
-MODELS: dict[str, Callable[..., Model]] = {"mlp": mlp, "transformer": transformer, "gpt": gpt}
+# -- Llama-style decoder and its mixture-of-experts variant ------------------------------------------
+
+def rms_norm(x: jax.Array, g: jax.Array, eps: float = 1e-6) -> jax.Array:
+    """RMSNorm computed in f32 whatever the activation dtype (as Llama does), cast back."""
+    xf = x.astype(jnp.float32)
+    y = xf * lax.rsqrt(jnp.mean(jnp.square(xf), axis=-1, keepdims=True) + eps)
+    return (y * g).astype(x.dtype)
+
+
+def rotary(x: jax.Array, theta: float = 10000.0) -> jax.Array:
+    """Rotary position embedding over ``x``'s (batch, seq, heads, head_dim), rotate-half form."""
+    seq, half = x.shape[1], x.shape[-1] // 2
+    freqs = 1.0 / theta ** (jnp.arange(half, dtype=jnp.float32) / half)
+    ang = jnp.arange(seq, dtype=jnp.float32)[:, None] * freqs[None, :]
+    cos, sin = jnp.cos(ang)[None, :, None, :], jnp.sin(ang)[None, :, None, :]
+    xf = x.astype(jnp.float32)
+    x1, x2 = xf[..., :half], xf[..., half:]
+    return jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1).astype(x.dtype)
+
+
+def gqa_attention(h: jax.Array, p: Params) -> jax.Array:
+    """Causal grouped-query attention: ``wq`` has ``heads`` heads, ``wk``/``wv`` ``kv_heads``;
+    query head ``j`` reads KV head ``j // (heads // kv_heads)`` (queries grouped by a reshape,
+    as flax/MaxText write it). Scores and softmax in f32."""
+    dt = h.dtype
+    q = rotary(jnp.einsum("bsd,dhk->bshk", h, p["wq"].astype(dt)))
+    k = rotary(jnp.einsum("bsd,dhk->bshk", h, p["wk"].astype(dt)))
+    v = jnp.einsum("bsd,dhk->bshk", h, p["wv"].astype(dt))
+    b, n, heads, hd = q.shape
+    kv = k.shape[2]
+    qg = q.reshape(b, n, kv, heads // kv, hd)
+    s = jnp.einsum("bqngk,bsnk->bngqs", qg, k, preferred_element_type=jnp.float32) / math.sqrt(hd)
+    causal = lax.broadcasted_iota(jnp.int32, (n, n), 0) >= lax.broadcasted_iota(jnp.int32, (n, n), 1)
+    s = jnp.where(causal, s, -1e9)
+    a = jax.nn.softmax(s, axis=-1).astype(dt)
+    o = jnp.einsum("bngqs,bsnk->bqngk", a, v).reshape(b, n, heads, hd)
+    return jnp.einsum("bqhk,hkd->bqd", o, p["wo"].astype(dt))
+
+
+def swiglu(h: jax.Array, p: Params) -> jax.Array:
+    dt = h.dtype
+    gate = jax.nn.silu(h @ p["w_gate"].astype(dt))
+    return (gate * (h @ p["w_up"].astype(dt))) @ p["w_down"].astype(dt)
+
+
+def moe_mlp(h: jax.Array, p: Params, capacity: int) -> jax.Array:
+    """Top-2 mixture of SwiGLU experts with capacity, dispatched and combined by einsum (GShard):
+    per sequence, each token goes to its two most probable experts (gates renormalised), first
+    choices before second ones, each expert taking at most ``capacity`` tokens (the rest dropped).
+    Router in f32."""
+    dt = h.dtype
+    n_exp = p["router"].shape[-1]
+    probs = jax.nn.softmax(jnp.einsum("bsd,de->bse", h.astype(jnp.float32), p["router"]), axis=-1)
+    gate, idx = lax.top_k(probs, 2)  # (b, s, 2)
+    gate = gate / jnp.sum(gate, axis=-1, keepdims=True)
+    choice = jax.nn.one_hot(idx, n_exp, dtype=jnp.int32)  # (b, s, 2, e)
+    b, n = h.shape[:2]
+    order = jnp.swapaxes(choice, 1, 2).reshape(b, 2 * n, n_exp)  # first choices, then second ones
+    pos = jnp.cumsum(order, axis=1) * order - 1  # slot in the expert's buffer, -1 where not chosen
+    slot = jax.nn.one_hot(pos, capacity, dtype=jnp.float32)  # (b, 2s, e, c); -1 and >= c: all zero
+    slot = jnp.swapaxes(slot.reshape(b, 2, n, n_exp, capacity), 1, 2)  # (b, s, 2, e, c)
+    dispatch = jnp.sum(slot, axis=2).astype(dt)
+    combine = jnp.einsum("bsk,bskec->bsec", gate, slot).astype(dt)
+    xe = jnp.einsum("bsec,bsd->becd", dispatch, h)
+    up = jax.nn.silu(jnp.einsum("becd,edf->becf", xe, p["w_gate"].astype(dt)))
+    up = up * jnp.einsum("becd,edf->becf", xe, p["w_up"].astype(dt))
+    ye = jnp.einsum("becf,efd->becd", up, p["w_down"].astype(dt))
+    return jnp.einsum("bsec,becd->bsd", combine, ye)
+
+
+def llama_block(h: jax.Array, p: Params, capacity: int) -> jax.Array:
+    """Pre-norm block: RMSNorm, grouped-query attention with rotary embeddings, RMSNorm, SwiGLU
+    (or the top-2 mixture of SwiGLU experts when the block has a ``router``)."""
+    h = h + gqa_attention(rms_norm(h, p["attn_norm"]), p)
+    u = rms_norm(h, p["mlp_norm"])
+    return h + (moe_mlp(u, p, capacity) if "router" in p else swiglu(u, p))
+
+
+def llama_loss(params: Params, batch: dict[str, Any], dtype: Any = jnp.bfloat16, capacity: int = 0) -> jax.Array:
+    """f32 master weights, activations in ``dtype``: layers as one ``scan`` over stacked
+    parameters, each rematerialised (``jax.checkpoint``); untied output projection; f32 logits
+    and an integer-label loss."""
+    x = params["embed"].astype(dtype)[batch["tokens"]]
+    block = jax.checkpoint(lambda h, p: llama_block(h, p, capacity))
+
+    def layer(h: jax.Array, p: Params) -> tuple[jax.Array, None]:
+        return block(h, p), None
+
+    x, _ = lax.scan(layer, x, params["blocks"])
+    x = rms_norm(x, params["final_norm"])
+    logits = jnp.einsum("bsd,dv->bsv", x, params["unembed"].astype(dtype), preferred_element_type=jnp.float32)
+    return label_cross_entropy(logits, batch["labels"])
+
+
+def _llama_step(dtype: Any, capacity: int) -> Callable[..., Any]:
+    def llama_step(params: Params, opt_state: dict[str, Any],
+                   batch: dict[str, Any]) -> tuple[Params, dict[str, Any], jax.Array]:
+        loss, grads = jax.value_and_grad(llama_loss)(params, batch, dtype, capacity)
+        new_params, new_state = adam_update(params, grads, opt_state)
+        return new_params, new_state, loss
+    return llama_step
+
+
+def _llama_params(rng: np.random.Generator, layers: int, d_model: int, heads: int, kv_heads: int, head_dim: int,
+                  ffn: int, vocab: int, experts: int) -> Params:
+    if heads % kv_heads:
+        raise ValueError(f"heads ({heads}) must be a multiple of kv_heads ({kv_heads}): each KV head serves "
+                         "a group of query heads")
+    s, n = 1 / math.sqrt(d_model), layers
+    blocks = {
+        "attn_norm": jnp.ones((n, d_model), jnp.float32), "mlp_norm": jnp.ones((n, d_model), jnp.float32),
+        "wq": _normal(rng, (n, d_model, heads, head_dim), s), "wk": _normal(rng, (n, d_model, kv_heads, head_dim), s),
+        "wv": _normal(rng, (n, d_model, kv_heads, head_dim), s),
+        "wo": _normal(rng, (n, heads, head_dim, d_model), 1 / math.sqrt(heads * head_dim)),
+    }
+    e = (experts,) if experts else ()
+    blocks |= {"w_gate": _normal(rng, (n, *e, d_model, ffn), s), "w_up": _normal(rng, (n, *e, d_model, ffn), s),
+               "w_down": _normal(rng, (n, *e, ffn, d_model), 1 / math.sqrt(ffn))}
+    if experts:
+        blocks["router"] = _normal(rng, (n, d_model, experts), s)
+    return {"embed": _normal(rng, (vocab, d_model), 1.0), "blocks": blocks,
+            "final_norm": jnp.ones((d_model,), jnp.float32), "unembed": _normal(rng, (d_model, vocab), s)}
+
+
+def llama(batch: int = 8, seq: int = 8, d_model: int = 32, heads: int = 4, kv_heads: int = 2, head_dim: int = 8,
+          ffn: int = 64, vocab: int = 64, layers: int = 2, dtype: Any = jnp.bfloat16, seed: int = 0) -> Model:
+    """A Llama-style decoder training step (``llama_loss``; plain Adam as the GPT)."""
+    rng = np.random.default_rng(seed)
+    params = _llama_params(rng, layers, d_model, heads, kv_heads, head_dim, ffn, vocab, 0)
+    data = {"tokens": jnp.asarray(rng.integers(0, vocab, (batch, seq)).astype(np.int32)),
+            "labels": jnp.asarray(rng.integers(0, vocab, (batch, seq)).astype(np.int32))}
+    return Model("llama", _llama_step(dtype, 0), params, adam_init(params), data)
+
+
+def moe(batch: int = 8, seq: int = 8, d_model: int = 32, heads: int = 4, kv_heads: int = 2, head_dim: int = 8,
+        ffn: int = 32, vocab: int = 64, layers: int = 2, experts: int = 4, capacity_factor: float = 1.25,
+        dtype: Any = jnp.bfloat16, seed: int = 0) -> Model:
+    """The Llama decoder with every MLP a top-2 mixture of ``experts`` SwiGLU experts; each expert
+    takes ``ceil(capacity_factor * 2 * seq / experts)`` tokens per sequence (``moe_mlp``)."""
+    rng = np.random.default_rng(seed)
+    capacity = math.ceil(capacity_factor * 2 * seq / experts)
+    params = _llama_params(rng, layers, d_model, heads, kv_heads, head_dim, ffn, vocab, experts)
+    data = {"tokens": jnp.asarray(rng.integers(0, vocab, (batch, seq)).astype(np.int32)),
+            "labels": jnp.asarray(rng.integers(0, vocab, (batch, seq)).astype(np.int32))}
+    return Model("moe", _llama_step(dtype, capacity), params, adam_init(params), data)
+
+
+MODELS: dict[str, Callable[..., Model]] = {"mlp": mlp, "transformer": transformer, "gpt": gpt, "llama": llama,
+                                           "moe": moe}

@@ -16,15 +16,18 @@ earlier tactic (and what it propagated) is never silently undone by a later one.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from partir_core.control import sites
 from partir_core.ir import Op, Program, Value
 from partir_core.rules import NOSHARD, Dims, Rule
-from spmd_types import Mesh
+from spmd_types import Axis, Mesh, SubAxis
+from spmd_types.types import canonical_axes, spans_overlap
 
-Layout = tuple[tuple[str, ...], ...]
+Layout = tuple[tuple[Axis, ...], ...]
+"""Per dimension, the mesh axes sharding it, major to minor: whole axes (names) or sub-axes
+(``SubAxis``, where a reshape splits an axis between two dimensions)."""
 
 
 @dataclass(frozen=True)
@@ -34,34 +37,62 @@ class Conflict:
     op: int
     prim: str
     factor: int
-    first: tuple[str, ...]
-    second: tuple[str, ...]
+    first: tuple[Axis, ...]
+    second: tuple[Axis, ...]
     values: tuple[int, int]
 
 
-def split_axes(mesh: Mesh, axes: Sequence[str], sizes: Sequence[int]) -> list[tuple[str, ...]] | None:
+def split_axes(mesh: Mesh, axes: Sequence[Axis], sizes: Sequence[int]) -> list[tuple[Axis, ...]] | None:
     """Distribute a dimension's axes (major to minor) over its factors (major to minor).
 
     A factor may take axes only once every more-major factor is fully sharded, which is exactly
-    when the blocks of the merged dimension are blocks of the factors. None if impossible.
+    when the blocks of the merged dimension are blocks of the factors. An axis larger than what
+    the factor has left is split: its major part (a sub-axis) completes the factor and the rest
+    goes on (heads of 4 over ``model=4`` grouped as 2 KV heads x 2: ``model:(1)2`` and
+    ``model:(2)2``). None if impossible.
     """
-    out: list[list[str]] = [[] for _ in sizes]
+    out: list[list[Axis]] = [[] for _ in sizes]
     prod = [1] * len(sizes)
     k = 0
     for a in axes:
-        s = mesh.axis_size(a)
-        while k < len(sizes) and prod[k] == sizes[k]:
-            k += 1
-        if k == len(sizes) or sizes[k] % (prod[k] * s):
-            return None
-        out[k].append(a)
-        prod[k] *= s
+        name, pre, s = mesh.span(a)
+        while s > 1:
+            while k < len(sizes) and prod[k] == sizes[k]:
+                k += 1
+            if k == len(sizes) or sizes[k] % prod[k]:
+                return None
+            room = sizes[k] // prod[k]
+            take = s if room % s == 0 else room if s % room == 0 else 0
+            if take <= 1:
+                return None
+            out[k].append(_ref(mesh, name, pre, take))
+            prod[k] *= take
+            pre, s = pre * take, s // take
     return [tuple(x) for x in out]
 
 
-def compose(mesh: Mesh, per_factor: Sequence[tuple[str, ...]], sizes: Sequence[int]) -> tuple[str, ...] | None:
-    """The dimension's axes given its factors' axes, or None if not a block layout."""
-    out: list[str] = []
+def _ref(mesh: Mesh, name: str, pre: int, size: int) -> Axis:
+    return name if pre == 1 and size == mesh.axis_size(name) else SubAxis(name, pre, size)
+
+
+def overlaps(mesh: Mesh, a: Axis, b: Axis) -> bool:
+    """Whether two axis references share devices' coordinates (the same axis, or overlapping
+    factors of one axis): a value may use at most one of them."""
+    na, pa, sa = mesh.span(a)
+    nb, pb, sb = mesh.span(b)
+    return na == nb and spans_overlap(pa, sa, pb, sb)
+
+
+def clashes(mesh: Mesh, axes: Iterable[Axis], used: Iterable[Axis]) -> bool:
+    """Whether any of ``axes`` overlaps any of ``used``."""
+    used = list(used)
+    return any(overlaps(mesh, a, b) for a in axes for b in used)
+
+
+def compose(mesh: Mesh, per_factor: Sequence[tuple[Axis, ...]], sizes: Sequence[int]) -> tuple[Axis, ...] | None:
+    """The dimension's axes given its factors' axes, or None if not a block layout (consecutive
+    sub-axes of one axis merge back: ``model:(1)2, model:(2)2`` is ``model``)."""
+    out: list[Axis] = []
     for k, (axes, n) in enumerate(zip(per_factor, sizes)):
         if not axes:
             continue
@@ -72,12 +103,12 @@ def compose(mesh: Mesh, per_factor: Sequence[tuple[str, ...]], sizes: Sequence[i
                for j in range(k)):
             return None
         out.extend(axes)
-    return tuple(out)
+    return canonical_axes(mesh, out)
 
 
-def factor_axes(mesh: Mesh, rule: Rule, dims: Dims, layout: Layout) -> dict[int, tuple[str, ...]] | None:
+def factor_axes(mesh: Mesh, rule: Rule, dims: Dims, layout: Layout) -> dict[int, tuple[Axis, ...]] | None:
     """Axes per factor read off one tensor's layout (None when the layout does not fit the rule)."""
-    out: dict[int, tuple[str, ...]] = {}
+    out: dict[int, tuple[Axis, ...]] = {}
     for fs, axes in zip(dims, layout):
         if not fs:
             if axes:
@@ -91,7 +122,7 @@ def factor_axes(mesh: Mesh, rule: Rule, dims: Dims, layout: Layout) -> dict[int,
 
 
 def layout_from_factors(mesh: Mesh, rule: Rule, dims: Dims, shape: Sequence[int],
-                        assign: dict[int, tuple[str, ...]]) -> Layout | None:
+                        assign: dict[int, tuple[Axis, ...]]) -> Layout | None:
     out = []
     for fs in dims:
         axes = compose(mesh, [assign.get(f, ()) for f in fs], [rule.factors[f].size for f in fs])
@@ -126,9 +157,9 @@ class Propagator:
         another (a refinement); tensors whose axes differ otherwise are a conflict, recorded,
         and the first one seen wins the proposal."""
         tensors = self._tensors(op, rule, forward)
-        proposal: dict[int, tuple[str, ...]] = {}
+        proposal: dict[int, tuple[Axis, ...]] = {}
         source: dict[int, int] = {}
-        current: list[dict[int, tuple[str, ...]] | None] = []
+        current: list[dict[int, tuple[Axis, ...]] | None] = []
         for v, dims in tensors:
             fa = factor_axes(self.mesh, rule, dims, self.layouts[v.id])
             current.append(fa)
@@ -160,8 +191,8 @@ class Propagator:
                 want = compose(self.mesh, per, [rule.factors[f].size for f in fs])
                 if want is None or want == cur[d]:
                     continue
-                others = {a for k, axes in enumerate(cur) if k != d for a in axes}
-                if others & set(want):  # blocked: the value uses those axes on another dim
+                others = [a for k, axes in enumerate(cur) if k != d for a in axes]
+                if clashes(self.mesh, want, others):  # blocked: the value uses those axes on another dim
                     f = next(f for f in fs if proposal.get(f, ()) != fa.get(f, ()))
                     if (self._site, f) not in self.conflicts and f in source:
                         self.conflicts[(self._site, f)] = Conflict(

@@ -27,10 +27,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from partir_core.ir import Program
-from partir_core.propagate import Layout, Propagator
+from partir_core.propagate import Layout, Propagator, clashes
 from partir_core.rules import Rule
 from partir_core.tactics import Shard, Tactic, apply_schedule
-from spmd_types import Mesh, ShardingTypeError, itemsize
+from spmd_types import Axis, Mesh, ShardingTypeError, itemsize
 
 
 @dataclass(frozen=True)
@@ -99,7 +99,7 @@ def clone(prop: Propagator) -> Propagator:
     return new
 
 
-def _shardable(mesh: Mesh, size: int, layout_dim: tuple[str, ...], axis: str) -> bool:
+def _shardable(mesh: Mesh, size: int, layout_dim: tuple[Axis, ...], axis: str) -> bool:
     k = math.prod(mesh.axis_size(a) for a in layout_dim) * mesh.axis_size(axis)
     return size % k == 0
 
@@ -158,7 +158,7 @@ class State:
         g = space.groups[a.group]
         v = self.prop.program.inputs[self.prop.program.input_paths.index(g.path)]
         lay = self.prop.layouts[v.id]
-        if any(a.axis in ax for ax in lay) or not _shardable(self.prop.mesh, g.size, lay[g.dim], a.axis):
+        if any(clashes(self.prop.mesh, [a.axis], ax) for ax in lay) or not _shardable(self.prop.mesh, g.size, lay[g.dim], a.axis):
             return None
         new = clone(self.prop)
         try:

@@ -12,6 +12,13 @@ running backend (``redist.profile.default_cost_model``: per-kind overhead and ba
 to clocks), which is what a predicted step time adds to its compute term
 (``auto_profile.predict_s``).
 
+Bytes are counted twice: ``recv_bytes`` at the array's own width (what the plan moves) and
+``wire_bytes`` as the backend's collectives carry them: XLA:CPU runs a bf16 all-reduce or
+reduce-scatter in f32 (convert, reduce, convert back), so there a reduced bf16 byte costs two
+on the wire (``WIDENED``). Copy-only moves (all-gather, all-to-all, permute) of 16-bit floats are
+emitted on their bit patterns by ``redist``'s executor and keep their width; the two figures
+agree for every other dtype and backend.
+
 A collective inside a ``scan`` body runs ``length`` times: it appears once in the program text
 (``hlo_counts``) and ``length`` times in the executed counts, bytes and time. A ``while`` loop's
 trip count is unknown before running, so its body counts once; every ``cond`` branch counts
@@ -30,7 +37,7 @@ from partir_core.lower import Lowered, Move, OpDecision
 from partir_core.rules import COMBINERS
 from redist import CostModel, Plan
 from redist.profile import default_cost_model
-from spmd_types import ShardingType
+from spmd_types import ShardingType, itemsize
 
 # how each redist step kind appears in StableHLO (exchange/permute: one collective_permute per round)
 HLO_OP = {"all_reduce": "all_reduce", "all_gather": "all_gather", "reduce_scatter": "reduce_scatter",
@@ -40,6 +47,27 @@ HLO_OP = {"all_reduce": "all_reduce", "all_gather": "all_gather", "reduce_scatte
 _MOVEMENT = {"broadcast_in_dim", "reshape", "transpose", "squeeze", "iota", "gather", "slice",
              "dynamic_slice", "dynamic_update_slice", "concatenate", "pad", "copy", "copy_p",
              "convert_element_type", "stop_gradient", "split", "select_n"}
+
+
+WIDENED: dict[str, dict[str, str]] = {"cpu": {"bf16": "f32"}}
+"""Per backend, the dtypes whose reductions (all-reduce, reduce-scatter) it runs in a wider
+dtype. Read off compiled XLA:CPU programs (jax 0.10.2): a bf16 psum or psum_scatter becomes
+convert-to-f32, the f32 collective, convert back; f16 and int8 reductions keep their width."""
+REDUCING = frozenset({"all_reduce", "reduce_scatter", "all_reduce_slice"})
+"""Step kinds that add values (the rest copy, on bit patterns for 16-bit floats)."""
+
+
+def wire_scale(kind: str, dtype: str, backend: str) -> float:
+    """Bytes on the wire per byte of ``dtype`` for a ``kind`` step on ``backend`` (1 unless widened)."""
+    wide = WIDENED.get(backend, {}).get(dtype) if kind in REDUCING else None
+    return 1.0 if wide is None else itemsize(wide) / itemsize(dtype)
+
+
+def default_backend() -> str:
+    """The backend a partitioned program runs on here (JAX's default platform)."""
+    import jax
+
+    return str(jax.default_backend())
 
 
 RANDOM_BITS_WORK = 30.0
@@ -62,6 +90,13 @@ class Collective:
     repeat: int = 1
     measured_s: float = 0.0
     """This step's time under the backend's measured profile (see the module docstring)."""
+    wire_scale: float = 1.0
+    """Bytes the backend moves per byte of the array's dtype (``WIDENED``)."""
+
+    @property
+    def wire_bytes(self) -> float:
+        """``recv_bytes`` as the backend's collective carries them (bf16 widened on CPU)."""
+        return self.recv_bytes * self.wire_scale
 
 
 @dataclass(frozen=True)
@@ -70,10 +105,18 @@ class Simulation:
     collectives: tuple[Collective, ...]
     peak_bytes: int
     hlo: tuple[tuple[str, int], ...] = ()
+    backend: str = "cpu"
+    """The backend ``wire_bytes`` is counted for."""
 
     @property
     def recv_bytes(self) -> float:
+        """Bytes received per device, at each array's own dtype width."""
         return sum(c.recv_bytes * c.repeat for c in self.collectives)
+
+    @property
+    def wire_bytes(self) -> float:
+        """Bytes received per device as ``backend``'s collectives move them (``WIDENED``)."""
+        return sum(c.wire_bytes * c.repeat for c in self.collectives)
 
     @property
     def comm_time_s(self) -> float:
@@ -127,13 +170,13 @@ def op_flops(st: OpDecision) -> float:
     return float(sum(t.local_size for t in st.out_types))
 
 
-def _collectives(mv: Move, measured: CostModel) -> list[Collective]:
+def _collectives(mv: Move, measured: CostModel, backend: str) -> list[Collective]:
     out = []
     again = replace(mv.plan, cost_model=measured).measures
     for s, m, mm in zip(mv.plan.steps, mv.plan.measures, again):
         if m.rounds > 0:
             out.append(Collective(s.kind, m.recv_bytes, m.time_s, m.rounds, mv.reason, str(mv.src),
-                                  str(mv.dst), 1, mm.time_s))
+                                  str(mv.dst), 1, mm.time_s, wire_scale(s.kind, mv.src.dtype, backend)))
     return out
 
 
@@ -148,24 +191,26 @@ def _hlo_ops(mv: Move) -> Counter[str]:
     return typed
 
 
-def _combine(st: OpDecision, measured: CostModel) -> list[Collective]:
+def _combine(st: OpDecision, measured: CostModel, backend: str) -> list[Collective]:
     """The all-reduce(max/min) finishing a reduction over a sharded dimension (arg*: two)."""
     assert st.combine_plan is not None
     rounds = 2 if st.op.name in ("argmax", "argmin") else 1
     m: Plan = st.combine_plan
     reason = f"op #{st.op.index} {st.op.name} all-reduce({COMBINERS[st.op.name]}) over {','.join(st.combine)}"
     return [Collective("all_reduce", m.recv_bytes, m.time_s, 1, reason, str(m.src), str(m.dst), 1,
-                       replace(m, cost_model=measured).time_s)] * rounds
+                       replace(m, cost_model=measured).time_s, wire_scale("all_reduce", m.src.dtype, backend))] * rounds
 
 
 def _trips(st: OpDecision) -> int:
     return int(st.op.params["length"]) if st.op.name == "scan" else 1
 
 
-def simulate(low: Lowered, measured: CostModel | None = None) -> Simulation:
+def simulate(low: Lowered, measured: CostModel | None = None, backend: str | None = None) -> Simulation:
     """Predict the partitioned program's per-device cost without running it (collectives priced
-    by the planning model and by ``measured``, default: the backend's measured profile)."""
+    by the planning model and by ``measured``, default: the backend's measured profile; wire
+    bytes for ``backend``, default: the one JAX runs on here)."""
     measured = measured if measured is not None else default_cost_model()
+    backend = backend if backend is not None else default_backend()
     moves = [mv for st in low.steps for mv in st.moves] + list(low.out_moves)
     hlo: Counter[str] = Counter()
     for mv in moves:
@@ -174,21 +219,21 @@ def simulate(low: Lowered, measured: CostModel | None = None) -> Simulation:
     flops = 0.0
     extra: dict[int, int] = {}
     for i, st in enumerate(low.steps, start=1):
-        colls += [c for mv in st.moves for c in _collectives(mv, measured)]
+        colls += [c for mv in st.moves for c in _collectives(mv, measured, backend)]
         flops += op_flops(st)
         if st.combine_plan is not None:
-            combined = _combine(st, measured)
+            combined = _combine(st, measured, backend)
             colls += combined
             hlo["all_reduce"] += len(combined)
         for body in st.bodies:
-            sub = simulate(body, measured)
+            sub = simulate(body, measured, backend)
             k = _trips(st)
             colls += [replace(c, repeat=c.repeat * k) for c in sub.collectives]
             flops += sub.flops * k
             hlo.update(dict(sub.hlo))
             extra[i] = max(extra.get(i, 0), sub.peak_bytes)
-    colls += [c for mv in low.out_moves for c in _collectives(mv, measured)]
-    return Simulation(flops, tuple(colls), _peak(low, extra), tuple(sorted(hlo.items())))
+    colls += [c for mv in low.out_moves for c in _collectives(mv, measured, backend)]
+    return Simulation(flops, tuple(colls), _peak(low, extra), tuple(sorted(hlo.items())), backend)
 
 
 def _peak(low: Lowered, extra: dict[int, int]) -> int:

@@ -4,7 +4,10 @@ On a mesh ``{data, model}``: BP shards the batch over ``data``; MP is Megatron o
 (attention heads: wq/wk/wv by head, wo by head; MLP: w1 by column, w2 by row); Z2 shards the Adam
 state over ``data`` while pinning parameters whole; Z3 shards the parameters themselves over
 ``data`` (state follows by propagation); EMB (VP) shards the embedding table's rows over
-``model``; SP shards the sequence over ``model`` (Megatron-SP, with MP).
+``model``; SP shards the sequence over ``model`` (Megatron-SP, with MP). On the Llama-style
+models MP shards the query heads of grouped-query attention (the KV heads follow: over the axis
+when it divides them, otherwise each replicated on its query group's devices) and SwiGLU's three
+matrices, and on the mixture of experts it splits every expert's SwiGLU the same way.
 ZeRO is defined on top of data parallelism, so ``Z2`` and ``Z3`` include BP.
 """
 
@@ -19,7 +22,19 @@ MEGATRON: dict[str, dict[str, int]] = {
     # stacked layers: dimension 0 is the layer, so each Megatron dimension is one further
     "gpt": {"params/blocks/wq": 2, "params/blocks/wk": 2, "params/blocks/wv": 2, "params/blocks/wo": 1,
             "params/blocks/w1": 2, "params/blocks/b1": 1, "params/blocks/w2": 1},
+    # grouped-query attention: query heads by head; propagation through the grouping reshape
+    # gives the KV heads the axis when it divides them, and otherwise a sub-axis (each KV head on
+    # the devices of its query group). SwiGLU: gate and up by column, down by row
+    "llama": {"params/blocks/wq": 2, "params/blocks/wo": 1,
+              "params/blocks/w_gate": 2, "params/blocks/w_up": 2, "params/blocks/w_down": 1},
+    # each expert's SwiGLU split Megatron-style (expert weights are (layer, expert, in, out))
+    "moe": {"params/blocks/wq": 2, "params/blocks/wo": 1,
+            "params/blocks/w_gate": 3, "params/blocks/w_up": 3, "params/blocks/w_down": 2},
 }
+SEQUENCE_MODELS = ("gpt", "llama", "moe")
+"""Models with a token sequence (SP applies) and an embedding table (VP applies)."""
+UNTIED = ("llama", "moe")
+"""Models whose output projection ``unembed`` (d_model, vocab) is separate from ``embed``."""
 
 
 def bp(model: str) -> list[Tactic]:
@@ -42,14 +57,18 @@ def sp(model: str) -> list[Tactic]:
     """Megatron sequence parallelism: the token sequence over ``model``, so LayerNorm, dropout
     and the residual stream stay sequence-sharded, and with MP the lowering all-gathers the
     sequence before each tensor-parallel block and reduce-scatters after it."""
-    if model != "gpt":
+    if model not in SEQUENCE_MODELS:
         raise KeyError(f"SP needs a sequence dimension; model {model!r} has none")
     return [Shard({"batch/tokens": 1, "batch/labels": 1}, axis="model")]
 
 
 def emb(model: str) -> list[Tactic]:
-    if model not in ("transformer", "gpt"):
+    """The embedding table by vocabulary rows over ``model`` (and an untied output projection
+    by its vocabulary columns)."""
+    if model not in ("transformer", *SEQUENCE_MODELS):
         raise KeyError(f"EMB needs an embedding table; model {model!r} has none")
+    if model in UNTIED:
+        return [Shard({"params/embed": 0, "params/unembed": 1}, axis="model")]
     return [Shard("params/embed", dim=0, axis="model")]
 
 
@@ -78,7 +97,7 @@ def applicable(model: str) -> list[str]:
     out = []
     for s in STRATEGIES:
         parts = set(STRATEGIES[s])
-        if parts & {"SP", "VP"} and model != "gpt" or "EMB" in parts and model == "mlp":
+        if parts & {"SP", "VP"} and model not in SEQUENCE_MODELS or "EMB" in parts and model == "mlp":
             continue
         out.append(s)
     return out

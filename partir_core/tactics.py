@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from partir_core.control import stacked_inputs
 from partir_core.errors import AxisUsedTwiceError, IndivisibleDimError, TacticError, UnknownInputError
 from partir_core.ir import Program, Value, is_key
-from partir_core.propagate import Propagator
-from spmd_types import Mesh
+from partir_core.propagate import Layout, Propagator, clashes
+from spmd_types import Axis, Mesh
 
 
 @dataclass(frozen=True)
@@ -25,8 +25,8 @@ class TacticRecord:
     """What one tactic did: its own settings and every layout that changed (by propagation too)."""
 
     tactic: str
-    set_by_tactic: tuple[tuple[str, tuple[tuple[str, ...], ...]], ...]
-    changed: tuple[tuple[int, tuple[tuple[str, ...], ...]], ...]
+    set_by_tactic: tuple[tuple[str, Layout], ...]
+    changed: tuple[tuple[int, Layout], ...]
     notes: tuple[str, ...] = ()
 
 
@@ -48,7 +48,7 @@ def matching(program: Program, name: str) -> list[tuple[str, Value]]:
 class _Ctx:
     def __init__(self, program: Program, mesh: Mesh, prop: Propagator) -> None:
         self.program, self.mesh, self.prop = program, mesh, prop
-        self.set: list[tuple[str, tuple[tuple[str, ...], ...]]] = []
+        self.set: list[tuple[str, Layout]] = []
         self.notes: list[str] = []
 
     def add_axes(self, path: str, v: Value, dim: int, axes: tuple[str, ...]) -> None:
@@ -65,12 +65,12 @@ class _Ctx:
         cur = list(self.prop.layouts[v.id])
         used = [a for ax in cur for a in ax]
         for a in axes:
-            if a in used or axes.count(a) > 1:
-                where = next((d for d, ax in enumerate(cur) if a in ax), dim)
+            if clashes(self.mesh, [a], used) or axes.count(a) > 1:
+                where = next((d for d, ax in enumerate(cur) if clashes(self.mesh, [a], ax)), dim)
                 raise AxisUsedTwiceError(
                     f"{path} already uses mesh axis {a!r} (dimension {where}, layout "
                     f"{_fmt(tuple(cur))}); sharding dimension {dim} over it too would use it twice")
-        new = cur[dim] + axes
+        new: tuple[Axis, ...] = cur[dim] + axes
         k = math.prod(self.mesh.axis_size(a) for a in new)
         if v.shape[dim] % k:
             raise IndivisibleDimError(
@@ -81,8 +81,8 @@ class _Ctx:
         self.set.append((path, tuple(cur)))
 
 
-def _fmt(layout: tuple[tuple[str, ...], ...]) -> str:
-    return "[" + ",".join("@(" + ",".join(a) + ")" if a else "_" for a in layout) + "]"
+def _fmt(layout: Layout) -> str:
+    return "[" + ",".join("@(" + ",".join(map(str, a)) + ")" if a else "_" for a in layout) + "]"
 
 
 @dataclass(frozen=True)

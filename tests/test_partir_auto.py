@@ -126,3 +126,31 @@ def test_unknown_method_is_a_typed_error() -> None:
     m = M.mlp()
     with pytest.raises(ValueError, match="unknown search method 'anneal'"):
         auto(m.step, MESH, *m.args, method="anneal", progress=False)
+
+
+def test_partition_accepts_the_auto_result_and_a_seed_fixes_the_schedule() -> None:
+    """``partition(step, mesh, auto(...))``: the result itself is a schedule; two searches with
+    one seed on the scan-over-layers GPT return the same schedule and the same scored program."""
+    m = M.gpt(batch=4, seq=8, d_model=16, heads=4, head_dim=4, ffn=32, vocab=32, layers=2)
+    runs = [auto(m.step, MESH, *m.args, memory_budget=60_000, seed=7, max_evaluations=10, time_budget_s=600,
+                 progress=False) for _ in range(2)]
+    assert [str(t) for t in runs[0].schedule] == [str(t) for t in runs[1].schedule] != []
+    assert runs[0].evaluation == runs[1].evaluation
+    step = partition(m.step, MESH, runs[0])
+    assert step.schedule == runs[0].schedule
+    got = jax.tree_util.tree_leaves(step(*m.args))
+    assert step.simulate().peak_bytes == runs[0].evaluation.peak_bytes
+    want = jax.tree_util.tree_leaves(jax.jit(m.step)(*m.args))
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=2e-5, atol=2e-6)
+
+
+def test_auto_result_from_another_mesh_or_a_bare_tactic_is_a_typed_error() -> None:
+    from partir_core import TacticError
+
+    m = M.mlp()
+    r = auto(m.step, MESH, *m.args, max_evaluations=3, time_budget_s=600, progress=False)
+    with pytest.raises(TacticError, match="searched on mesh"):
+        partition(m.step, Mesh({"data": 8}), r)
+    with pytest.raises(TacticError, match="wrap it in a list"):
+        partition(m.step, MESH, Shard("x", dim=0, axis="data"))  # type: ignore[arg-type]
