@@ -19,6 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from conftest import THOROUGH
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -61,6 +62,12 @@ CASES += [("moe", "data=2,model=4", s) for s in ("BP", "MP", "BP+MP", "BP+MP+Z3"
                                                 "BP+MP+SP+VP", "EMB")]
 CASES += [(m, "data=8", s) for m in ("llama", "moe") for s in ("BP", "Z3")]
 CASES += [(m, "data=8", "Z2") for m in ("llama", "moe")] + [("llama", "data=2,model=4", "EMB")]
+# The default profile runs one case per feature (hand counts, every tactic kind, both meshes, both
+# models); HYPOTHESIS_PROFILE=thorough runs them all (each compiles two programs, ~10-25 s here).
+DEFAULT_CASES = {("llama", "data=2,model=4", "MP"), ("llama", "data=2,model=4", "BP+MP+SP+VP"),
+                 ("moe", "data=2,model=4", "BP"), ("moe", "data=2,model=4", "BP+MP+Z3"),
+                 ("llama", "data=8", "Z3"), ("moe", "data=8", "Z2")}
+CASES = CASES if THOROUGH else [c for c in CASES if c in DEFAULT_CASES]
 
 
 def _run(name: str, mesh: str, strategy: str, dtype: str) -> tuple[list[np.ndarray], object]:
@@ -81,7 +88,7 @@ def test_strategy_equals_unpartitioned_step_f32(name: str, mesh: str, strategy: 
         assert step.simulate().counts() == HAND[(name, strategy)]  # type: ignore[attr-defined]
 
 
-@pytest.mark.parametrize("name,strategy", [("llama", "BP+MP+SP+VP"), ("moe", "BP+MP")])
+@pytest.mark.parametrize("name,strategy", [("llama", "BP+MP+SP+VP")] + [("moe", "BP+MP")] * THOROUGH)
 def test_strategy_equals_unpartitioned_step_bf16(name: str, strategy: str) -> None:
     m = _model(name, "bfloat16")
     got, _ = _run(name, "data=2,model=4", strategy, "bfloat16")
