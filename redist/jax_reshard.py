@@ -17,7 +17,10 @@ what through JAX's own ``reshard`` (docs/design.md section 8.3):
   axis types; under ``jax.jit`` every one, as the device lists are not known while tracing), and
   a value whose mesh has no Explicit axis. Its result, and its errors, are JAX's own;
 - errors JAX raises for the destination (a spec naming an Auto or Manual axis, a PartitionSpec
-  with no mesh in context) are raised as ``UnknownLayoutError`` (a ``ValueError``, as JAX's).
+  with no ``jax.set_mesh``, reduced or unreduced axes on a key array) are raised as typed errors
+  that are ``ValueError`` s, as JAX's. A destination is read as JAX reads it: padded with ``None``
+  to the rank, its ``None`` entries past the rank dropped; a sharded entry past the rank is a
+  ``RankMismatchError`` (JAX 0.10.2 fails an assertion there).
 
 Why a primitive (``redist_reshard``) rather than a ``jax.custom_vjp``: JAX refuses forward-mode
 differentiation of a ``custom_vjp`` function, and vmap of one would batch the ``shard_map`` body
@@ -61,7 +64,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 from redist.api import redistribute
 from redist.cost import CostModel
 from redist.errors import ExecutionError, IncompatibleTypesError
-from redist.executor import _executable, apply_local, run_plan
+from redist.executor import _executable, _retyped, apply_local, run_plan
 from redist.plan import Plan, register_runner
 from redist.profile import default_cost_model
 from redist.transpose import cotangent_move
@@ -177,14 +180,13 @@ def _explicit(amesh: Any) -> bool:
 
 def _jax_destination(dst: Any, x: Any) -> NamedSharding:
     """The destination as ``jax.sharding.reshard`` reads it (abstract mesh, spec padded to the
-    rank), with JAX's errors raised as ``UnknownLayoutError``. A ``PartitionSpec`` outside any
-    ``jax.set_mesh`` is read on ``x``'s own mesh (where JAX would raise)."""
+    rank, ``None`` entries past the rank dropped), with JAX's errors raised as
+    ``UnknownLayoutError`` (a ``ValueError``, as JAX's): a ``PartitionSpec`` outside any
+    ``jax.set_mesh``, an Auto or Manual axis in the spec."""
     if isinstance(dst, PartitionSpec) and _context_mesh() is None:
-        if _aval_mesh(x) is None:
-            raise UnknownLayoutError(
-                f"destination {dst} is a PartitionSpec but neither x nor the context has a mesh: pass "
-                f"NamedSharding(mesh, spec) or enter jax.set_mesh(mesh)")
-        dst = NamedSharding(_aval_mesh(x), dst)
+        raise UnknownLayoutError(
+            f"destination {dst} is a PartitionSpec but no mesh is set: pass NamedSharding(mesh, spec) or "
+            f"call reshard inside `with jax.set_mesh(mesh):` (jax.sharding.reshard refuses it too)")
     try:
         ds = canonicalize_sharding(dst, "reshard", check_mesh_consistency=False)
     except ValueError as e:
@@ -196,7 +198,19 @@ def _jax_destination(dst: Any, x: Any) -> NamedSharding:
         raise UnknownLayoutError(f"{said} ({instead}, as with jax.sharding.reshard)") from None
     if ds is None:
         raise UnknownLayoutError(f"reshard's destination {dst} has an empty mesh; pass NamedSharding(mesh, spec)")
-    return ds.update(spec=ds.spec._normalized_spec_for_aval(len(getattr(x, "shape", ()))))
+    return ds.update(spec=_fit_rank(ds.spec, len(getattr(x, "shape", ()))))
+
+
+def _fit_rank(spec: PartitionSpec, rank: int) -> PartitionSpec:
+    """``spec`` padded with ``None`` to ``rank`` entries, and its ``None`` entries past ``rank``
+    dropped, as JAX reads a destination (``jax.core`` keeps only the first ``rank`` entries when
+    the rest are ``None``). A sharded entry past the rank is left for ``from_partition_spec`` to
+    refuse (``RankMismatchError``; JAX 0.10.2 fails an internal assertion there)."""
+    spec = spec._normalized_spec_for_aval(rank)
+    parts = spec.partitions
+    if len(parts) > rank and all(p is None for p in parts[rank:]):
+        spec = spec.update(partitions=parts[:rank])
+    return spec
 
 
 def _dst_type(dst: Any, src: ShardingType, x: Any) -> tuple[ShardingType, Any]:
@@ -385,7 +399,14 @@ def _reshard_keys(x: Any, dst: Any, cost_model: CostModel | None) -> Any:
             f"x is a PRNG key array ({x.dtype}); give its destination as a NamedSharding or a "
             f"PartitionSpec (type text has no key dtypes)")
     ds = _jax_destination(dst, x)
-    spec = PartitionSpec(*ds.spec, None, unreduced=ds.spec.unreduced)
+    if ds.spec.unreduced or ds.spec.reduced:
+        said = "unreduced" if ds.spec.unreduced else "reduced"
+        raise IncompatibleTypesError(
+            f"x is a PRNG key array ({x.dtype}) and the destination {dst} has {said} axes "
+            f"{sorted(ds.spec.unreduced or ds.spec.reduced)}: a key array cannot carry them (a key is not "
+            f"summed; jax.random.wrap_key_data and jax.sharding.reshard refuse them too); drop {said}= "
+            f"from the destination")
+    spec = ds.spec.update(partitions=(*ds.spec.partitions, None))
     data = _reshard_leaf(jax.random.key_data(x), NamedSharding(ds.mesh, spec) if isinstance(dst, PartitionSpec)
                          else NamedSharding(dst.mesh, spec), cost_model)
     return jax.random.wrap_key_data(data, impl=jax.random.key_impl(x))
@@ -428,12 +449,15 @@ def _fast_entry(sharding: NamedSharding, shape: tuple[int, ...], dtype: Any, wea
     if isinstance(dst, NamedSharding | PartitionSpec):
         if isinstance(dst, NamedSharding) and (dst.mesh != sharding.mesh):
             return None
-        if isinstance(dst, PartitionSpec) and ctx is not None and not ctx.empty and ctx != sharding.mesh.abstract_mesh:
-            return None
+        if isinstance(dst, PartitionSpec) and (ctx is None or ctx.empty or ctx != sharding.mesh.abstract_mesh):
+            return None  # no mesh set (the slow path raises JAX's error), or another mesh
         aval = jax.ShapeDtypeStruct(shape, dtype, sharding=sharding)
         ds = _jax_destination(dst if isinstance(dst, NamedSharding) else NamedSharding(sharding.mesh, dst), aval)
         src = from_named_sharding(sharding, shape, dtype)
         d = from_partition_spec(ds.spec, shape, src.dtype, src.mesh)
+        out = NamedSharding(sharding.mesh, ds.spec)  # JAX's result spec: padded to the rank
+        if d == src and out != sharding:  # nothing moves, but JAX's result has its own sharding
+            return _Fast(plan_for(src, d, cost_model or default_cost_model(src.mesh)), _retyped(out))
     elif isinstance(dst, ShardingType | str):
         src = from_named_sharding(sharding, shape, dtype)
         d = dst if isinstance(dst, ShardingType) else parse(dst, src.mesh)
@@ -498,6 +522,9 @@ def _impl(x: Any, *, plan: Plan, amesh: Any) -> Any:
     if len(plan.src.mesh.names) != len(x.sharding.mesh.axis_names):  # Auto axes left to XLA: the jitted lowering
         with jax.set_mesh(x.sharding.mesh):
             return _jax_dispatch.apply_primitive(reshard_p, x, plan=plan, amesh=amesh)
+    if not plan.steps:  # nothing moves; the result's spec is padded to the rank, as JAX's is
+        out = NamedSharding(x.sharding.mesh, _spec(plan.dst)._normalized_spec_for_aval(x.ndim))
+        return x if out == x.sharding else _retyped(out)(x)
     return run_plan(plan, x)
 
 
