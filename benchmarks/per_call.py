@@ -44,10 +44,10 @@ import numpy as np  # noqa: E402
 from jax.sharding import NamedSharding  # noqa: E402
 
 import redist  # noqa: E402
-from redist.hlo import parse_collectives  # noqa: E402
 from benchmarks.markdown import md_table  # noqa: E402
 from benchmarks.paired import balanced_order, period  # noqa: E402
 from redist.executor import _executable  # noqa: E402
+from redist.hlo import parse_collectives  # noqa: E402
 from spmd_types import Mesh, parse  # noqa: E402
 from spmd_types.jax_interop import to_partition_spec  # noqa: E402
 

@@ -96,7 +96,19 @@ def plan_for(src: ShardingType, dst: ShardingType, cost_model: CostModel | None 
 
 class Recorded(NamedTuple):
     """One move ``reshard`` made: the source and destination as text, and the plan it ran
-    (``None`` where the move went to ``jax.sharding.reshard``, see the module docstring)."""
+    (``None`` where the move went to ``jax.sharding.reshard``, see the module docstring).
+
+    Examples:
+        >>> import jax, numpy as np, redist
+        >>> from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
+        >>> mesh = jax.make_mesh((2, 4), ("x", "y"), axis_types=(AxisType.Explicit,) * 2)
+        >>> x = jax.device_put(np.ones((8, 8), np.float32), NamedSharding(mesh, P("x")))
+        >>> with redist.record() as log:
+        ...     _ = redist.reshard(x, NamedSharding(mesh, P(None, "y")))
+        >>> entry, = log.entries
+        >>> entry.src, entry.dst, entry.plan == redist.redistribute(entry.src, entry.dst, mesh)
+        ('f32[8@x,8]', 'f32[8,8@y]', True)
+    """
 
     src: str
     dst: str
@@ -104,7 +116,21 @@ class Recorded(NamedTuple):
 
 
 class Recording:
-    """What ``reshard`` did inside a ``with redist.record() as log:`` block, in call order."""
+    """What ``reshard`` did inside a ``with redist.record() as log:`` block, in call order:
+    ``entries`` (every ``Recorded`` move), ``plans`` (ours), ``delegated`` (JAX's).
+
+    Examples:
+        >>> import jax, numpy as np, redist
+        >>> from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
+        >>> auto = jax.make_mesh((2, 4), ("x", "y"), axis_types=(AxisType.Auto,) * 2)
+        >>> x = jax.device_put(np.ones((8, 8), np.float32), NamedSharding(auto, P("x")))
+        >>> with redist.record() as log:
+        ...     _ = redist.reshard(x, NamedSharding(auto, P()))  # no Explicit axis: JAX's reshard
+        >>> len(log.plans), len(log.delegated)
+        (0, 1)
+        >>> print(log)
+        jax.sharding.reshard float32[8,8] -> P(None, None) on mesh {x=2,y=4}
+    """
 
     def __init__(self) -> None:
         self.entries: list[Recorded] = []
@@ -133,7 +159,19 @@ def record() -> Iterator[Recording]:
     does: ``with redist.record() as log: ...`` then ``log.plans`` lists (source type, destination
     type, plan). A move inside ``jax.jit`` is recorded when it is traced (a cached trace is not
     traced again); the reverse moves of ``jax.grad`` and the re-planned moves of ``jax.vmap``
-    are recorded as they are planned. Blocks nest; each sees every move made inside it."""
+    are recorded as they are planned. Blocks nest; each sees every move made inside it.
+
+    Examples:
+        >>> import jax, jax.numpy as jnp, numpy as np, redist
+        >>> from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
+        >>> mesh = jax.make_mesh((2, 4), ("x", "y"), axis_types=(AxisType.Explicit,) * 2)
+        >>> x = jax.device_put(np.ones((8, 8), np.float32), NamedSharding(mesh, P("x", "y")))
+        >>> loss = lambda a: jnp.sum(redist.reshard(a, P("y", "x")) ** 2)
+        >>> with jax.set_mesh(mesh), redist.record() as log:
+        ...     _ = jax.jit(jax.grad(loss))(x)
+        >>> [(str(s), str(d)) for s, d, _ in log.plans]  # the move, then its reverse for the gradient
+        [('f32[8@x,8@y]', 'f32[8@y,8@x]'), ('f32[8@y,8@x]', 'f32[8@x,8@y]')]
+    """
     log = Recording()
     _RECORDINGS.append(log)
     try:
@@ -339,9 +377,31 @@ def reshard(x: Any, dst: Any, *, cost_model: CostModel | None = None) -> Any:
     and ``auto_axes`` / ``explicit_axes`` regions (over the Explicit axes). PRNG key arrays move
     as their key data. A destination on another mesh goes through our plan eagerly where ``x``'s
     blocks are a type there (same device list), else, like a value on a mesh without Explicit
-    axes, to ``jax.sharding.reshard`` (module docstring; ``redist.record()`` shows which). Planning errors (a pending sum of
-    ``bool``) and JAX's destination errors (an Auto axis in the spec: ``UnknownLayoutError``)
-    are raised here, at the call.
+    axes, to ``jax.sharding.reshard`` (module docstring; ``redist.record()`` shows which).
+
+    Examples:
+        >>> import jax, jax.numpy as jnp, numpy as np, redist
+        >>> from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
+        >>> mesh = jax.make_mesh((2, 4), ("x", "y"), axis_types=(AxisType.Explicit,) * 2)
+        >>> x = jax.device_put(np.arange(64.0).reshape(8, 8), NamedSharding(mesh, P("x", "y")))
+        >>> print(jax.typeof(redist.reshard(x, NamedSharding(mesh, P("y", "x")))))
+        float32[8@y,8@x]
+        >>> with jax.set_mesh(mesh):  # a PartitionSpec needs the mesh set, as in JAX
+        ...     g = jax.jit(jax.grad(lambda a: jnp.sum(redist.reshard(a, P(None, "x")) ** 2)))(x)
+        >>> print(jax.typeof(g), bool(jnp.all(g == 2 * x)))
+        float32[8@x,8@y] True
+        >>> redist.reshard(x, P("y"))
+        Traceback (most recent call last):
+        spmd_types.errors.UnknownLayoutError: destination P('y',) is a PartitionSpec but no mesh is set...
+
+    Raises:
+        UnknownLayoutError: where JAX raises for the destination (a ``PartitionSpec`` with no
+            ``jax.set_mesh``, an Auto or Manual axis in the spec); a ``ValueError``, as JAX's.
+        ShardingTypeError: a destination that does not fit ``x`` (unknown axis, axis named twice,
+            indivisible dimension, sharded entries past the rank: the subclass names it).
+        IncompatibleTypesError: another shape or dtype, other devices, a ``cost_model`` that is
+            not a ``CostModel``, reduced or unreduced axes for a key array.
+        UnsummableDtypeError: a pending sum (unreduced axes) of ``bool``.
     """
     if cost_model is not None and not isinstance(cost_model, CostModel):
         raise IncompatibleTypesError(
@@ -491,6 +551,20 @@ def reshard_local(x_local: Any, src: ShardingType | str, dst: ShardingType | str
     ``mesh`` (ours, a JAX ``Mesh`` or ``AbstractMesh``) defaults to the context mesh, which inside
     ``shard_map`` is the map's mesh. The cotangent of this form is JAX's transpose of the plan's
     collectives; use ``reshard`` on global arrays to get the planned reverse move.
+
+    Examples:
+        >>> import jax, numpy as np, redist
+        >>> from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
+        >>> mesh = jax.make_mesh((4,), ("x",), axis_types=(AxisType.Explicit,))
+        >>> x = jax.device_put(np.arange(8.0), NamedSharding(mesh, P("x")))
+        >>> gather = lambda b: redist.reshard_local(b, "f32[8@x]", "f32[8]")
+        >>> jax.shard_map(gather, mesh=mesh, in_specs=P("x"), out_specs=P(), check_vma=False)(x)
+        Array([0., 1., 2., 3., 4., 5., 6., 7.], dtype=float32)
+
+    Raises:
+        UnknownLayoutError: no ``mesh`` given and none in context (outside ``shard_map``).
+        ShardingTypeError: type text that does not parse or fit the mesh (the subclass names it).
+        IncompatibleTypesError: ``src`` and ``dst`` of other shapes or dtypes.
     """
     if mesh is None:
         mesh = _context_mesh()

@@ -50,33 +50,51 @@ def test_docstring_examples_run(name: str) -> None:
     assert result.failed == 0, f"{result.failed} of {result.attempted} docstring examples failed in {name}"
 
 
-# Public names whose docstrings must show an example (the error classes, the steps, the mesh and
-# dtype helpers, the budget and link proofs): a docstring losing its example fails here.
+# Public names whose docstrings must show an example (``Example:`` or ``Examples:`` with ``>>>``
+# lines): a docstring losing its example fails here.
 DOCUMENTED = {
     "spmd_types": ["ShardingTypeError", "MeshError", "UnknownAxisError", "DuplicateAxisError",
                    "IndivisibleDimensionError", "RankMismatchError", "InvalidSizeError", "TypeSyntaxError",
                    "MeshMismatchError", "UnknownLayoutError", "SizeLimitError", "MeshTooLargeError",
                    "Mesh", "SubAxis", "axis_name", "canonical_dtype", "itemsize"],
-    "redist": ["RedistError", "StepError", "CalibrationError", "Comm", "IncompatibleTypesError", "ExecutionError", "UnsummableDtypeError",
+    "redist": ["RedistError", "StepError", "CalibrationError", "CostModelError", "Comm", "IncompatibleTypesError",
+               "ExecutionError", "UnsummableDtypeError",
                "Step", "DynSlice", "AllGather", "AllToAll", "MultiAllToAll", "ReduceScatter", "AllReduceSlice",
-               "AllReduce", "Discard", "PadUnreduced", "Permute", "Exchange", "ExchangeAllToAll", "clear_caches"],
-    "proofs": ["VerificationError", "BudgetResult", "check_budget", "prove_link"],
+               "AllReduce", "Discard", "PadUnreduced", "Permute", "Exchange", "ExchangeAllToAll", "clear_caches",
+               "redistribute", "reshard", "reshard_local", "record", "Recorded", "Recording", "autotune", "Tuned",
+               "use_tune_cache", "CostModel", "Objective", "cost_model_for"],
+    "proofs": ["VerificationError", "VerifyArgumentError", "BudgetResult", "check_budget", "prove_link", "Outcome",
+               "Certificate", "Property", "verify_plan", "plan_verify"],
 }
+
+# Public functions and classes that raise on bad input: their docstrings list what (``Raises:``).
+RAISES = {
+    "redist": ["redistribute", "reshard", "reshard_local", "autotune", "CostModel", "cost_model_for"],
+    "proofs": ["verify_plan", "plan_verify"],
+}
+
+
+def _doc(pkg_name: str, name: str) -> str:
+    pkg = importlib.import_module(pkg_name)
+    assert name in pkg.__all__, f"{pkg_name}.{name} is not public"
+    return inspect.getdoc(getattr(pkg, name)) or ""
 
 
 @pytest.mark.parametrize("pkg_name", sorted(DOCUMENTED))
 def test_public_names_show_an_example(pkg_name: str) -> None:
-    pkg = importlib.import_module(pkg_name)
-    missing = []
-    for name in DOCUMENTED[pkg_name]:
-        assert name in pkg.__all__, f"{pkg_name}.{name} is not public"
-        doc = inspect.getdoc(getattr(pkg, name)) or ""
-        if "Example:" not in doc or ">>>" not in doc:
-            missing.append(name)
+    missing = [n for n in DOCUMENTED[pkg_name]
+               if not ("Example:" in _doc(pkg_name, n) or "Examples:" in _doc(pkg_name, n)) or ">>>" not in _doc(pkg_name, n)]
     assert not missing, f"{pkg_name}: no example in the docstring of {missing}"
+
+
+@pytest.mark.parametrize("pkg_name", sorted(RAISES))
+def test_public_names_say_what_they_raise(pkg_name: str) -> None:
+    missing = [n for n in RAISES[pkg_name] if "Raises:" not in _doc(pkg_name, n)]
+    assert not missing, f"{pkg_name}: no Raises: section in the docstring of {missing}"
 
 
 def test_examples_are_found() -> None:
     """The modules edited with examples are among those collected (an empty list would pass)."""
     assert {"spmd_types.errors", "spmd_types.mesh", "spmd_types.dtypes", "redist.errors", "redist.steps",
-            "redist.caches", "proofs.budget", "proofs.link", "proofs.errors"} <= set(WITH_EXAMPLES)
+            "redist.caches", "proofs.budget", "proofs.link", "proofs.errors", "redist.jax_reshard", "redist.tuning",
+            "redist.cost", "redist.objective", "redist.profile", "redist.tune_cache", "proofs.certificate"} <= set(WITH_EXAMPLES)

@@ -19,7 +19,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from redist.hlo import parse_collectives
 from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 from test_executor import _expected_kinds
@@ -27,6 +26,7 @@ from test_executor import _expected_kinds
 import redist
 from redist import IncompatibleTypesError, UnsummableDtypeError, redistribute
 from redist.caches import clear_caches
+from redist.hlo import parse_collectives
 from spmd_types import RankMismatchError, ShardingTypeError
 
 E, A = AxisType.Explicit, AxisType.Auto
@@ -478,9 +478,9 @@ def test_moves_that_move_nothing_give_jax_s_sharding() -> None:
     x = arange((8, 8), NamedSharding(mesh(), P("x")))
     with jax.set_mesh(mesh()):
         for dst in (P("x"), P("x", None), NamedSharding(mesh(), P("x"))):
-            both_same(lambda r: r(x, dst))
-            both_same(lambda r: r({"a": x}, dst))
-            both_same(lambda r: jax.jit(lambda a: r(a, dst))(x))
+            both_same(lambda r, d=dst: r(x, d))
+            both_same(lambda r, d=dst: r({"a": x}, d))
+            both_same(lambda r, d=dst: jax.jit(lambda a: r(a, d))(x))
     y = redist.reshard(x, NamedSharding(mesh(), P("x")))
     assert [s.data.unsafe_buffer_pointer() for s in y.addressable_shards] == \
         [s.data.unsafe_buffer_pointer() for s in x.addressable_shards]
