@@ -80,6 +80,18 @@ def _doc(pkg_name: str, name: str) -> str:
     return inspect.getdoc(getattr(pkg, name)) or ""
 
 
+# The JAX interop functions the API reference lists (docs/api/spmd_types.md).
+INTEROP = ["mesh_to_jax", "to_partition_spec", "to_named_sharding", "from_partition_spec", "from_named_sharding",
+           "type_of"]
+
+
+def test_jax_interop_functions_show_an_example() -> None:
+    from spmd_types import jax_interop
+
+    missing = [n for n in INTEROP if ">>>" not in (inspect.getdoc(getattr(jax_interop, n)) or "")]
+    assert not missing, f"spmd_types.jax_interop: no example in the docstring of {missing}"
+
+
 @pytest.mark.parametrize("pkg_name", sorted(DOCUMENTED))
 def test_public_names_show_an_example(pkg_name: str) -> None:
     missing = [n for n in DOCUMENTED[pkg_name]
@@ -97,4 +109,5 @@ def test_examples_are_found() -> None:
     """The modules edited with examples are among those collected (an empty list would pass)."""
     assert {"spmd_types.errors", "spmd_types.mesh", "spmd_types.dtypes", "redist.errors", "redist.steps",
             "redist.caches", "proofs.budget", "proofs.link", "proofs.errors", "redist.jax_reshard", "redist.tuning",
-            "redist.cost", "redist.objective", "redist.profile", "redist.tune_cache", "proofs.certificate"} <= set(WITH_EXAMPLES)
+            "redist.cost", "redist.objective", "redist.profile", "redist.tune_cache", "proofs.certificate",
+            "spmd_types.jax_interop"} <= set(WITH_EXAMPLES)
