@@ -99,6 +99,35 @@ def test_public_names_show_an_example(pkg_name: str) -> None:
     assert not missing, f"{pkg_name}: no example in the docstring of {missing}"
 
 
+# Public classes and functions still without an example, by package: their modules are being
+# reworked elsewhere (spmd_types.types, redist.plan, partir_core). A name gaining an example must
+# leave this list (the test below fails until it does), so the list only shrinks.
+NO_EXAMPLE_YET = {
+    "spmd_types": {"ShardingType", "parse", "parse_type", "format_type"},
+    "redist": {"Plan"},
+    "proofs": set(),
+    "partir_core": {"Analysis", "AutoResult", "AxisUsedTwiceError", "IndivisibleDimError", "PartitionError",
+                    "Partitioned", "Pin", "Shard", "ShardParams", "Simulation", "TacticError", "UnknownInputError",
+                    "UnknownPrimitiveError", "analyze", "auto", "hlo_collectives", "partition", "simulate"},
+}
+
+
+def _has_example(doc: str) -> bool:
+    return ("Example:" in doc or "Examples:" in doc) and ">>>" in doc
+
+
+@pytest.mark.parametrize("pkg_name", PACKAGES)
+def test_every_public_class_and_function_shows_an_example(pkg_name: str) -> None:
+    """Every class and function in a package's ``__all__`` (constants and type aliases have no
+    docstring of their own) has an example, except the listed ones, which have none yet."""
+    pkg = importlib.import_module(pkg_name)
+    names = [n for n in pkg.__all__ if inspect.isclass(getattr(pkg, n)) or inspect.isfunction(getattr(pkg, n))]
+    missing = {n for n in names if not _has_example(inspect.getdoc(getattr(pkg, n)) or "")}
+    assert missing == NO_EXAMPLE_YET[pkg_name], (
+        f"{pkg_name}: without an example: {sorted(missing - NO_EXAMPLE_YET[pkg_name])}; "
+        f"listed but now documented (drop them from NO_EXAMPLE_YET): {sorted(NO_EXAMPLE_YET[pkg_name] - missing)}")
+
+
 @pytest.mark.parametrize("pkg_name", sorted(RAISES))
 def test_public_names_say_what_they_raise(pkg_name: str) -> None:
     missing = [n for n in RAISES[pkg_name] if "Raises:" not in _doc(pkg_name, n)]
