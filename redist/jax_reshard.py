@@ -14,8 +14,9 @@ what through JAX's own ``reshard`` (docs/design.md section 8.3):
   of ``x`` is its block of one type on that mesh (``same_blocks``): ``x`` is seen as that type
   (the same buffers) and our plan moves it there;
 - JAX's ``reshard``: any other destination on another mesh (other axis names or sizes, other
-  axis types; under ``jax.jit`` every one, as the device lists are not known while tracing), and
-  a value whose mesh has no Explicit axis. Its result, and its errors, are JAX's own;
+  axis types; under ``jax.jit`` every one, as the device lists are not known while tracing), a
+  value whose mesh has no Explicit axis, and a zero-size array (nothing moves). Its result, and
+  its errors, are JAX's own;
 - errors JAX raises for the destination (a spec naming an Auto or Manual axis, a PartitionSpec
   with no ``jax.set_mesh``, reduced or unreduced axes on a key array) are raised as typed errors
   that are ``ValueError`` s, as JAX's. A destination is read as JAX reads it: padded with ``None``
@@ -230,7 +231,9 @@ def _jax_destination(dst: Any, x: Any) -> NamedSharding:
     except ValueError as e:
         said = str(e).split(" This error occurs at source")[0]
         manual = "Manual" in said.rsplit("of type:", 1)[-1]
-        instead = ("inside shard_map a Manual axis indexes the local block: move blocks with "
+        instead = ("P.UNCONSTRAINED leaves a dimension to XLA, which only Auto axes do: give an axis or None"
+                   if "UNCONSTRAINED" in said else
+                   "inside shard_map a Manual axis indexes the local block: move blocks with "
                    "redist.reshard_local(x, src, dst)" if manual else
                    "name only Explicit axes in the destination; XLA lays out the Auto ones")
         raise UnknownLayoutError(f"{said} ({instead}, as with jax.sharding.reshard)") from None
@@ -429,10 +432,11 @@ def _reshard_leaf(x: Any, dst: Any, cost_model: CostModel | None) -> Any:
         x = _placed(x, dst)
         xmesh = _aval_mesh(x)
         _check_devices(x, dst)
-        viewed = _view_on(x, dst) if xmesh != ds.mesh else None
+        empty = 0 in x.shape  # nothing to move, and no sharding type has a zero-size dimension
+        viewed = _view_on(x, dst) if xmesh != ds.mesh and not empty else None
         if viewed is not None:  # another mesh over the same device list, where x's blocks are a type
             x, xmesh = viewed, ds.mesh
-        if xmesh != ds.mesh or all(t != jax.sharding.AxisType.Explicit for t in xmesh.axis_types):
+        if xmesh != ds.mesh or empty or all(t != jax.sharding.AxisType.Explicit for t in xmesh.axis_types):
             _note(None, jax.typeof(x), ds)
             return jax.sharding.reshard(x, dst if isinstance(dst, NamedSharding) or _context_mesh() else ds)
         src = _source_type(x)
@@ -593,7 +597,8 @@ def _abstract_eval(aval: Any, *, plan: Plan, amesh: Any) -> Any:
 def _impl(x: Any, *, plan: Plan, amesh: Any) -> Any:
     if not isinstance(getattr(x, "sharding", None), NamedSharding):
         x = _place(x, plan, amesh)
-    if len(plan.src.mesh.names) != len(x.sharding.mesh.axis_names):  # Auto axes left to XLA: the jitted lowering
+    # Auto axes left to XLA, or a weak-typed value (JAX's result stays weak): the jitted lowering
+    if len(plan.src.mesh.names) != len(x.sharding.mesh.axis_names) or getattr(x, "weak_type", False):
         with jax.set_mesh(x.sharding.mesh):
             return _jax_dispatch.apply_primitive(reshard_p, x, plan=plan, amesh=amesh)
     if not plan.steps:  # nothing moves; the result's spec is padded to the rank, as JAX's is

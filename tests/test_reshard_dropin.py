@@ -27,7 +27,7 @@ import redist
 from redist import IncompatibleTypesError, UnsummableDtypeError, redistribute
 from redist.caches import clear_caches
 from redist.hlo import parse_collectives
-from spmd_types import RankMismatchError, ShardingTypeError
+from spmd_types import RankMismatchError, ShardingTypeError, UnknownLayoutError
 
 E, A = AxisType.Explicit, AxisType.Auto
 
@@ -555,6 +555,16 @@ SAME_AS_JAX: dict[str, Callable[[Callable[..., Any]], Any]] = {
     "nested jit": lambda r: jax.jit(lambda a: jax.jit(lambda b: r(b, P("y")) * 2)(a))(_x()),
     "lax.cond branches and their gradient": _cond,
     "lax.fori_loop and its gradient": _fori,
+    "complex64 and its gradient": lambda r: (r(_of(jnp.complex64) * 1j, P("y", "x")), jax.jit(jax.grad(
+        lambda a: jnp.sum(jnp.abs(r(a, P("y"))) ** 2)))(_of(jnp.complex64))),
+    "jvp of grad (Hessian-vector)": lambda r: jax.jit(lambda a: jax.jvp(jax.grad(
+        lambda b: jnp.sum(jnp.sin(r(b, P("y"))))), (a,), (a,))[1])(_x()),
+    "jax.linearize": lambda r: jax.linearize(lambda a: r(a, P("y")) * 2, _x())[1](_x()),
+    "lax.map": lambda r: jax.jit(lambda a: jax.lax.map(lambda b: r(b, P("y")), a))(
+        jax.device_put(jnp.arange(64.0).reshape(2, 4, 8), NamedSharding(mesh(), P(None, "x")))),
+    "jax.checkpoint with a policy": lambda r: jax.jit(jax.grad(jax.checkpoint(
+        lambda a: jnp.sum(jnp.sin(r(a, P("y")))), policy=jax.checkpoint_policies.nothing_saveable)))(_x()),
+    "a list of Python floats": lambda r: r([1.0, 2.0], P()),
     "lax.while_loop": lambda r: jax.jit(lambda a: jax.lax.while_loop(
         lambda c: c[0] < 3, lambda c: (c[0] + 1, r(r(c[1], P("y")), P("x"))), (0, a)))(_x()),
 }
@@ -579,3 +589,41 @@ def test_a_pending_sum_of_bool_is_refused_where_jax_types_it() -> None:
         assert str(jax.typeof(jax.sharding.reshard(_of(jnp.bool_), P(unreduced={"y"})))) == "bool[8,8]{U:y}"
         with pytest.raises(UnsummableDtypeError, match="pred.*s8"):
             redist.reshard(_of(jnp.bool_), P(unreduced={"y"}))
+
+
+def test_weak_typed_values_stay_weak_as_in_jax() -> None:
+    """A weak-typed array (a Python scalar's type, ``~float32``) keeps its weak type through JAX's
+    reshard, eagerly and under jit; through ours too (eagerly it runs the jitted lowering)."""
+    with jax.set_mesh(mesh()):
+        weak = jax.jit(lambda: jnp.full((8, 8), 2.0))()
+        assert jax.typeof(weak).weak_type
+        for dst in (P("x"), P(None, "y"), P()):
+            both_same(lambda r, d=dst: r(weak, d))
+            both_same(lambda r, d=dst: jax.jit(lambda a: r(a, d) * 3)(weak))
+
+
+def test_unconstrained_on_an_explicit_mesh_is_refused_as_jax_refuses_it() -> None:
+    x = _x()
+    with jax.set_mesh(mesh()):
+        both_raise(lambda r: r(x, P("y", P.UNCONSTRAINED)), ValueError, "UNCONSTRAINED")
+        with pytest.raises(UnknownLayoutError, match="only Auto axes do: give an axis or None"):
+            redist.reshard(x, P("y", P.UNCONSTRAINED))
+
+
+def test_zero_size_arrays_go_to_jax() -> None:
+    """No sharding type has a zero-size dimension, and nothing moves: JAX's reshard lays it out."""
+    with jax.set_mesh(mesh()):
+        empty = jax.device_put(jnp.zeros((0, 8)), P())
+        for run in (lambda r: r(empty, P(None, "y")), lambda r: jax.jit(lambda a: r(a, P(None, "y")))(empty)):
+            ref, ours = both(run)
+            assert jax.typeof(ours) == jax.typeof(ref) and ours.sharding == ref.sharding and ours.shape == (0, 8)
+        with redist.record() as log:
+            redist.reshard(empty, P(None, "y"))
+    assert len(log.delegated) == 1
+
+
+def test_eval_shape_gives_jax_s_abstract_value() -> None:
+    x = _x()
+    with jax.set_mesh(mesh()):
+        ref, ours = both(lambda r: jax.eval_shape(lambda a: r(a, P("y", "x")), x))
+    assert ours == ref and str(ours.sharding.spec) == str(ref.sharding.spec)
