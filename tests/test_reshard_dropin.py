@@ -5,7 +5,9 @@ NumPy and Python inputs under ``jax.jit``, Auto and mixed meshes, ``auto_axes`` 
 
 Each case runs the same program with ``jax.sharding.reshard`` and with ``redist.reshard`` and
 compares values, output sharding, abstract value (``jax.typeof``: spec, mesh and axis types),
-gradients, and the class of error where JAX raises.
+gradients, and the class of error where JAX raises. Further programs users write around a reshard
+are listed by name: ``SAME_AS_JAX`` (each behaves as with JAX) and ``DIFFERS_FROM_JAX`` (where and
+how ours differs, each with its own test).
 """
 
 from __future__ import annotations
