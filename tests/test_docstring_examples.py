@@ -64,7 +64,8 @@ DOCUMENTED = {
                "redistribute", "reshard", "reshard_local", "record", "Recorded", "Recording", "autotune", "Tuned",
                "use_tune_cache", "CostModel", "Objective", "cost_model_for"],
     "partir_core": ["PartitionError", "UnknownInputError", "AxisUsedTwiceError", "IndivisibleDimError", "TacticError",
-                    "UnknownPrimitiveError", "Shard", "ShardParams", "Pin", "Analysis", "analyze"],
+                    "UnknownPrimitiveError", "Shard", "ShardParams", "Pin", "Analysis", "analyze", "AutoResult",
+                    "Simulation", "hlo_collectives"],
     "proofs": ["VerificationError", "VerifyArgumentError", "BudgetResult", "check_budget", "prove_link", "Outcome",
                "Certificate", "Property", "verify_plan", "plan_verify"],
 }
@@ -109,7 +110,7 @@ NO_EXAMPLE_YET = {
     "spmd_types": {"ShardingType", "parse", "parse_type", "format_type"},
     "redist": {"Plan"},
     "proofs": set(),
-    "partir_core": {"AutoResult", "Partitioned", "Simulation", "auto", "hlo_collectives", "partition", "simulate"},
+    "partir_core": {"Partitioned", "auto", "partition", "simulate"},
 }
 
 
@@ -140,4 +141,5 @@ def test_examples_are_found() -> None:
     assert {"spmd_types.errors", "spmd_types.mesh", "spmd_types.dtypes", "redist.errors", "redist.steps",
             "redist.caches", "proofs.budget", "proofs.link", "proofs.errors", "redist.jax_reshard", "redist.tuning",
             "redist.cost", "redist.objective", "redist.profile", "redist.tune_cache", "proofs.certificate",
-            "spmd_types.jax_interop", "partir_core.errors", "partir_core.tactics", "partir_core.analysis"} <= set(WITH_EXAMPLES)
+            "spmd_types.jax_interop", "partir_core.errors", "partir_core.tactics", "partir_core.analysis",
+            "partir_core.simulate", "partir_core.auto"} <= set(WITH_EXAMPLES)
