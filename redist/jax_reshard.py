@@ -371,7 +371,7 @@ def _is_key(x: Any) -> bool:
 
 def reshard(x: Any, dst: Any, *, cost_model: CostModel | None = None) -> Any:
     """``x`` laid out as ``dst`` (a ``NamedSharding``, a ``PartitionSpec`` on the ``jax.set_mesh``
-    mesh or ``x``'s, or type text on ``x``'s mesh), moved by our plan; the result, its sharding
+    mesh, as in JAX, or type text on ``x``'s mesh), moved by our plan; the result, its sharding
     and its abstract value are those ``jax.sharding.reshard(x, dst)`` gives. As there, ``x`` may
     be a pytree, with one destination for every leaf or a tree prefix of destinations.
 
@@ -380,7 +380,9 @@ def reshard(x: Any, dst: Any, *, cost_model: CostModel | None = None) -> Any:
     and ``auto_axes`` / ``explicit_axes`` regions (over the Explicit axes). PRNG key arrays move
     as their key data. A destination on another mesh goes through our plan eagerly where ``x``'s
     blocks are a type there (same device list), else, like a value on a mesh without Explicit
-    axes, to ``jax.sharding.reshard`` (module docstring; ``redist.record()`` shows which).
+    axes, to ``jax.sharding.reshard`` (module docstring; ``redist.record()`` shows which). Planning errors (a pending sum of
+    ``bool``) and JAX's destination errors (an Auto axis in the spec: ``UnknownLayoutError``)
+    are raised here, at the call.
 
     Examples:
         >>> import jax, jax.numpy as jnp, numpy as np, redist

@@ -65,7 +65,7 @@ DOCUMENTED = {
                "use_tune_cache", "CostModel", "Objective", "cost_model_for"],
     "partir_core": ["PartitionError", "UnknownInputError", "AxisUsedTwiceError", "IndivisibleDimError", "TacticError",
                     "UnknownPrimitiveError", "Shard", "ShardParams", "Pin", "Analysis", "analyze", "AutoResult",
-                    "Simulation", "hlo_collectives"],
+                    "Simulation", "hlo_collectives", "Partitioned"],
     "proofs": ["VerificationError", "VerifyArgumentError", "BudgetResult", "check_budget", "prove_link", "Outcome",
                "Certificate", "Property", "verify_plan", "plan_verify"],
 }
@@ -110,7 +110,7 @@ NO_EXAMPLE_YET = {
     "spmd_types": {"ShardingType", "parse", "parse_type", "format_type"},
     "redist": {"Plan"},
     "proofs": set(),
-    "partir_core": {"Partitioned", "auto", "partition", "simulate"},
+    "partir_core": {"auto", "partition", "simulate"},
 }
 
 

@@ -26,10 +26,11 @@ from jax.sharding import PartitionSpec as P
 from test_executor import _expected_kinds
 
 import redist
-from redist import IncompatibleTypesError, UnsummableDtypeError, redistribute
+from redist import IncompatibleTypesError, redistribute
 from redist.caches import clear_caches
 from redist.hlo import parse_collectives
-from spmd_types import RankMismatchError, ShardingTypeError, UnknownLayoutError
+from spmd_types import ShardingTypeError
+from spmd_types.errors import RankMismatchError, UnknownLayoutError
 
 E, A = AxisType.Explicit, AxisType.Auto
 
@@ -589,7 +590,7 @@ def test_further_user_programs_behave_as_with_jax(name: str) -> None:
 def test_a_pending_sum_of_bool_is_refused_where_jax_types_it() -> None:
     with jax.set_mesh(mesh()):
         assert str(jax.typeof(jax.sharding.reshard(_of(jnp.bool_), P(unreduced={"y"})))) == "bool[8,8]{U:y}"
-        with pytest.raises(UnsummableDtypeError, match="pred.*s8"):
+        with pytest.raises(redist.UnsummableDtypeError, match="pred.*s8"):
             redist.reshard(_of(jnp.bool_), P(unreduced={"y"}))
 
 
