@@ -17,7 +17,22 @@ from spmd_types import Mesh
 
 @dataclass(frozen=True, eq=False)
 class Analysis:
-    """Everything the partitioner decided for one input signature."""
+    """Everything the partitioner decided for one input signature: the traced ``program``, the
+    sharding ``rules`` used, one record per tactic, the propagation ``conflicts`` and the
+    ``lowered`` program (its input and output types, and the moves ``redist`` plans).
+
+    Examples:
+        >>> import jax.numpy as jnp, numpy as np
+        >>> from partir_core import Shard, analyze
+        >>> from spmd_types import Mesh
+        >>> def f(x, w):
+        ...     return jnp.tanh(x @ w)
+        >>> x, w = np.ones((8, 16), np.float32), np.ones((16, 32), np.float32)
+        >>> schedule = [Shard("x", dim=0, axis="data"), Shard("w", dim=1, axis="model")]
+        >>> a = analyze(f, Mesh({"data": 2, "model": 4}), schedule, (x, w))
+        >>> [str(t) for t in a.lowered.out_types], len(a.records), a.conflicts
+        (['f32[8@data,32@model]'], 2, ())
+    """
 
     program: Program
     rules: tuple[Rule, ...]
@@ -28,6 +43,23 @@ class Analysis:
 
 def analyze(fn: Callable[..., Any], mesh: Mesh, schedule: Sequence[Tactic], args: Sequence[Any],
             unknown: str = "error") -> Analysis:
+    """What ``partition(fn, mesh, schedule)`` decides for ``args`` (arrays or
+    ``jax.ShapeDtypeStruct`` s), without compiling or running anything: trace, apply the tactics
+    with propagation after each, lower. ``unknown`` as in ``partition``.
+
+    Examples:
+        >>> import jax, jax.numpy as jnp
+        >>> from partir_core import Shard, analyze
+        >>> from spmd_types import Mesh
+        >>> args = (jax.ShapeDtypeStruct((8, 16), jnp.float32), jax.ShapeDtypeStruct((16, 32), jnp.float32))
+        >>> a = analyze(lambda x, w: x @ w, Mesh({"data": 2}), [Shard("x", dim=0, axis="data")], args)
+        >>> [str(t) for t in a.lowered.in_types + a.lowered.out_types]
+        ['f32[8@data,16]', 'f32[16,32]', 'f32[8@data,32]']
+
+    Raises:
+        PartitionError: a tactic the program refuses (the subclass names the input, axis or
+            dimension), or a primitive without a sharding rule under ``unknown="error"``.
+    """
     program = trace(fn, *args)
     rules = rules_for(program, unknown)
     prop = Propagator(program, mesh, rules)

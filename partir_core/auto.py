@@ -299,7 +299,23 @@ def _out_of_budget(evaluate: Evaluator, time_budget_s: float, max_evaluations: i
 @dataclass(frozen=True, eq=False)
 class AutoResult:
     """The schedule ``auto`` found (``fixed`` tactics first), what it is predicted to cost, and how
-    the search got there. ``schedule`` is a plain list of tactics: print it, edit it, reuse it."""
+    the search got there. ``schedule`` is a plain list of tactics: print it, edit it, reuse it.
+
+    Examples:
+        >>> import jax.numpy as jnp, numpy as np
+        >>> from partir_core import auto, partition
+        >>> from spmd_types import Mesh
+        >>> def f(x, w):
+        ...     return jnp.tanh(x @ w)
+        >>> x, w = np.ones((64, 128), np.float32), np.ones((128, 256), np.float32)
+        >>> mesh = Mesh({"data": 2, "model": 4})
+        >>> result = auto(f, mesh, x, w, seed=0, max_evaluations=8)
+        >>> result.schedule == result.fixed + tuple(t for t, _ in result.steps)
+        True
+        >>> p = partition(f, mesh, result.schedule)
+        >>> bool(np.allclose(p(x, w), f(x, w)))
+        True
+    """
 
     schedule: tuple[Tactic, ...]
     fixed: tuple[Tactic, ...]

@@ -10,27 +10,131 @@ from spmd_types import DuplicateAxisError, IndivisibleDimensionError, ShardingTy
 
 
 class PartitionError(ShardingTypeError):
-    """Base class of partitioner errors."""
+    """Base class of partitioner errors (a ``ShardingTypeError``, so a ``ValueError``): catch it for
+    any schedule or program the partitioner refuses; the subclass names what and where.
+
+    Example:
+
+    ```pycon
+    >>> import jax.numpy as jnp, numpy as np
+    >>> from partir_core import Shard, partition
+    >>> from spmd_types import Mesh
+    >>> def f(x, w):
+    ...     return jnp.tanh(x @ w)
+    >>> x, w = np.ones((8, 16), np.float32), np.ones((16, 32), np.float32)
+    >>> from partir_core import PartitionError
+    >>> try:
+    ...     partition(f, Mesh({"data": 2}), [Shard("q", dim=0, axis="data")])(x, w)
+    ... except PartitionError as e:
+    ...     print(type(e).__name__)
+    UnknownInputError
+
+    ```
+    """
 
 
 class UnknownInputError(PartitionError, KeyError):
-    """A tactic names a pytree path that is not an input (or output) of the function."""
+    """A tactic names a pytree path that is not an input (or output) of the function; the
+    message lists the inputs.
+
+    Example:
+
+    ```pycon
+    >>> import jax.numpy as jnp, numpy as np
+    >>> from partir_core import Shard, partition
+    >>> from spmd_types import Mesh
+    >>> def f(x, w):
+    ...     return jnp.tanh(x @ w)
+    >>> x, w = np.ones((8, 16), np.float32), np.ones((16, 32), np.float32)
+    >>> partition(f, Mesh({"data": 2}), [Shard("q", dim=0, axis="data")])(x, w)
+    Traceback (most recent call last):
+    partir_core.errors.UnknownInputError: no input or output path matches 'q'; inputs are: x, w
+
+
+    ```
+    """
 
     def __str__(self) -> str:  # KeyError would quote the message
         return str(self.args[0])
 
 
 class AxisUsedTwiceError(PartitionError, DuplicateAxisError):
-    """A tactic shards one value over a mesh axis that value already uses."""
+    """A tactic shards one value over a mesh axis that value already uses.
+
+    Example:
+
+    ```pycon
+    >>> import jax.numpy as jnp, numpy as np
+    >>> from partir_core import Shard, partition
+    >>> from spmd_types import Mesh
+    >>> def f(x, w):
+    ...     return jnp.tanh(x @ w)
+    >>> x, w = np.ones((8, 16), np.float32), np.ones((16, 32), np.float32)
+    >>> twice = [Shard("x", dim=0, axis="data"), Shard("x", dim=1, axis="data")]
+    >>> partition(f, Mesh({"data": 2}), twice)(x, w)
+    Traceback (most recent call last):
+    partir_core.errors.AxisUsedTwiceError: x already uses mesh axis 'data' (dimension 0, layout [@(data),_])...
+
+
+    ```
+    """
 
 
 class IndivisibleDimError(PartitionError, IndivisibleDimensionError):
-    """A tactic shards a dimension whose size its axes do not divide."""
+    """A tactic shards a dimension whose size its axes do not divide.
+
+    Example:
+
+    ```pycon
+    >>> import jax.numpy as jnp, numpy as np
+    >>> from partir_core import Shard, partition
+    >>> from spmd_types import Mesh
+    >>> def f(x, w):
+    ...     return jnp.tanh(x @ w)
+    >>> x, w = np.ones((8, 16), np.float32), np.ones((16, 32), np.float32)
+    >>> partition(f, Mesh({"model": 4}), [Shard("x", dim=0, axis="model")])(np.ones((6, 16), np.float32), w)
+    Traceback (most recent call last):
+    partir_core.errors.IndivisibleDimError: x dimension 0 has size 6, not divisible by 4 (axes model=4)
+
+
+    ```
+    """
 
 
 class TacticError(PartitionError):
-    """A malformed tactic (bad dimension index, unknown policy, pinned value...)."""
+    """A malformed tactic (bad dimension index, unknown policy, pinned value...).
+
+    Example:
+
+    ```pycon
+    >>> import jax.numpy as jnp, numpy as np
+    >>> from partir_core import Shard, partition
+    >>> from spmd_types import Mesh
+    >>> def f(x, w):
+    ...     return jnp.tanh(x @ w)
+    >>> x, w = np.ones((8, 16), np.float32), np.ones((16, 32), np.float32)
+    >>> partition(f, Mesh({"data": 2}), [Shard("x", dim=2, axis="data")])(x, w)
+    Traceback (most recent call last):
+    partir_core.errors.TacticError: x has rank 2 (shape [8, 16]); dimension 2 does not exist
+
+
+    ```
+    """
 
 
 class UnknownPrimitiveError(PartitionError):
-    """The program uses a primitive with no sharding rule (and the policy is ``"error"``)."""
+    """The program uses a primitive with no sharding rule (and the policy is ``"error"``).
+
+    Example:
+
+    ```pycon
+    >>> import jax.numpy as jnp, numpy as np
+    >>> from partir_core import Shard, partition
+    >>> from spmd_types import Mesh
+    >>> inv = partition(jnp.linalg.inv, Mesh({"data": 2}), [Shard("a", dim=0, axis="data")])
+    >>> inv(np.eye(8, dtype=np.float32))
+    Traceback (most recent call last):
+    partir_core.errors.UnknownPrimitiveError: no sharding rule for primitive 'lu' ...; register one in partir_core.rules.RULES or pass unknown='replicate' to run it on whole arrays
+
+    ```
+    """

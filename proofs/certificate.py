@@ -36,7 +36,18 @@ from redist.plan import Plan
 
 @dataclass(frozen=True)
 class Property:
-    """One proved (or undecided) claim, with its statement and the solver seconds spent on it."""
+    """One claim of a certificate: its ``status`` (proved, undecided, exceeds a bound known not
+    tight, or not checked, with ``note`` saying why), its statement and the solver seconds spent.
+
+    Examples:
+        >>> from proofs import verify_plan
+        >>> from redist import redistribute
+        >>> cert = verify_plan(redistribute("f32[64@x]", "f32[64]", "x=2", objective="bytes"))
+        >>> [(p.name, p.status.value) for p in cert.properties]
+        [('chain', 'proved'), ('memory', 'proved'), ('recv', 'proved')]
+        >>> cert.properties[2].statement
+        'recv_bytes <= lower_bound_bytes'
+    """
 
     name: str
     status: Status
@@ -57,7 +68,18 @@ MEMORY_STATEMENT = "peak_bytes <= max(local_bytes(src), local_bytes(dst))"
 class Certificate:
     """What z3 proved of one plan: ``properties`` are the properties checked (each proved,
     undecided, or ``exceeds`` a bound known not tight), ``unchecked`` those not checked, with why.
-    ``recv_bytes`` and ``lower_bound_bytes`` are means over devices (docs/design.md section 4)."""
+    ``recv_bytes`` and ``lower_bound_bytes`` are means over devices (docs/design.md section 4).
+
+    Examples:
+        >>> from redist import redistribute
+        >>> plan = redistribute("f32[64@x,64@y]", "f32[64@y,64@x]", "x=2,y=4", objective="bytes")
+        >>> cert = plan.verify()
+        >>> cert.ok, cert.proved, cert.recv_at_bound, cert.recv_bytes
+        (True, ('chain', 'memory', 'recv'), True, '6*m0*m1 B')
+        >>> timed = redistribute("f32[64@x,64@y]", "f32[64@y,64@x]", "x=2,y=4", objective="alpha-beta").verify()
+        >>> timed.proved, timed.recv_at_bound, [p.name for p in timed.unchecked]  # time promises no bound
+        (('chain', 'memory'), None, ['recv'])
+    """
 
     src: str
     dst: str
@@ -340,7 +362,19 @@ def verify_plan(plan: Plan, timeout_ms: int = DEFAULT_TIMEOUT_MS, check_recv: bo
     lists ``recv`` as not checked (``recv_at_bound`` is ``None``). ``check_recv=True`` proves it
     of any plan (a plan above the bound then raises, unless the bound is known not tight there);
     ``strict_recv=True`` also raises there and implies ``check_recv`` unless it is ``False``.
-    Arguments of the wrong type or range raise ``VerifyArgumentError`` naming them."""
+
+    Examples:
+        >>> from proofs import verify_plan
+        >>> from redist import redistribute
+        >>> plan = redistribute("f32[8@x,8]{U:y}", "f32[8@(x,y),8]", "x=2,y=4", objective="bytes")
+        >>> cert = verify_plan(plan, timeout_ms=5000)
+        >>> cert.ok, cert.recv_at_bound, cert.shapes
+        (True, True, 'n0 = 8*m0, n1 = 1*m1, m_d >= 1')
+
+    Raises:
+        VerificationError: a property refuted, with a concrete counterexample (a plan's bug).
+        VerifyArgumentError: an argument of the wrong type or range (the message names it).
+    """
     _check_arguments(timeout_ms, check_recv, check_memory, strict_recv, replicas_agree)
     objective = plan.objective.value
     if check_recv is None:
@@ -374,7 +408,21 @@ def verify_plan(plan: Plan, timeout_ms: int = DEFAULT_TIMEOUT_MS, check_recv: bo
 
 def plan_verify(plan: Plan, *args: Any, **kwargs: Any) -> Certificate:
     """``plan.verify(**kw)``: ``verify_plan`` with its keywords only; a positional argument or an
-    unknown keyword is a ``VerifyArgumentError`` naming it and the keywords accepted."""
+    unknown keyword is a ``VerifyArgumentError`` naming it and the keywords accepted.
+
+    Examples:
+        >>> from redist import redistribute
+        >>> plan = redistribute("f32[64@x]", "f32[64]", "x=2", objective="bytes")
+        >>> plan.verify(check_memory=False).proved
+        ('chain', 'recv')
+        >>> plan.verify(5)
+        Traceback (most recent call last):
+        proofs.errors.VerifyArgumentError: plan.verify() takes keyword arguments only, got 1 positional (5)...
+
+    Raises:
+        VerifyArgumentError: a positional argument, an unknown keyword, or one of the wrong type.
+        VerificationError: a property refuted (see ``verify_plan``).
+    """
     accepted = [n for n in inspect.signature(verify_plan).parameters if n != "plan"]
     if args:
         raise VerifyArgumentError(f"plan.verify() takes keyword arguments only, got {len(args)} positional "

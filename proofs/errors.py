@@ -38,7 +38,18 @@ class VerificationError(RedistError):
 
 class VerifyArgumentError(RedistError):
     """``verify_plan`` (``plan.verify``) called with an argument of the wrong type or range, or an
-    unknown keyword: the message names it and the accepted values."""
+    unknown keyword: the message names it and the accepted values.
+
+    Example:
+
+    ```pycon
+    >>> from redist import redistribute
+    >>> redistribute("f32[8@x]", "f32[8]", "x=2").verify(timeout_ms=-1)
+    Traceback (most recent call last):
+    proofs.errors.VerifyArgumentError: timeout_ms must be a positive int (milliseconds z3 may spend per query...
+
+    ```
+    """
 
 
 __all__ = ["VerificationError", "VerifyArgumentError"]

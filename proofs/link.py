@@ -37,7 +37,16 @@ class Status(StrEnum):
 class Outcome:
     """``status`` is proved, refuted or undecided (z3 gave up: ``reason`` says why); a refuted
     outcome's ``counterexample`` gives concrete sizes (global shape, local shapes, coordinates).
-    ``prove_link`` returns one (see its example)."""
+    ``prove_link`` returns one.
+
+    Examples:
+        >>> from proofs import prove_link
+        >>> from redist import redistribute
+        >>> plan = redistribute("f32[8@x]", "f32[8]", "x=2")
+        >>> outcome = prove_link(plan.steps[0], plan.src, plan.dst)
+        >>> outcome.status.value, outcome.counterexample
+        ('proved', {})
+    """
 
     status: Status
     seconds: float

@@ -68,7 +68,22 @@ class CostModel:
 
     ``objective`` has no default: ``CostModel()`` raises ``CostModelError`` naming the three
     objectives, since a bare model would silently rank by bytes under unmeasured constants. The
-    model ``redistribute`` uses for an objective is ``redist.cost_model_for(objective, mesh)``."""
+    model ``redistribute`` uses for an objective is ``redist.cost_model_for(objective, mesh)``.
+
+    Examples:
+        >>> from redist import CostModel, redistribute
+        >>> slow_x = CostModel.with_slow_axes(["x"], 10.0, base=CostModel(objective="alpha-beta"))
+        >>> plan = redistribute("f32[1024@x,1024@y]", "f32[1024@y,1024@x]", "x=2,y=4", cost_model=slow_x)
+        >>> plan.cost_model is slow_x
+        True
+        >>> CostModel()
+        Traceback (most recent call last):
+        redist.errors.CostModelError: CostModel() needs an objective: 'measured' ...
+
+    Raises:
+        CostModelError: no ``objective``, an unknown one, ``"measured"`` without measured
+            ``kind_costs``, a non-positive bandwidth or factor, ``tie_tolerance`` outside [0, 1).
+    """
 
     latency_s: float = 5e-6
     bandwidth_Bps: float = 50e9

@@ -104,4 +104,15 @@ class CalibrationError(RedistError):
 
 class CostModelError(RedistError):
     """A cost model or objective argument that is not one: an unknown objective name, a cost
-    model given as a string, a class or a dict, or a model whose objective contradicts the one asked."""
+    model given as a string, a class or a dict, or a model whose objective contradicts the one asked.
+
+    Example:
+
+    ```pycon
+    >>> from redist import redistribute
+    >>> redistribute("f32[8@x]", "f32[8]", "x=2", cost_model="bytes")
+    Traceback (most recent call last):
+    redist.errors.CostModelError: cost_model='bytes' is a string, not a CostModel: to choose an objective pass objective='bytes' instead...
+
+    ```
+    """

@@ -14,10 +14,14 @@ what through JAX's own ``reshard`` (docs/design.md section 8.3):
   of ``x`` is its block of one type on that mesh (``same_blocks``): ``x`` is seen as that type
   (the same buffers) and our plan moves it there;
 - JAX's ``reshard``: any other destination on another mesh (other axis names or sizes, other
-  axis types; under ``jax.jit`` every one, as the device lists are not known while tracing), and
-  a value whose mesh has no Explicit axis. Its result, and its errors, are JAX's own;
+  axis types; under ``jax.jit`` every one, as the device lists are not known while tracing), a
+  value whose mesh has no Explicit axis, and a zero-size array (nothing moves). Its result, and
+  its errors, are JAX's own;
 - errors JAX raises for the destination (a spec naming an Auto or Manual axis, a PartitionSpec
-  with no mesh in context) are raised as ``UnknownLayoutError`` (a ``ValueError``, as JAX's).
+  with no ``jax.set_mesh``, reduced or unreduced axes on a key array) are raised as typed errors
+  that are ``ValueError`` s, as JAX's. A destination is read as JAX reads it: padded with ``None``
+  to the rank, its ``None`` entries past the rank dropped; a sharded entry past the rank is a
+  ``RankMismatchError`` (JAX 0.10.2 fails an assertion there).
 
 Why a primitive (``redist_reshard``) rather than a ``jax.custom_vjp``: JAX refuses forward-mode
 differentiation of a ``custom_vjp`` function, and vmap of one would batch the ``shard_map`` body
@@ -61,7 +65,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 from redist.api import redistribute
 from redist.cost import CostModel
 from redist.errors import ExecutionError, IncompatibleTypesError
-from redist.executor import _executable, apply_local, run_plan
+from redist.executor import _executable, _retyped, apply_local, run_plan
 from redist.plan import Plan, register_runner
 from redist.profile import default_cost_model
 from redist.transpose import cotangent_move
@@ -93,7 +97,19 @@ def plan_for(src: ShardingType, dst: ShardingType, cost_model: CostModel | None 
 
 class Recorded(NamedTuple):
     """One move ``reshard`` made: the source and destination as text, and the plan it ran
-    (``None`` where the move went to ``jax.sharding.reshard``, see the module docstring)."""
+    (``None`` where the move went to ``jax.sharding.reshard``, see the module docstring).
+
+    Examples:
+        >>> import jax, numpy as np, redist
+        >>> from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
+        >>> mesh = jax.make_mesh((2, 4), ("x", "y"), axis_types=(AxisType.Explicit,) * 2)
+        >>> x = jax.device_put(np.ones((8, 8), np.float32), NamedSharding(mesh, P("x")))
+        >>> with redist.record() as log:
+        ...     _ = redist.reshard(x, NamedSharding(mesh, P(None, "y")))
+        >>> entry, = log.entries
+        >>> entry.src, entry.dst, entry.plan == redist.redistribute(entry.src, entry.dst, mesh)
+        ('f32[8@x,8]', 'f32[8,8@y]', True)
+    """
 
     src: str
     dst: str
@@ -101,7 +117,21 @@ class Recorded(NamedTuple):
 
 
 class Recording:
-    """What ``reshard`` did inside a ``with redist.record() as log:`` block, in call order."""
+    """What ``reshard`` did inside a ``with redist.record() as log:`` block, in call order:
+    ``entries`` (every ``Recorded`` move), ``plans`` (ours), ``delegated`` (JAX's).
+
+    Examples:
+        >>> import jax, numpy as np, redist
+        >>> from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
+        >>> auto = jax.make_mesh((2, 4), ("x", "y"), axis_types=(AxisType.Auto,) * 2)
+        >>> x = jax.device_put(np.ones((8, 8), np.float32), NamedSharding(auto, P("x")))
+        >>> with redist.record() as log:
+        ...     _ = redist.reshard(x, NamedSharding(auto, P()))  # no Explicit axis: JAX's reshard
+        >>> len(log.plans), len(log.delegated)
+        (0, 1)
+        >>> print(log)
+        jax.sharding.reshard float32[8,8] -> P(None, None) on mesh {x=2,y=4}
+    """
 
     def __init__(self) -> None:
         self.entries: list[Recorded] = []
@@ -130,7 +160,19 @@ def record() -> Iterator[Recording]:
     does: ``with redist.record() as log: ...`` then ``log.plans`` lists (source type, destination
     type, plan). A move inside ``jax.jit`` is recorded when it is traced (a cached trace is not
     traced again); the reverse moves of ``jax.grad`` and the re-planned moves of ``jax.vmap``
-    are recorded as they are planned. Blocks nest; each sees every move made inside it."""
+    are recorded as they are planned. Blocks nest; each sees every move made inside it.
+
+    Examples:
+        >>> import jax, jax.numpy as jnp, numpy as np, redist
+        >>> from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
+        >>> mesh = jax.make_mesh((2, 4), ("x", "y"), axis_types=(AxisType.Explicit,) * 2)
+        >>> x = jax.device_put(np.ones((8, 8), np.float32), NamedSharding(mesh, P("x", "y")))
+        >>> loss = lambda a: jnp.sum(redist.reshard(a, P("y", "x")) ** 2)
+        >>> with jax.set_mesh(mesh), redist.record() as log:
+        ...     _ = jax.jit(jax.grad(loss))(x)
+        >>> [(str(s), str(d)) for s, d, _ in log.plans]  # the move, then its reverse for the gradient
+        [('f32[8@x,8@y]', 'f32[8@y,8@x]'), ('f32[8@y,8@x]', 'f32[8@x,8@y]')]
+    """
     log = Recording()
     _RECORDINGS.append(log)
     try:
@@ -177,26 +219,39 @@ def _explicit(amesh: Any) -> bool:
 
 def _jax_destination(dst: Any, x: Any) -> NamedSharding:
     """The destination as ``jax.sharding.reshard`` reads it (abstract mesh, spec padded to the
-    rank), with JAX's errors raised as ``UnknownLayoutError``. A ``PartitionSpec`` outside any
-    ``jax.set_mesh`` is read on ``x``'s own mesh (where JAX would raise)."""
+    rank, ``None`` entries past the rank dropped), with JAX's errors raised as
+    ``UnknownLayoutError`` (a ``ValueError``, as JAX's): a ``PartitionSpec`` outside any
+    ``jax.set_mesh``, an Auto or Manual axis in the spec."""
     if isinstance(dst, PartitionSpec) and _context_mesh() is None:
-        if _aval_mesh(x) is None:
-            raise UnknownLayoutError(
-                f"destination {dst} is a PartitionSpec but neither x nor the context has a mesh: pass "
-                f"NamedSharding(mesh, spec) or enter jax.set_mesh(mesh)")
-        dst = NamedSharding(_aval_mesh(x), dst)
+        raise UnknownLayoutError(
+            f"destination {dst} is a PartitionSpec but no mesh is set: pass NamedSharding(mesh, spec) or "
+            f"call reshard inside `with jax.set_mesh(mesh):` (jax.sharding.reshard refuses it too)")
     try:
         ds = canonicalize_sharding(dst, "reshard", check_mesh_consistency=False)
     except ValueError as e:
         said = str(e).split(" This error occurs at source")[0]
         manual = "Manual" in said.rsplit("of type:", 1)[-1]
-        instead = ("inside shard_map a Manual axis indexes the local block: move blocks with "
+        instead = ("P.UNCONSTRAINED leaves a dimension to XLA, which only Auto axes do: give an axis or None"
+                   if "UNCONSTRAINED" in said else
+                   "inside shard_map a Manual axis indexes the local block: move blocks with "
                    "redist.reshard_local(x, src, dst)" if manual else
                    "name only Explicit axes in the destination; XLA lays out the Auto ones")
         raise UnknownLayoutError(f"{said} ({instead}, as with jax.sharding.reshard)") from None
     if ds is None:
         raise UnknownLayoutError(f"reshard's destination {dst} has an empty mesh; pass NamedSharding(mesh, spec)")
-    return ds.update(spec=ds.spec._normalized_spec_for_aval(len(getattr(x, "shape", ()))))
+    return ds.update(spec=_fit_rank(ds.spec, len(getattr(x, "shape", ()))))
+
+
+def _fit_rank(spec: PartitionSpec, rank: int) -> PartitionSpec:
+    """``spec`` padded with ``None`` to ``rank`` entries, and its ``None`` entries past ``rank``
+    dropped, as JAX reads a destination (``jax.core`` keeps only the first ``rank`` entries when
+    the rest are ``None``). A sharded entry past the rank is left for ``from_partition_spec`` to
+    refuse (``RankMismatchError``; JAX 0.10.2 fails an internal assertion there)."""
+    spec = spec._normalized_spec_for_aval(rank)
+    parts = spec.partitions
+    if len(parts) > rank and all(p is None for p in parts[rank:]):
+        spec = spec.update(partitions=parts[:rank])
+    return spec
 
 
 def _dst_type(dst: Any, src: ShardingType, x: Any) -> tuple[ShardingType, Any]:
@@ -316,7 +371,7 @@ def _is_key(x: Any) -> bool:
 
 def reshard(x: Any, dst: Any, *, cost_model: CostModel | None = None) -> Any:
     """``x`` laid out as ``dst`` (a ``NamedSharding``, a ``PartitionSpec`` on the ``jax.set_mesh``
-    mesh or ``x``'s, or type text on ``x``'s mesh), moved by our plan; the result, its sharding
+    mesh, as in JAX, or type text on ``x``'s mesh), moved by our plan; the result, its sharding
     and its abstract value are those ``jax.sharding.reshard(x, dst)`` gives. As there, ``x`` may
     be a pytree, with one destination for every leaf or a tree prefix of destinations.
 
@@ -328,6 +383,30 @@ def reshard(x: Any, dst: Any, *, cost_model: CostModel | None = None) -> Any:
     axes, to ``jax.sharding.reshard`` (module docstring; ``redist.record()`` shows which). Planning errors (a pending sum of
     ``bool``) and JAX's destination errors (an Auto axis in the spec: ``UnknownLayoutError``)
     are raised here, at the call.
+
+    Examples:
+        >>> import jax, jax.numpy as jnp, numpy as np, redist
+        >>> from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
+        >>> mesh = jax.make_mesh((2, 4), ("x", "y"), axis_types=(AxisType.Explicit,) * 2)
+        >>> x = jax.device_put(np.arange(64.0).reshape(8, 8), NamedSharding(mesh, P("x", "y")))
+        >>> print(jax.typeof(redist.reshard(x, NamedSharding(mesh, P("y", "x")))))
+        float32[8@y,8@x]
+        >>> with jax.set_mesh(mesh):  # a PartitionSpec needs the mesh set, as in JAX
+        ...     g = jax.jit(jax.grad(lambda a: jnp.sum(redist.reshard(a, P(None, "x")) ** 2)))(x)
+        >>> print(jax.typeof(g), bool(jnp.all(g == 2 * x)))
+        float32[8@x,8@y] True
+        >>> redist.reshard(x, P("y"))
+        Traceback (most recent call last):
+        spmd_types.errors.UnknownLayoutError: destination P('y',) is a PartitionSpec but no mesh is set...
+
+    Raises:
+        UnknownLayoutError: where JAX raises for the destination (a ``PartitionSpec`` with no
+            ``jax.set_mesh``, an Auto or Manual axis in the spec); a ``ValueError``, as JAX's.
+        ShardingTypeError: a destination that does not fit ``x`` (unknown axis, axis named twice,
+            indivisible dimension, sharded entries past the rank: the subclass names it).
+        IncompatibleTypesError: another shape or dtype, other devices, a ``cost_model`` that is
+            not a ``CostModel``, reduced or unreduced axes for a key array.
+        UnsummableDtypeError: a pending sum (unreduced axes) of ``bool``.
     """
     if cost_model is not None and not isinstance(cost_model, CostModel):
         raise IncompatibleTypesError(
@@ -355,10 +434,11 @@ def _reshard_leaf(x: Any, dst: Any, cost_model: CostModel | None) -> Any:
         x = _placed(x, dst)
         xmesh = _aval_mesh(x)
         _check_devices(x, dst)
-        viewed = _view_on(x, dst) if xmesh != ds.mesh else None
+        empty = 0 in x.shape  # nothing to move, and no sharding type has a zero-size dimension
+        viewed = _view_on(x, dst) if xmesh != ds.mesh and not empty else None
         if viewed is not None:  # another mesh over the same device list, where x's blocks are a type
             x, xmesh = viewed, ds.mesh
-        if xmesh != ds.mesh or all(t != jax.sharding.AxisType.Explicit for t in xmesh.axis_types):
+        if xmesh != ds.mesh or empty or all(t != jax.sharding.AxisType.Explicit for t in xmesh.axis_types):
             _note(None, jax.typeof(x), ds)
             return jax.sharding.reshard(x, dst if isinstance(dst, NamedSharding) or _context_mesh() else ds)
         src = _source_type(x)
@@ -385,7 +465,14 @@ def _reshard_keys(x: Any, dst: Any, cost_model: CostModel | None) -> Any:
             f"x is a PRNG key array ({x.dtype}); give its destination as a NamedSharding or a "
             f"PartitionSpec (type text has no key dtypes)")
     ds = _jax_destination(dst, x)
-    spec = PartitionSpec(*ds.spec, None, unreduced=ds.spec.unreduced)
+    if ds.spec.unreduced or ds.spec.reduced:
+        said = "unreduced" if ds.spec.unreduced else "reduced"
+        raise IncompatibleTypesError(
+            f"x is a PRNG key array ({x.dtype}) and the destination {dst} has {said} axes "
+            f"{sorted(ds.spec.unreduced or ds.spec.reduced)}: a key array cannot carry them (a key is not "
+            f"summed; jax.random.wrap_key_data and jax.sharding.reshard refuse them too); drop {said}= "
+            f"from the destination")
+    spec = ds.spec.update(partitions=(*ds.spec.partitions, None))
     data = _reshard_leaf(jax.random.key_data(x), NamedSharding(ds.mesh, spec) if isinstance(dst, PartitionSpec)
                          else NamedSharding(dst.mesh, spec), cost_model)
     return jax.random.wrap_key_data(data, impl=jax.random.key_impl(x))
@@ -428,12 +515,15 @@ def _fast_entry(sharding: NamedSharding, shape: tuple[int, ...], dtype: Any, wea
     if isinstance(dst, NamedSharding | PartitionSpec):
         if isinstance(dst, NamedSharding) and (dst.mesh != sharding.mesh):
             return None
-        if isinstance(dst, PartitionSpec) and ctx is not None and not ctx.empty and ctx != sharding.mesh.abstract_mesh:
-            return None
+        if isinstance(dst, PartitionSpec) and (ctx is None or ctx.empty or ctx != sharding.mesh.abstract_mesh):
+            return None  # no mesh set (the slow path raises JAX's error), or another mesh
         aval = jax.ShapeDtypeStruct(shape, dtype, sharding=sharding)
         ds = _jax_destination(dst if isinstance(dst, NamedSharding) else NamedSharding(sharding.mesh, dst), aval)
         src = from_named_sharding(sharding, shape, dtype)
         d = from_partition_spec(ds.spec, shape, src.dtype, src.mesh)
+        out = NamedSharding(sharding.mesh, ds.spec)  # JAX's result spec: padded to the rank
+        if d == src and out != sharding:  # nothing moves, but JAX's result has its own sharding
+            return _Fast(plan_for(src, d, cost_model or default_cost_model(src.mesh)), _retyped(out))
     elif isinstance(dst, ShardingType | str):
         src = from_named_sharding(sharding, shape, dtype)
         d = dst if isinstance(dst, ShardingType) else parse(dst, src.mesh)
@@ -467,6 +557,20 @@ def reshard_local(x_local: Any, src: ShardingType | str, dst: ShardingType | str
     ``mesh`` (ours, a JAX ``Mesh`` or ``AbstractMesh``) defaults to the context mesh, which inside
     ``shard_map`` is the map's mesh. The cotangent of this form is JAX's transpose of the plan's
     collectives; use ``reshard`` on global arrays to get the planned reverse move.
+
+    Examples:
+        >>> import jax, numpy as np, redist
+        >>> from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
+        >>> mesh = jax.make_mesh((4,), ("x",), axis_types=(AxisType.Explicit,))
+        >>> x = jax.device_put(np.arange(8.0), NamedSharding(mesh, P("x")))
+        >>> gather = lambda b: redist.reshard_local(b, "f32[8@x]", "f32[8]")
+        >>> jax.shard_map(gather, mesh=mesh, in_specs=P("x"), out_specs=P(), check_vma=False)(x)
+        Array([0., 1., 2., 3., 4., 5., 6., 7.], dtype=float32)
+
+    Raises:
+        UnknownLayoutError: no ``mesh`` given and none in context (outside ``shard_map``).
+        ShardingTypeError: type text that does not parse or fit the mesh (the subclass names it).
+        IncompatibleTypesError: ``src`` and ``dst`` of other shapes or dtypes.
     """
     if mesh is None:
         mesh = _context_mesh()
@@ -495,9 +599,13 @@ def _abstract_eval(aval: Any, *, plan: Plan, amesh: Any) -> Any:
 def _impl(x: Any, *, plan: Plan, amesh: Any) -> Any:
     if not isinstance(getattr(x, "sharding", None), NamedSharding):
         x = _place(x, plan, amesh)
-    if len(plan.src.mesh.names) != len(x.sharding.mesh.axis_names):  # Auto axes left to XLA: the jitted lowering
+    # Auto axes left to XLA, or a weak-typed value (JAX's result stays weak): the jitted lowering
+    if len(plan.src.mesh.names) != len(x.sharding.mesh.axis_names) or getattr(x, "weak_type", False):
         with jax.set_mesh(x.sharding.mesh):
             return _jax_dispatch.apply_primitive(reshard_p, x, plan=plan, amesh=amesh)
+    if not plan.steps:  # nothing moves; the result's spec is padded to the rank, as JAX's is
+        out = NamedSharding(x.sharding.mesh, _spec(plan.dst)._normalized_spec_for_aval(x.ndim))
+        return x if out == x.sharding else _retyped(out)(x)
     return run_plan(plan, x)
 
 

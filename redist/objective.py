@@ -17,7 +17,19 @@ from redist.errors import CostModelError
 
 class Objective(StrEnum):
     """What ``redistribute`` minimises. Accepted wherever an objective is: the member or its value
-    (a ``str`` enum: ``Objective.BYTES == "bytes"``)."""
+    (a ``str`` enum: ``Objective.BYTES == "bytes"``); any other name is a ``CostModelError``.
+
+    Examples:
+        >>> from redist import Objective, redistribute
+        >>> Objective.BYTES == "bytes", Objective("alpha-beta")
+        (True, <Objective.ALPHA_BETA: 'alpha-beta'>)
+        >>> plan = redistribute("f32[64@x,64@y]", "f32[64@y,64@x]", "x=2,y=4", objective="bytes")
+        >>> plan.objective, plan.recv_bytes == plan.lower_bound_bytes
+        (<Objective.BYTES: 'bytes'>, True)
+        >>> redistribute("f32[64@x]", "f32[64]", "x=2", objective="time")
+        Traceback (most recent call last):
+        redist.errors.CostModelError: objective 'time' is not one of measured, bytes, alpha-beta; 'time' is ambiguous...
+    """
 
     MEASURED = "measured"
     BYTES = "bytes"

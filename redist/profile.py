@@ -232,7 +232,19 @@ def cost_model_for(objective: Objective | str = Objective.MEASURED, mesh: Any = 
     """The cost model ``redistribute`` uses for ``objective`` on ``mesh``: ``measured`` is the running
     backend's shipped profile (``redist.profile.default_cost_model``; where none ships for the
     backend, the alpha-beta model, and the model's objective says ``alpha-beta``), ``bytes`` and
-    ``alpha-beta`` the alpha-beta constants ranked by bytes or by time."""
+    ``alpha-beta`` the alpha-beta constants ranked by bytes or by time.
+
+    Examples:
+        >>> import redist
+        >>> redist.cost_model_for("bytes").objective, redist.cost_model_for("alpha-beta").objective
+        ('bytes', 'alpha-beta')
+        >>> redist.cost_model_for("time")
+        Traceback (most recent call last):
+        redist.errors.CostModelError: objective 'time' is not one of measured, bytes, alpha-beta...
+
+    Raises:
+        CostModelError: an objective that is not a ``redist.Objective`` or one of its names.
+    """
     o = as_objective(objective)
     if o is Objective.MEASURED:
         return default_cost_model(mesh)

@@ -79,7 +79,18 @@ _loads = 0
 
 def use_tune_cache(path: str | os.PathLike[str] | None) -> None:
     """Use the cache file ``path`` for every later planning call of this process (over
-    ``REDIST_AUTOTUNE_CACHE``); ``None`` goes back to the environment variable."""
+    ``REDIST_AUTOTUNE_CACHE``); ``None`` goes back to the environment variable. Plans tuned by
+    ``autotune`` are stored there and ``redistribute`` / ``reshard`` use them (docs/howto/autotune.md).
+
+    Examples:
+        >>> import os, tempfile, redist
+        >>> path = os.path.join(tempfile.mkdtemp(), "tuned.json")
+        >>> redist.use_tune_cache(path)
+        >>> tuned = redist.autotune("f32[64@x,64@y]", "f32[64@y,64@x]", "x=2,y=4", top=2, reps=2)
+        >>> redist.redistribute("f32[64@x,64@y]", "f32[64@y,64@x]", "x=2,y=4") == tuned.plan
+        True
+        >>> redist.use_tune_cache(None)
+    """
     global _override
     _override = None if path is None else os.fspath(path)
     _changed()

@@ -50,7 +50,14 @@ class Trial(NamedTuple):
 
 
 class Tuned(NamedTuple):
-    """The fastest plan measured, and every trial in the model's order (its choice first)."""
+    """The fastest plan measured, and every trial in the model's order (its choice first).
+
+    Examples:
+        >>> import redist
+        >>> tuned = redist.autotune("f32[64@x]", "f32[64]", "x=2", top=1)  # top=1: nothing timed
+        >>> tuned.plan is tuned.model_choice.plan, tuned.speedup, len(tuned.trials)
+        (True, 1.0, 1)
+    """
 
     plan: Plan
     trials: tuple[Trial, ...]
@@ -93,7 +100,25 @@ def autotune(src: ShardingType | str, dst: ShardingType | str, mesh: Any = None,
     ``cache``: a cache file (default: ``REDIST_AUTOTUNE_CACHE`` where set). An entry for this move
     tuned with the same ``top``, ``reps`` and ``margin`` is returned untimed (its stored times as
     the trials'); otherwise the move is timed and its winner recorded there, for ``redistribute``
-    and ``reshard`` to use from then on (``redist.tune_cache``)."""
+    and ``reshard`` to use from then on (``redist.tune_cache``).
+
+    Examples:
+        >>> import redist
+        >>> tuned = redist.autotune("f32[64@x,64@y]", "f32[64@y,64@x]", "x=2,y=4", top=2, reps=2)
+        >>> len(tuned.trials), tuned.plan in [t.plan for t in tuned.trials]
+        (2, True)
+        >>> tuned.model_choice.plan == redist.redistribute("f32[64@x,64@y]", "f32[64@y,64@x]", "x=2,y=4")
+        True
+        >>> redist.autotune("f32[64@x]", "f32[64]", "x=2", top=0)
+        Traceback (most recent call last):
+        redist.errors.RedistError: autotune: top=0 is out of range; it is how many plans to time, at least 1
+
+    Raises:
+        RedistError: ``top`` or ``reps`` below 1, or ``margin`` out of range (the message names it).
+        ShardingTypeError: type text that does not parse or fit the mesh (the subclass names it).
+        IncompatibleTypesError: ``src`` and ``dst`` of other shapes or dtypes.
+        CostModelError: a ``cost_model`` that is not a ``CostModel``.
+    """
     _check_arguments(top, reps, margin)
     s, d = checked_pair(src, dst, mesh)
     cm = cost_model or default_cost_model(s.mesh)

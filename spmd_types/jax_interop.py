@@ -26,11 +26,31 @@ from spmd_types.types import ShardingType
 
 
 def mesh_to_jax(mesh: Mesh, devices: Any = None, explicit: bool = True) -> jax.sharding.Mesh:
-    """``mesh.to_jax(devices, explicit)``: a JAX mesh with our axes."""
+    """``mesh.to_jax(devices, explicit)``: a JAX mesh with our axes (Explicit unless ``explicit=False``),
+    over the first ``mesh.size`` devices unless ``devices`` are given.
+
+    Examples:
+        >>> from spmd_types import Mesh
+        >>> from spmd_types.jax_interop import mesh_to_jax
+        >>> jm = mesh_to_jax(Mesh({"x": 2, "y": 4}))
+        >>> dict(jm.shape), [t.name for t in jm.axis_types]
+        ({'x': 2, 'y': 4}, ['Explicit', 'Explicit'])
+    """
     return mesh.to_jax(devices, explicit)
 
 
 def to_partition_spec(t: ShardingType) -> PartitionSpec:
+    """The ``PartitionSpec`` of ``t`` (unreduced and reduced axes included), as ``jax.typeof`` shows it.
+
+    Examples:
+        >>> from spmd_types import Mesh, parse
+        >>> from spmd_types.jax_interop import to_partition_spec
+        >>> to_partition_spec(parse("f32[8@(x,y),4]{U:z}", Mesh({"x": 2, "y": 2, "z": 2})))
+        P(('x', 'y'), None, unreduced={'z'})
+
+    Raises:
+        ShardingTypeError: ``t`` uses a sub-axis (``y:(1)2``), which a ``PartitionSpec`` cannot express.
+    """
     entries: list[Any] = []
     for d, axes in enumerate(t.dims):
         for a in axes:
@@ -50,6 +70,19 @@ def _names(axes: frozenset[Any], kind: str) -> frozenset[str]:
 
 
 def to_named_sharding(t: ShardingType, mesh: jax.sharding.Mesh) -> NamedSharding:
+    """``NamedSharding(mesh, to_partition_spec(t))``, for a JAX mesh with ``t``'s axes.
+
+    Examples:
+        >>> from spmd_types import Mesh, parse
+        >>> from spmd_types.jax_interop import to_named_sharding
+        >>> mesh = Mesh({"x": 2})
+        >>> to_named_sharding(parse("f32[8@x]", mesh), mesh.to_jax()).spec
+        P('x',)
+
+    Raises:
+        MeshMismatchError: ``mesh`` has other axis names or sizes than ``t``'s mesh.
+        ShardingTypeError: ``t`` uses a sub-axis.
+    """
     if Mesh.from_jax(mesh) != t.mesh:
         raise MeshMismatchError(f"type is on mesh {t.mesh} but the JAX mesh is {Mesh.from_jax(mesh)}")
     return NamedSharding(mesh, to_partition_spec(t))
@@ -71,6 +104,24 @@ def _spec_entry(spec: PartitionSpec, d: int, e: Any) -> tuple[Any, ...]:
 def from_partition_spec(
     spec: PartitionSpec, shape: Sequence[int], dtype: Any, mesh: Mesh
 ) -> ShardingType:
+    """The sharding type of a ``shape``/``dtype`` array laid out by ``spec`` on ``mesh`` (entries
+    missing at the end are unsharded dimensions, as in JAX).
+
+    Examples:
+        >>> from jax.sharding import PartitionSpec as P
+        >>> from spmd_types import Mesh
+        >>> from spmd_types.jax_interop import from_partition_spec
+        >>> print(from_partition_spec(P("y", reduced={"x"}), (8, 4), "float32", Mesh({"x": 2, "y": 4})))
+        f32[8@y,4]{R:x}
+        >>> from_partition_spec(P("x", None, None), (8, 4), "float32", Mesh({"x": 2}))
+        Traceback (most recent call last):
+        spmd_types.errors.RankMismatchError: PartitionSpec P('x', None, None) has 3 entries but the shape [8, 4] has rank 2
+
+    Raises:
+        RankMismatchError: more entries than ``shape`` has dimensions.
+        UnknownAxisError: an axis not on ``mesh``, or an entry that is no axis name.
+        ShardingTypeError: any other reason the spec is no type (its subclass names it).
+    """
     if not isinstance(spec, PartitionSpec):
         raise ShardingTypeError(f"expected a jax.sharding.PartitionSpec, got {spec!r}")
     shape = tuple(shape)
@@ -96,6 +147,20 @@ def _spec_set(spec: PartitionSpec, kind: str) -> list[str]:
 
 
 def from_named_sharding(ns: NamedSharding, shape: Sequence[int], dtype: Any) -> ShardingType:
+    """``from_partition_spec`` on the sharding's own mesh (all its axes).
+
+    Examples:
+        >>> import jax
+        >>> from jax.sharding import NamedSharding, PartitionSpec as P
+        >>> from spmd_types import Mesh
+        >>> from spmd_types.jax_interop import from_named_sharding
+        >>> ns = NamedSharding(Mesh({"x": 2, "y": 4}).to_jax(), P(None, ("y", "x")))
+        >>> print(from_named_sharding(ns, (4, 16), "bfloat16"))
+        bf16[4,16@(y,x)]
+
+    Raises:
+        ShardingTypeError: ``ns`` is no ``NamedSharding``, or its spec is no type (as ``from_partition_spec``).
+    """
     if not isinstance(ns, NamedSharding):
         raise ShardingTypeError(f"expected a jax.sharding.NamedSharding, got {ns!r}")
     return from_partition_spec(ns.spec, shape, dtype, Mesh.from_jax(ns.mesh))
@@ -148,7 +213,24 @@ def type_of_aval(aval: Any, skip_auto: bool = False) -> ShardingType:
 
 def type_of(x: jax.Array) -> ShardingType:
     """The sharding type of a JAX array laid out with a ``NamedSharding``, or of a tracer (from its
-    abstract value, see ``type_of_aval``)."""
+    abstract value, see ``type_of_aval``).
+
+    Examples:
+        >>> import jax, numpy as np
+        >>> from jax.sharding import NamedSharding, PartitionSpec as P
+        >>> from spmd_types import Mesh
+        >>> from spmd_types.jax_interop import type_of
+        >>> jm = Mesh({"x": 2, "y": 4}).to_jax()
+        >>> print(type_of(jax.device_put(np.zeros((8, 8), np.float32), NamedSharding(jm, P("x", "y")))))
+        f32[8@x,8@y]
+        >>> type_of(np.zeros(3))
+        Traceback (most recent call last):
+        spmd_types.errors.ShardingTypeError: expected a jax.Array, got ndarray
+
+    Raises:
+        UnknownLayoutError: an array without a ``NamedSharding``, or a tracer whose mesh has Auto or only Manual axes.
+        ShardingTypeError: ``x`` is no array.
+    """
     if isinstance(x, jax.core.Tracer):
         return type_of_aval(jax.typeof(x))
     if not hasattr(x, "sharding") or not hasattr(x, "shape") or not hasattr(x, "dtype"):

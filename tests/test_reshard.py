@@ -100,8 +100,10 @@ def test_destination_forms_and_meshes() -> None:
     src, dst = plan.src, plan.dst
     x = place(src)
     ref = jax.sharding.reshard(x, ns(dst))
-    same(reshard(x, to_partition_spec(dst)), ref)  # PartitionSpec: mesh from x
+    with pytest.raises(UnknownLayoutError, match="NamedSharding.*jax.set_mesh"):  # as JAX: no mesh is set
+        reshard(x, to_partition_spec(dst))
     with jax.set_mesh(jmesh(XY)):
+        same(reshard(x, to_partition_spec(dst)), ref)  # PartitionSpec: mesh from context
         same(jax.jit(lambda a: reshard(a, P("y", "x")))(x), ref)  # PartitionSpec: mesh from context
     # a single-device array is placed replicated first, as jax.sharding.reshard does
     same(reshard(jnp.asarray(global_array(src)), ns(dst)), jax.sharding.reshard(jnp.asarray(global_array(src)), ns(dst)))
@@ -292,7 +294,7 @@ def test_bool_moves_but_its_pending_sums_are_refused_at_planning() -> None:
     same(reshard(x, NamedSharding(jmesh(XY), P("y", "x"))), jax.sharding.reshard(x, NamedSharding(jmesh(XY), P("y", "x"))))
     with pytest.raises(UnsummableDtypeError, match="pred.*s8"):
         redistribute("pred[8,8@y]{U:x}", "pred[8@x,8@y]", XY)
-    with pytest.raises(UnsummableDtypeError, match="destination"):
+    with jax.set_mesh(jmesh(XY)), pytest.raises(UnsummableDtypeError, match="destination"):
         jax.jit(lambda a: reshard(a, P(None, "y", unreduced={"x"})))(x)
 
 

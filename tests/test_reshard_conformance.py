@@ -67,6 +67,7 @@ CASES: list[Case] = [
          "float32[8@(x,y),8]", shape=(8, 8)),
     Case("to a NamedSharding", P("y"), P("x", "y"), "float32[8@x,4@y]", "float32[8@y,4]", named=True),
     Case("integers", P("x"), P("y"), "int32[8@y,4]", dtype="int32"),
+    Case("None entries past the rank", P("y"), P("x", None, None), "float32[8@x,4]", "float32[8@y,4]"),
     # unreduced (pending-sum) sources
     Case("pending sum to replicated", P(unreduced={"x"}), P(), "float32[8,4]", "float32[8,4]{R:x}"),
     Case("pending sum, sharded rows", P("y", unreduced={"x"}), P("y"), "float32[8@y,4]", "float32[8@y,4]{R:x}"),

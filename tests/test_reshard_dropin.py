@@ -5,7 +5,9 @@ NumPy and Python inputs under ``jax.jit``, Auto and mixed meshes, ``auto_axes`` 
 
 Each case runs the same program with ``jax.sharding.reshard`` and with ``redist.reshard`` and
 compares values, output sharding, abstract value (``jax.typeof``: spec, mesh and axis types),
-gradients, and the class of error where JAX raises.
+gradients, and the class of error where JAX raises. Further programs users write around a reshard
+are listed by name: ``SAME_AS_JAX`` (each behaves as with JAX) and ``DIFFERS_FROM_JAX`` (where and
+how ours differs, each with its own test).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from redist import IncompatibleTypesError, redistribute
 from redist.caches import clear_caches
 from redist.hlo import parse_collectives
 from spmd_types import ShardingTypeError
+from spmd_types.errors import RankMismatchError, UnknownLayoutError
 
 E, A = AxisType.Explicit, AxisType.Auto
 
@@ -425,3 +428,205 @@ def test_a_misused_cost_model_is_a_typed_error_naming_it(bad: Any) -> None:
     for args in ((x, NamedSharding(mesh(), P("y"))), (np.ones((8, 8), np.float32), NamedSharding(mesh(), P("y")))):
         with pytest.raises(IncompatibleTypesError, match="cost_model.*CostModel"):
             redist.reshard(*args, cost_model=bad)
+
+
+# -- destinations as JAX reads them ------------------------------------------------------------------------
+
+
+def test_a_partition_spec_with_no_mesh_set_is_refused_as_jax_refuses_it() -> None:
+    """Outside ``jax.set_mesh`` a ``PartitionSpec`` names no mesh: JAX raises a ``ValueError`` telling
+    the user to pass a ``NamedSharding`` or set a mesh; so do we (eagerly, under jit, NumPy input)."""
+    x = arange((8, 8), NamedSharding(mesh(), P("x")))
+    both_raise(lambda r: r(x, P("y")), ValueError, "NamedSharding.*jax.set_mesh")
+    both_raise(lambda r: jax.jit(lambda a: r(a, P("y")))(x), ValueError, "NamedSharding.*jax.set_mesh")
+    both_raise(lambda r: r(np.ones(8, np.float32), P("x")), ValueError, "NamedSharding.*jax.set_mesh")
+    with jax.set_mesh(mesh()):
+        redist.reshard(x, P("y"))  # the fast path's entry for this context
+    both_raise(lambda r: r(x, P("y")), ValueError, "jax.set_mesh")
+
+
+TRAILING = [P("x", "y", None), P("x", None, None), P(None, None, None), P(None, "y", None, None)]
+
+
+@pytest.mark.parametrize("spec", TRAILING, ids=str)
+def test_none_entries_past_the_rank_are_dropped_as_jax_drops_them(spec: P) -> None:
+    x = arange((8, 8), NamedSharding(mesh(), P("x")))
+    with jax.set_mesh(mesh()):
+        both_same(lambda r: r(x, spec))
+        both_same(lambda r: jax.jit(lambda a: r(a, spec))(x))
+        both_same(lambda r: r([x, x], spec))
+    both_same(lambda r: r(x, NamedSharding(mesh(), spec)))
+    with jax.set_mesh(mesh()):  # key arrays: the spec is the key array's, the key data's dimension is ours
+        both_same(lambda r: r(keys(P("x"), n=8).reshape(2, 4), spec))
+
+
+def test_a_sharded_entry_past_the_rank_is_a_typed_error() -> None:
+    """JAX 0.10.2 fails an internal assertion (``AssertionError: (2, P('x', None, 'y'))``) on a
+    sharded entry past the array's rank, and on ``P('x')`` for a 0-d array; ours names the spec
+    and the rank (``RankMismatchError``, a ``ValueError``)."""
+    x = arange((8, 8), NamedSharding(mesh(), P("x")))
+    s = jax.device_put(np.float32(3), NamedSharding(mesh(), P()))
+    with jax.set_mesh(mesh()):
+        for a, spec in ((x, P("x", None, "y")), (s, P("x"))):
+            with pytest.raises(AssertionError):
+                jax.sharding.reshard(a, spec)
+            with pytest.raises(RankMismatchError, match=f"{len(spec)} entries.*rank {a.ndim}"):
+                redist.reshard(a, spec)
+
+
+def test_moves_that_move_nothing_give_jax_s_sharding() -> None:
+    """``P('x')`` on a rank-2 array placed as ``P('x')``: JAX's result is laid out as ``P('x', None)``
+    (an equal sharding is a requirement of ``jax.jit`` caches keyed on it); ours too, eagerly
+    (the fast path and the primitive) and under jit, with the same buffers."""
+    x = arange((8, 8), NamedSharding(mesh(), P("x")))
+    with jax.set_mesh(mesh()):
+        for dst in (P("x"), P("x", None), NamedSharding(mesh(), P("x"))):
+            both_same(lambda r, d=dst: r(x, d))
+            both_same(lambda r, d=dst: r({"a": x}, d))
+            both_same(lambda r, d=dst: jax.jit(lambda a: r(a, d))(x))
+    y = redist.reshard(x, NamedSharding(mesh(), P("x")))
+    assert [s.data.unsafe_buffer_pointer() for s in y.addressable_shards] == \
+        [s.data.unsafe_buffer_pointer() for s in x.addressable_shards]
+
+
+@pytest.mark.parametrize("spec", [P("y", reduced={"x"}), P(None, unreduced={"x"}), P(reduced={"x", "y"})], ids=str)
+def test_key_arrays_with_reduced_or_unreduced_axes_are_refused_as_jax_refuses_them(spec: P) -> None:
+    """JAX 0.10.2 cannot hold a key array with reduced or unreduced axes (``jax.random.wrap_key_data``
+    raises a ``ValueError``); ours raises a typed ``ValueError`` naming the axes and what to drop."""
+    k = keys(P("x"))
+    with jax.set_mesh(mesh()):
+        both_raise(lambda r: r(k, spec), ValueError, "reduced")
+        both_raise(lambda r: jax.jit(lambda a: r(a, spec))(k), ValueError, "reduced")
+        with pytest.raises(IncompatibleTypesError, match=r"key array.*\['x'.*drop (un)?reduced="):
+            redist.reshard(k, spec)
+
+
+# -- further programs users write: which behave as JAX does ---------------------------------------------
+#
+# Every entry of SAME_AS_JAX gives the same values, shardings and abstract values with both
+# implementations (eagerly or under jit as written). Where ours differs, DIFFERS_FROM_JAX says how.
+
+def _placed_by_device_put(spec: P) -> jax.Array:
+    with jax.set_mesh(mesh()):
+        return jax.device_put(np.arange(32, dtype=np.float32).reshape(4, 8), spec)
+
+
+def _of(dtype: Any) -> jax.Array:
+    return jax.device_put(jnp.arange(64).reshape(8, 8).astype(dtype), NamedSharding(mesh(), P("x")))
+
+
+def _from_callback() -> jax.Array:
+    whole = np.arange(64, dtype=np.float32).reshape(8, 8)
+    return jax.make_array_from_callback((8, 8), NamedSharding(mesh(), P("x", "y")), lambda i: whole[i])
+
+
+def _x() -> jax.Array:
+    return arange((8, 8), NamedSharding(mesh(), P("x")))
+
+
+def _cond(r: Callable[..., Any]) -> Any:
+    f = lambda a, p: jax.lax.cond(p, lambda b: r(b, P("y")) * 2, lambda b: r(b, P("y")) + 1, a)
+    g = jax.grad(lambda a: jnp.sum(jax.lax.cond(True, lambda b: r(b, P(None, "y")) ** 2, lambda b: r(b, P(None, "y")), a)))
+    return jax.jit(f)(_x(), True), jax.jit(f)(_x(), False), jax.jit(g)(_x())
+
+
+def _fori(r: Callable[..., Any]) -> Any:
+    body = lambda i, b: r(jnp.sin(r(b, P("y"))), P("x"))
+    return (jax.jit(lambda a: jax.lax.fori_loop(0, 3, body, a))(_x()),
+            jax.jit(jax.grad(lambda a: jnp.sum(jax.lax.fori_loop(0, 3, body, a))))(_x()))
+
+
+SAME_AS_JAX: dict[str, Callable[[Callable[..., Any]], Any]] = {
+    "device_put P() to P(None, x)": lambda r: r(_placed_by_device_put(P()), P(None, "x")),
+    "device_put P(None, x) to P()": lambda r: r(_placed_by_device_put(P(None, "x")), P()),
+    "device_put P(None, x) to P(y), jit": lambda r: jax.jit(lambda a: r(a, P("y")))(_placed_by_device_put(P(None, "x"))),
+    "0-d to P()": lambda r: r(jax.device_put(np.float32(3), P()), P()),
+    "0-d to P(), jit": lambda r: jax.jit(lambda a: r(a, P()))(jax.device_put(np.float32(3), P())),
+    "0-d to a pending sum": lambda r: jax.jit(lambda a: r(r(a, P(unreduced={"x"})), P()))(jax.device_put(np.float32(3), P())),
+    "bf16": lambda r: (r(_of(jnp.bfloat16), P(None, "y")), jax.jit(lambda a: r(a, P("y", "x")))(_of(jnp.bfloat16))),
+    "bf16 pending sum": lambda r: jax.jit(lambda a: r(r(a, P(unreduced={"y"})), P("y")))(_of(jnp.bfloat16)),
+    "int8": lambda r: (r(_of(jnp.int8), P(None, "y")), jax.jit(lambda a: r(a, P(reduced={"y"})))(_of(jnp.int8))),
+    "int8 pending sum": lambda r: jax.jit(lambda a: r(r(a, P(unreduced={"y"})), P()))(_of(jnp.int8)),
+    "bool": lambda r: (r(_of(jnp.bool_), P(None, "y")), jax.jit(lambda a: r(a, P("y", "x")))(_of(jnp.bool_))),
+    "bool reduced": lambda r: r(_of(jnp.bool_), P(reduced={"y"})),
+    "donated input": lambda r: jax.jit(lambda a: r(a, P("y")), donate_argnums=0)(_x()),
+    "make_array_from_callback": lambda r: (r(_from_callback(), P("y", "x")),
+                                           jax.jit(lambda a: r(a, P(None, "x")))(_from_callback())),
+    "pytree under jit": lambda r: jax.jit(lambda t: r(t, {"a": P(None, "x"), "b": [P("y"), P()]}))(
+        {"a": _x(), "b": [_x(), _from_callback()]}),
+    "jax.remat": lambda r: jax.jit(jax.grad(jax.remat(lambda a: jnp.sum(jnp.sin(r(a, P("y")))))))(_x()),
+    "nested jit": lambda r: jax.jit(lambda a: jax.jit(lambda b: r(b, P("y")) * 2)(a))(_x()),
+    "lax.cond branches and their gradient": _cond,
+    "lax.fori_loop and its gradient": _fori,
+    "complex64 and its gradient": lambda r: (r(_of(jnp.complex64) * 1j, P("y", "x")), jax.jit(jax.grad(
+        lambda a: jnp.sum(jnp.abs(r(a, P("y"))) ** 2)))(_of(jnp.complex64))),
+    "jvp of grad (Hessian-vector)": lambda r: jax.jit(lambda a: jax.jvp(jax.grad(
+        lambda b: jnp.sum(jnp.sin(r(b, P("y"))))), (a,), (a,))[1])(_x()),
+    "jax.linearize": lambda r: jax.linearize(lambda a: r(a, P("y")) * 2, _x())[1](_x()),
+    "lax.map": lambda r: jax.jit(lambda a: jax.lax.map(lambda b: r(b, P("y")), a))(
+        jax.device_put(jnp.arange(64.0).reshape(2, 4, 8), NamedSharding(mesh(), P(None, "x")))),
+    "jax.checkpoint with a policy": lambda r: jax.jit(jax.grad(jax.checkpoint(
+        lambda a: jnp.sum(jnp.sin(r(a, P("y")))), policy=jax.checkpoint_policies.nothing_saveable)))(_x()),
+    "a list of Python floats": lambda r: r([1.0, 2.0], P()),
+    "lax.while_loop": lambda r: jax.jit(lambda a: jax.lax.while_loop(
+        lambda c: c[0] < 3, lambda c: (c[0] + 1, r(r(c[1], P("y")), P("x"))), (0, a)))(_x()),
+}
+
+DIFFERS_FROM_JAX = {
+    "a pending sum of bool (P(unreduced=...) on a bool array)":
+        "JAX types it; ours raises UnsummableDtypeError at the call (summing flags is not defined; use s8/u8)",
+    "a sharded PartitionSpec entry past the rank (and P('x') on a 0-d array)":
+        "JAX fails an internal assertion; ours raises RankMismatchError naming the spec and the rank",
+    "key arrays to reduced or unreduced axes": "both raise a ValueError; ours names the axes to drop",
+}
+
+
+@pytest.mark.parametrize("name", SAME_AS_JAX)
+def test_further_user_programs_behave_as_with_jax(name: str) -> None:
+    with jax.set_mesh(mesh()):
+        both_same(SAME_AS_JAX[name], exact=False)
+
+
+def test_a_pending_sum_of_bool_is_refused_where_jax_types_it() -> None:
+    with jax.set_mesh(mesh()):
+        assert str(jax.typeof(jax.sharding.reshard(_of(jnp.bool_), P(unreduced={"y"})))) == "bool[8,8]{U:y}"
+        with pytest.raises(redist.UnsummableDtypeError, match="pred.*s8"):
+            redist.reshard(_of(jnp.bool_), P(unreduced={"y"}))
+
+
+def test_weak_typed_values_stay_weak_as_in_jax() -> None:
+    """A weak-typed array (a Python scalar's type, ``~float32``) keeps its weak type through JAX's
+    reshard, eagerly and under jit; through ours too (eagerly it runs the jitted lowering)."""
+    with jax.set_mesh(mesh()):
+        weak = jax.jit(lambda: jnp.full((8, 8), 2.0))()
+        assert jax.typeof(weak).weak_type
+        for dst in (P("x"), P(None, "y"), P()):
+            both_same(lambda r, d=dst: r(weak, d))
+            both_same(lambda r, d=dst: jax.jit(lambda a: r(a, d) * 3)(weak))
+
+
+def test_unconstrained_on_an_explicit_mesh_is_refused_as_jax_refuses_it() -> None:
+    x = _x()
+    with jax.set_mesh(mesh()):
+        both_raise(lambda r: r(x, P("y", P.UNCONSTRAINED)), ValueError, "UNCONSTRAINED")
+        with pytest.raises(UnknownLayoutError, match="only Auto axes do: give an axis or None"):
+            redist.reshard(x, P("y", P.UNCONSTRAINED))
+
+
+def test_zero_size_arrays_go_to_jax() -> None:
+    """No sharding type has a zero-size dimension, and nothing moves: JAX's reshard lays it out."""
+    with jax.set_mesh(mesh()):
+        empty = jax.device_put(jnp.zeros((0, 8)), P())
+        for run in (lambda r: r(empty, P(None, "y")), lambda r: jax.jit(lambda a: r(a, P(None, "y")))(empty)):
+            ref, ours = both(run)
+            assert jax.typeof(ours) == jax.typeof(ref) and ours.sharding == ref.sharding and ours.shape == (0, 8)
+        with redist.record() as log:
+            redist.reshard(empty, P(None, "y"))
+    assert len(log.delegated) == 1
+
+
+def test_eval_shape_gives_jax_s_abstract_value() -> None:
+    x = _x()
+    with jax.set_mesh(mesh()):
+        ref, ours = both(lambda r: jax.eval_shape(lambda a: r(a, P("y", "x")), x))
+    assert ours == ref and str(ours.sharding.spec) == str(ref.sharding.spec)
