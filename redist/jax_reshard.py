@@ -60,6 +60,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from redist.api import redistribute
 from redist.cost import CostModel
+from redist.cross_reshard import cross_mesh_reshard, on_other_devices  # cross-mesh hook
 from redist.errors import ExecutionError, IncompatibleTypesError
 from redist.executor import _executable, apply_local, run_plan
 from redist.plan import Plan, register_runner
@@ -354,6 +355,8 @@ def _reshard_leaf(x: Any, dst: Any, cost_model: CostModel | None) -> Any:
         ds = _jax_destination(dst, x)
         x = _placed(x, dst)
         xmesh = _aval_mesh(x)
+        if on_other_devices(x, dst):  # cross-mesh hook: another device list (redist/cross_reshard.py)
+            return cross_mesh_reshard(x, dst)
         _check_devices(x, dst)
         viewed = _view_on(x, dst) if xmesh != ds.mesh else None
         if viewed is not None:  # another mesh over the same device list, where x's blocks are a type
