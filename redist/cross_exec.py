@@ -23,6 +23,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from redist.cross_mesh import CrossMeshPlan, Piece
 from redist.errors import ExecutionError
+from spmd_types.dtypes import numpy_dtype
 from spmd_types.jax_placement import devices_by_id, placement_of, to_named_sharding
 from spmd_types.memo import Scope, memo
 from spmd_types.placement import UnknownDeviceError
@@ -42,22 +43,57 @@ def run_cross_mesh(plan: CrossMeshPlan, x: jax.Array, out_sharding: NamedShardin
     have = placement_of(x)
     if have.type.without_reduced() != plan.src.type.without_reduced() or have.devices != plan.src.devices:
         raise ExecutionError(f"x is placed as {have}; the plan's source is {plan.src}")
-    if not plan.src.type.rank:
-        raise ExecutionError("a scalar has no blocks to move between meshes: place it with jax.device_put")
-    devs = devices_by_id()
-    for g in plan.union:
-        if g not in devs:
-            raise UnknownDeviceError(f"device {g} of the move does not exist; available ids: {sorted(devs)}")
-    program, umesh = _compiled(plan)
-    src_local = plan.src.type.local_shape
-    by_dev = {int(s.device.id): s.data for s in x.addressable_shards}
-    bufs = [by_dev[g] if g in by_dev else jnp.zeros(src_local, x.dtype, device=devs[g]) for g in plan.union]
-    shape = (len(plan.union) * src_local[0], *src_local[1:])
-    glob = jax.make_array_from_single_device_arrays(shape, NamedSharding(umesh, PartitionSpec(AXIS)), bufs)
-    out = program(glob)
-    got = {int(s.device.id): s.data for s in out.addressable_shards}
     ns = out_sharding if out_sharding is not None else to_named_sharding(plan.dst)
-    return jax.make_array_from_single_device_arrays(plan.src.type.shape, ns, [got[g] for g in plan.dst.devices])
+    return runner(plan)(x, ns)
+
+
+class Runner:
+    """A plan made ready to run: its jitted program over the union mesh, the sharding of the
+    program's input, and a zero source block on each device outside the source set (the
+    program's input there, never read; read-only, so made once and kept with the runner: that
+    memory is held until ``redist.clear_caches()``). A call is one dispatch of the program and
+    two array assemblies."""
+
+    def __init__(self, plan: CrossMeshPlan) -> None:
+        if not plan.src.type.rank:
+            raise ExecutionError("a scalar has no blocks to move between meshes: place it with jax.device_put")
+        devs = devices_by_id()
+        for g in plan.union:
+            if g not in devs:
+                raise UnknownDeviceError(f"device {g} of the move does not exist; available ids: {sorted(devs)}")
+        self.plan = plan
+        self.program, umesh = _compiled(plan)
+        self.in_sharding = NamedSharding(umesh, PartitionSpec(AXIS))
+        local = plan.src.type.local_shape
+        self.in_shape = (len(plan.union) * local[0], *local[1:])
+        self.extra = tuple(g for g in plan.union if g not in set(plan.src.devices))
+        self.zeros: dict[int, Any] = {}
+        if self.extra:
+            made = _zeros(tuple(devs[g] for g in self.extra), local, plan.src.type.dtype)()
+            self.zeros = {s.device.id: s.data for s in made.addressable_shards}
+
+    def __call__(self, x: jax.Array, out_sharding: NamedSharding) -> jax.Array:
+        by_dev = {s.device.id: s.data for s in x.addressable_shards}
+        by_dev.update(self.zeros)
+        glob = jax.make_array_from_single_device_arrays(self.in_shape, self.in_sharding,
+                                                        [by_dev[g] for g in self.plan.union])
+        got = {s.device.id: s.data for s in self.program(glob).addressable_shards}
+        return jax.make_array_from_single_device_arrays(self.plan.src.type.shape, out_sharding,
+                                                        [got[g] for g in self.plan.dst.devices])
+
+
+@memo(Scope.TYPE, maxsize=256)
+def runner(plan: CrossMeshPlan) -> Runner:
+    """The ``Runner`` of ``plan`` (cached per plan)."""
+    return Runner(plan)
+
+
+def _zeros(devices: tuple[Any, ...], local: tuple[int, ...], dtype: str) -> Callable[[], Any]:
+    """One jitted call making a zero block of shape ``local`` on each of ``devices``."""
+    mesh = jax.sharding.Mesh(np.array(devices, dtype=object), ("z",))
+    shape = (len(devices) * local[0], *local[1:])
+    np_dtype: Any = numpy_dtype(dtype)
+    return jax.jit(lambda: jnp.zeros(shape, np_dtype), out_shardings=NamedSharding(mesh, PartitionSpec("z")))
 
 
 @memo(Scope.TYPE, maxsize=256)
@@ -85,8 +121,14 @@ class _Stage:
     tables (rows by union index): the sender's clamped start, the receiver's clamped start, the
     roll that moves the piece from the one window to the other, the piece's place and size."""
 
-    def __init__(self, window: tuple[int, ...], perm: list[tuple[int, int]] | None, tables: dict[str, np.ndarray]):
+    def __init__(self, window: tuple[int, ...], perm: list[tuple[int, int]] | None, tables: dict[str, np.ndarray],
+                 receivers: np.ndarray):
         self.window, self.perm, self.tables = window, perm, tables
+        self.active = receivers
+        whole = (tables["size"][receivers] == np.array(window)).all() and not tables["shift"].any()
+        self.plain = bool(whole)
+        """Every receiver's piece fills the window at the same place in both windows: no roll, no mask."""
+        self.everyone = bool(receivers.all())
 
 
 def _stage(plan: CrossMeshPlan, r: int) -> _Stage | None:
@@ -106,7 +148,9 @@ def _stage(plan: CrossMeshPlan, r: int) -> _Stage | None:
         tables["recv"][i], tables["lo"][i], tables["size"][i] = cd, t0 - cd, size
         tables["shift"][i] = (t0 - cd) - (s0 - cs)
     perm = None if r < 0 else [(pos[p.sender], pos[p.receiver]) for p in pieces]
-    return _Stage(window, perm, tables)
+    receivers = np.zeros(n, dtype=bool)
+    receivers[[pos[p.receiver] for p in pieces]] = True
+    return _Stage(window, perm, tables, receivers)
 
 
 def _offsets(plan: CrossMeshPlan, p: Piece) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -131,7 +175,11 @@ def _run_stage(st: _Stage, a: Any, out: Any, idx: Any) -> Any:
     if st.perm is not None:
         win = jax.lax.ppermute(win, AXIS, perm=st.perm)
     starts = _starts(t["recv"])
+    if st.plain and st.everyone:
+        return jax.lax.dynamic_update_slice(out, win, starts)
     old = jax.lax.dynamic_slice(out, starts, st.window)
+    if st.plain:
+        return jax.lax.dynamic_update_slice(out, jnp.where(jnp.asarray(st.active)[idx], win, old), starts)
     mask = _mask(st.window, t["lo"], t["size"])
     for d in range(len(st.window)):
         if st.window[d] > 1:

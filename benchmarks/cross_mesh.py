@@ -1,0 +1,147 @@
+"""Moves between meshes in one process: ``redist.reshard`` against ``jax.device_put``.
+
+``python -m benchmarks.cross_mesh [--mib 1 8] [--reps N] [--out DIR]``. Four moves on the 8
+simulated CPU devices (docs/design.md section 8.4):
+
+- ``pipeline``: a pipeline hand-off, ``f32[n@x,m]`` from devices 0-3 to devices 4-7;
+- ``trainer_to_sampler``: ``{data=2,fsdp=2,model=2}`` on devices 0-7, ``[n@(data,fsdp),m@model]``,
+  to ``{model=4}`` on devices 4-7, ``[n,m@model]``;
+- ``resize_8_to_4`` and ``resize_4_to_8``: ``[n@x,m]`` on 8 devices to 4 and back.
+
+Per case and size three callables run on the same input, interleaved in a balanced order
+(``benchmarks.paired.balanced_order``), one call and ``block_until_ready`` each per round:
+``device_put``, ``device_put (A/A)`` (the control: the same again) and ``redist.reshard``. The
+table gives medians and the median of per-round ratios with its ~95% interval; bytes and peak
+are the plan's (received bytes summed over devices, its lower bound, the largest buffer per
+device and everything the executor holds at once per device); ``jax.device_put``'s copies run
+outside any program, so its bytes and memory are not measured here. Values are checked once per
+case against ``device_put``'s. Wall clock on the machine at hand; no test asserts it.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+
+import argparse  # noqa: E402
+import datetime  # noqa: E402
+import statistics  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+from collections.abc import Callable, Sequence  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Any, NamedTuple  # noqa: E402
+
+import jax  # noqa: E402
+import numpy as np  # noqa: E402
+from jax.sharding import NamedSharding, PartitionSpec  # noqa: E402
+
+import redist  # noqa: E402
+from benchmarks.paired import balanced_order, paired_ratio  # noqa: E402
+from redist.cross_reshard import plan_between  # noqa: E402
+from spmd_types.jax_placement import placement_of, placement_of_sharding  # noqa: E402
+
+
+class Case(NamedTuple):
+    name: str
+    src: tuple[tuple[int, ...], tuple[str, ...], tuple[int, ...], tuple[Any, ...]]
+    dst: tuple[tuple[int, ...], tuple[str, ...], tuple[int, ...], tuple[Any, ...]]
+
+
+CASES = (
+    Case("pipeline", ((4,), ("x",), (0, 1, 2, 3), ("x",)), ((4,), ("x",), (4, 5, 6, 7), ("x",))),
+    Case("trainer_to_sampler", ((2, 2, 2), ("data", "fsdp", "model"), tuple(range(8)), (("data", "fsdp"), "model")),
+         ((4,), ("model",), (4, 5, 6, 7), (None, "model"))),
+    Case("resize_8_to_4", ((8,), ("x",), tuple(range(8)), ("x",)), ((4,), ("x",), (0, 1, 2, 3), ("x",))),
+    Case("resize_4_to_8", ((4,), ("x",), (0, 1, 2, 3), ("x",)), ((8,), ("x",), tuple(range(8)), ("x",))),
+)
+
+
+def sharding(shape: tuple[int, ...], names: tuple[str, ...], ids: tuple[int, ...], spec: tuple[Any, ...]) -> NamedSharding:
+    devs = {d.id: d for d in jax.devices()}
+    mesh = jax.sharding.Mesh(np.array([devs[i] for i in ids]).reshape(shape), names,
+                             axis_types=(jax.sharding.AxisType.Explicit,) * len(names))
+    return NamedSharding(mesh, PartitionSpec(*spec))
+
+
+def timed(fn: Callable[[], Any]) -> float:
+    t0 = time.perf_counter()
+    jax.block_until_ready(fn())
+    return time.perf_counter() - t0
+
+
+def run_case(case: Case, mib: float, reps: int) -> dict[str, Any]:
+    rows = max(8, int(mib * 2**20 / 4 / 1024) // 8 * 8)
+    shape = (rows, 1024)
+    src, dst = sharding(*case.src), sharding(*case.dst)
+    x = jax.device_put(np.arange(rows * 1024, dtype=np.float32).reshape(shape), src)
+    ours, theirs = redist.reshard(x, dst), jax.device_put(x, dst)
+    for a, b in zip(ours.addressable_shards, theirs.addressable_shards):
+        assert a.device == b.device and np.array_equal(np.asarray(a.data), np.asarray(b.data)), case.name
+    sides: dict[str, Callable[[], Any]] = {
+        "device_put": lambda: jax.device_put(x, dst),
+        "device_put (A/A)": lambda: jax.device_put(x, dst),
+        "redist.reshard": lambda: redist.reshard(x, dst),
+    }
+    for fn in sides.values():  # warm
+        timed(fn)
+    times: dict[str, list[float]] = {k: [] for k in sides}
+    for r in range(reps):
+        for name in balanced_order(list(sides), r):
+            times[name].append(timed(sides[name]))
+    plan = plan_between(placement_of(x), placement_of_sharding(dst, shape, x.dtype))
+    return {"case": case.name, "shape": shape, "bytes": rows * 1024 * 4, "times": times, "plan": plan}
+
+
+def _us(xs: Sequence[float]) -> str:
+    return f"{statistics.median(xs) * 1e6:.0f}"
+
+
+def _ci(a: Sequence[float], b: Sequence[float]) -> str:
+    r = paired_ratio(a, b)
+    return f"{r.median:.2f}x [{r.lo:.2f}, {r.hi:.2f}]"
+
+
+def report(results: list[dict[str, Any]], argv: Sequence[str], seconds: float) -> str:
+    lines = [f"# Moves between meshes in one process ({datetime.date.today()})", "",
+             f"Command: `python -m benchmarks.cross_mesh {' '.join(argv)}`  ",
+             f"JAX {jax.__version__}, {len(jax.devices())} x {jax.devices()[0].platform}, {os.cpu_count()} cores; "
+             f"load average {os.getloadavg()[0]:.1f} after; {seconds:.0f} s.", "",
+             "Times: medians of call + `block_until_ready`; ratios: median of per-round ratios to `device_put` "
+             "with ~95% interval (> 1: slower than `device_put`).", "",
+             "| case | shape | MiB | device_put us | A/A us | redist.reshard us | A/A ratio | reshard / device_put "
+             "| rounds | recv B (all devices) | lower bound B | peak buffer B/device | larger block B | executor holds B/device |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in results:
+        t, p = r["times"], r["plan"]
+        recv, lb = sum(p.recv_bytes().values()), sum(p.lower_bound_bytes().values())
+        lines.append(f"| {r['case']} | {list(r['shape'])} | {r['bytes'] / 2**20:.2f} | {_us(t['device_put'])} | "
+                     f"{_us(t['device_put (A/A)'])} | {_us(t['redist.reshard'])} | "
+                     f"{_ci(t['device_put (A/A)'], t['device_put'])} | {_ci(t['redist.reshard'], t['device_put'])} | "
+                     f"{p.rounds} | {recv} | {lb} | {p.peak_bytes()} | {p.memory_bound_bytes} | {p.transient_bytes()} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args_in = list(sys.argv[1:] if argv is None else argv)
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.cross_mesh", description=__doc__.split("\n")[0])
+    ap.add_argument("--mib", type=float, nargs="*", default=[1.0, 8.0], help="array sizes in MiB")
+    ap.add_argument("--reps", type=int, default=200, help="interleaved rounds per case and size")
+    ap.add_argument("--cases", nargs="*", default=None, help=f"case names (default: all of {[c.name for c in CASES]})")
+    ap.add_argument("--out", default=None, help="directory for <date>-cross-mesh.md")
+    args = ap.parse_args(args_in)
+    t0 = time.perf_counter()
+    results = [run_case(c, mib, args.reps) for mib in args.mib for c in CASES
+               if args.cases is None or c.name in args.cases]
+    text = report(results, args_in, time.perf_counter() - t0)
+    print(text)
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / f"{datetime.date.today()}-cross-mesh.md").write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
