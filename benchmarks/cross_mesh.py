@@ -10,7 +10,9 @@ simulated CPU devices (docs/design.md section 8.4):
 
 Per case and size three callables run on the same input, interleaved in a balanced order
 (``benchmarks.paired.balanced_order``), one call and ``block_until_ready`` each per round:
-``device_put``, ``device_put (A/A)`` (the control: the same again) and ``redist.reshard``. The
+``device_put``, ``device_put (A/A)`` (the control: the same again), ``redist.reshard``, and
+``one ppermute``: a bare one-round ``shard_map`` of one ``ppermute`` of the whole source block
+over the same union of devices, the floor of any program that moves data in rounds. The
 table gives medians and the median of per-round ratios with its ~95% interval; bytes and peak
 are the plan's (received bytes summed over devices, its lower bound, the largest buffer per
 device and everything the executor holds at once per device); ``jax.device_put``'s copies run
@@ -26,6 +28,7 @@ os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 
 import argparse  # noqa: E402
 import datetime  # noqa: E402
+import functools  # noqa: E402
 import statistics  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
@@ -39,6 +42,7 @@ from jax.sharding import NamedSharding, PartitionSpec  # noqa: E402
 
 import redist  # noqa: E402
 from benchmarks.paired import balanced_order, paired_ratio  # noqa: E402
+from redist.cross_exec import AXIS, runner  # noqa: E402
 from redist.cross_reshard import plan_between  # noqa: E402
 from spmd_types.jax_placement import placement_of, placement_of_sharding  # noqa: E402
 
@@ -79,10 +83,13 @@ def run_case(case: Case, mib: float, reps: int) -> dict[str, Any]:
     ours, theirs = redist.reshard(x, dst), jax.device_put(x, dst)
     for a, b in zip(ours.addressable_shards, theirs.addressable_shards):
         assert a.device == b.device and np.array_equal(np.asarray(a.data), np.asarray(b.data)), case.name
+    plan = plan_between(placement_of(x), placement_of_sharding(dst, shape, x.dtype))
+    floor, glob = one_round(plan, x)
     sides: dict[str, Callable[[], Any]] = {
         "device_put": lambda: jax.device_put(x, dst),
         "device_put (A/A)": lambda: jax.device_put(x, dst),
         "redist.reshard": lambda: redist.reshard(x, dst),
+        "one ppermute": lambda: floor(glob),
     }
     for fn in sides.values():  # warm
         timed(fn)
@@ -90,8 +97,20 @@ def run_case(case: Case, mib: float, reps: int) -> dict[str, Any]:
     for r in range(reps):
         for name in balanced_order(list(sides), r):
             times[name].append(timed(sides[name]))
-    plan = plan_between(placement_of(x), placement_of_sharding(dst, shape, x.dtype))
     return {"case": case.name, "shape": shape, "bytes": rows * 1024 * 4, "times": times, "plan": plan}
+
+
+def one_round(plan: Any, x: jax.Array) -> tuple[Callable[[Any], Any], Any]:
+    """The floor of one round: a bare ``shard_map`` of one ``ppermute`` (each union device to the
+    next) of the whole source block, on the plan's own input."""
+    r = runner(plan)
+    by_dev = {s.device.id: s.data for s in x.addressable_shards}
+    by_dev.update(r.zeros)
+    glob = jax.make_array_from_single_device_arrays(r.in_shape, r.in_sharding, [by_dev[g] for g in plan.union])
+    n = len(plan.union)
+    body = functools.partial(jax.lax.ppermute, axis_name=AXIS, perm=[(i, (i + 1) % n) for i in range(n)])
+    spec = PartitionSpec(AXIS)
+    return jax.jit(jax.shard_map(body, mesh=r.in_sharding.mesh, in_specs=spec, out_specs=spec)), glob
 
 
 def _us(xs: Sequence[float]) -> str:
@@ -110,14 +129,15 @@ def report(results: list[dict[str, Any]], argv: Sequence[str], seconds: float) -
              f"load average {os.getloadavg()[0]:.1f} after; {seconds:.0f} s.", "",
              "Times: medians of call + `block_until_ready`; ratios: median of per-round ratios to `device_put` "
              "with ~95% interval (> 1: slower than `device_put`).", "",
-             "| case | shape | MiB | device_put us | A/A us | redist.reshard us | A/A ratio | reshard / device_put "
-             "| rounds | recv B (all devices) | lower bound B | peak buffer B/device | larger block B | executor holds B/device |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| case | shape | MiB | device_put us | A/A us | redist.reshard us | one ppermute us | A/A ratio "
+             "| reshard / device_put | rounds | recv B (all devices) | lower bound B | peak buffer B/device "
+             "| larger block B | executor holds B/device |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         t, p = r["times"], r["plan"]
         recv, lb = sum(p.recv_bytes().values()), sum(p.lower_bound_bytes().values())
         lines.append(f"| {r['case']} | {list(r['shape'])} | {r['bytes'] / 2**20:.2f} | {_us(t['device_put'])} | "
-                     f"{_us(t['device_put (A/A)'])} | {_us(t['redist.reshard'])} | "
+                     f"{_us(t['device_put (A/A)'])} | {_us(t['redist.reshard'])} | {_us(t['one ppermute'])} | "
                      f"{_ci(t['device_put (A/A)'], t['device_put'])} | {_ci(t['redist.reshard'], t['device_put'])} | "
                      f"{p.rounds} | {recv} | {lb} | {p.peak_bytes()} | {p.memory_bound_bytes} | {p.transient_bytes()} |")
     return "\n".join(lines) + "\n"

@@ -15,9 +15,9 @@ import jax
 import numpy as np
 from jax.sharding import NamedSharding
 
-from redist.cross_exec import run_cross_mesh
+from redist.cross_exec import Runner, runner
 from redist.cross_mesh import CrossMeshPlan, cross_mesh_plan
-from spmd_types.jax_placement import placement_of, placement_of_sharding
+from spmd_types.jax_placement import placement_of_sharding
 from spmd_types.memo import Scope, memo
 from spmd_types.placement import Placement
 
@@ -47,9 +47,15 @@ def plan_between(src: Placement, dst: Placement) -> CrossMeshPlan:
 
 def cross_mesh_reshard(x: jax.Array, dst: Any) -> jax.Array:
     """``x`` moved onto ``dst``'s mesh and laid out as ``dst`` (a ``NamedSharding`` for which
-    ``on_other_devices(x, dst)`` holds) by a cross-mesh plan."""
-    plan = plan_between(placement_of(x), placement_of_sharding(dst, x.shape, x.dtype))
-    return run_cross_mesh(plan, x, dst)
+    ``on_other_devices(x, dst)`` holds) by a cross-mesh plan; the plan's runner is cached per
+    (sharding, shape, dtype, destination), so a repeated call reads no placement."""
+    return _entry(x.sharding, x.shape, x.dtype, dst)(x, dst)
+
+
+@memo(Scope.TYPE, maxsize=1024)
+def _entry(sharding: NamedSharding, shape: tuple[int, ...], dtype: Any, dst: NamedSharding) -> Runner:
+    plan = plan_between(placement_of_sharding(sharding, shape, dtype), placement_of_sharding(dst, shape, dtype))
+    return runner(plan)
 
 
 __all__ = ["cross_mesh_reshard", "on_other_devices", "plan_between"]
