@@ -13,6 +13,9 @@ what through JAX's own ``reshard`` (docs/design.md section 8.3):
   destination on another all-Explicit mesh over the same device list, where every device's block
   of ``x`` is its block of one type on that mesh (``same_blocks``): ``x`` is seen as that type
   (the same buffers) and our plan moves it there;
+- a cross-mesh plan (``redist/cross_reshard.py``): eagerly, a destination ``NamedSharding`` on a
+  mesh over another device list (other devices, or the same in another order), which JAX's
+  ``reshard`` refuses; the result is what ``jax.device_put(x, dst)`` gives;
 - JAX's ``reshard``: any other destination on another mesh (other axis names or sizes, other
   axis types; under ``jax.jit`` every one, as the device lists are not known while tracing), and
   a value whose mesh has no Explicit axis. Its result, and its errors, are JAX's own;
@@ -325,7 +328,8 @@ def reshard(x: Any, dst: Any, *, cost_model: CostModel | None = None) -> Any:
     ``jax.lax.scan`` and ``jax.custom_vjp``, and inside ``shard_map`` (over its non-manual axes)
     and ``auto_axes`` / ``explicit_axes`` regions (over the Explicit axes). PRNG key arrays move
     as their key data. A destination on another mesh goes through our plan eagerly where ``x``'s
-    blocks are a type there (same device list), else, like a value on a mesh without Explicit
+    blocks are a type there (same device list); over another device list by a cross-mesh plan
+    (``redist.cross_mesh_plan``); else, like a value on a mesh without Explicit
     axes, to ``jax.sharding.reshard`` (module docstring; ``redist.record()`` shows which). Planning errors (a pending sum of
     ``bool``) and JAX's destination errors (an Auto axis in the spec: ``UnknownLayoutError``)
     are raised here, at the call.
