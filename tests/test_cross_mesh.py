@@ -8,6 +8,7 @@ Plans are checked on up to 16 devices against a per-element NumPy reference of w
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 from typing import Any
 
@@ -212,6 +213,27 @@ def test_replicated_sources_spread_the_sends() -> None:
     dst = Placement(parse("f32[64@x]", Mesh({"x": 4})), (4, 5, 6, 7))
     sent = cross_mesh_plan(src, dst).sent_bytes()
     assert [sent[g] for g in (0, 1, 2, 3)] == [64, 64, 64, 64]
+
+
+# -- the device order that minimises traffic ---------------------------------------------------------
+
+
+def test_best_device_order_undoes_a_reversed_mesh() -> None:
+    src = Placement(parse("f32[64@x]", Mesh({"x": 4})), (0, 1, 2, 3))
+    got = redist.best_device_order(src, parse("f32[64@x]", Mesh({"x": 4})), (3, 2, 1, 0))
+    assert got.placement.devices == (0, 1, 2, 3) and got.saved_bytes == 256
+    assert sum(got.plan.recv_bytes().values()) == 0 and not got.plan.messages
+
+
+@given(moves(6))
+def test_best_device_order_is_optimal_over_every_order(move: tuple[Placement, Placement]) -> None:
+    src, dst = move
+    got = redist.best_device_order(src, dst.type, dst.devices)
+    best = min(sum(cross_mesh_plan(src, Placement(dst.type, order)).recv_bytes().values())
+               for order in itertools.permutations(dst.devices))
+    given_recv = sum(cross_mesh_plan(src, dst).recv_bytes().values())
+    assert sum(got.plan.recv_bytes().values()) == best == given_recv - got.saved_bytes
+    assert sorted(got.placement.devices) == sorted(dst.devices)
 
 
 # -- errors -------------------------------------------------------------------------------------------
