@@ -29,6 +29,7 @@ os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 import argparse  # noqa: E402
 import datetime  # noqa: E402
 import functools  # noqa: E402
+import re  # noqa: E402
 import statistics  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
@@ -143,6 +144,89 @@ def report(results: list[dict[str, Any]], argv: Sequence[str], seconds: float) -
     return "\n".join(lines) + "\n"
 
 
+# -- across two processes ------------------------------------------------------------------------------
+
+LINE = re.compile(r"^(?P<case>\w+) (?P<verdict>OK|WRONG) .*$", re.M)
+"""A worker's line per case: ``name OK|WRONG ours_us host_us ratio [lo, hi]``."""
+
+
+def worker(index: int, port: int, mib: float, reps: int) -> None:
+    """One of two ``jax.distributed`` processes (4 CPU devices each): per case, our move and
+    what users do today (gather the array to every host, ``process_allgather``, and re-place it,
+    ``make_array_from_callback``), interleaved; values checked on this process's devices."""
+    from jax.experimental import multihost_utils
+
+    from redist.launch import init_distributed
+
+    init_distributed(index, 2, f"127.0.0.1:{port}")
+    devs = jax.devices()  # ids differ across processes: the cases' ids index this list
+    for case in CASES:
+        src, dst = (_global(devs, *c) for c in (case.src, case.dst))
+        rows = max(8, int(mib * 2**20 / 4 / 1024) // 8 * 8)
+        g = np.arange(rows * 1024, dtype=np.float32).reshape(rows, 1024)
+        x = jax.make_array_from_callback(g.shape, src, g.__getitem__, dtype=g.dtype)
+        y = redist.reshard(x, dst)
+        ok = all(np.array_equal(np.asarray(s.data), g[s.index]) for s in y.addressable_shards)
+        sides: dict[str, Callable[[], Any]] = {
+            "redist.reshard": lambda: redist.reshard(x, dst),  # noqa: B023 (called in this iteration)
+            "host": lambda: _via_host(x, dst, multihost_utils.process_allgather),  # noqa: B023
+        }
+        times: dict[str, list[float]] = {k: [] for k in sides}
+        for r in range(reps):
+            for name in balanced_order(list(sides), r):
+                times[name].append(timed(sides[name]))
+        print(f"{case.name} {'OK' if ok else 'WRONG'} {_us(times['redist.reshard'])} {_us(times['host'])} "
+              f"{_ci(times['redist.reshard'], times['host'])} devices={len(y.addressable_shards)}", flush=True)
+
+
+def _global(devs: list[Any], shape: tuple[int, ...], names: tuple[str, ...], ids: tuple[int, ...],
+            spec: tuple[Any, ...]) -> NamedSharding:
+    mesh = jax.sharding.Mesh(np.array([devs[i] for i in ids]).reshape(shape), names,
+                             axis_types=(jax.sharding.AxisType.Explicit,) * len(names))
+    return NamedSharding(mesh, PartitionSpec(*spec))
+
+
+def _via_host(x: jax.Array, dst: NamedSharding, allgather: Callable[[Any], Any]) -> jax.Array:
+    """Gather to every host and re-place: each process copies the blocks it holds into a host
+    array, the processes all-gather those arrays and which cells each filled, every host keeps
+    one holder's value per cell (the whole array), then places its devices' blocks of ``dst``."""
+    part, got = np.zeros(x.shape, x.dtype), np.zeros(x.shape, bool)
+    for s in x.addressable_shards:
+        part[s.index], got[s.index] = np.asarray(s.data), True
+    parts, gots = np.asarray(allgather(part)), np.asarray(allgather(got))
+    host = np.take_along_axis(parts, np.argmax(gots, axis=0)[None], axis=0)[0]
+    return jax.make_array_from_callback(host.shape, dst, host.__getitem__, dtype=host.dtype)
+
+
+def across_processes(mib: float, reps: int, timeout_s: float = 600) -> list[str]:
+    """Run ``worker`` in 2 local processes; each process's output (Gloo's logs cut out)."""
+    from redist.launch import spawn_local, without_gloo_logs
+
+    results = spawn_local(2, 4, lambda i, port: ["-m", "benchmarks.cross_mesh", "--worker", str(i), str(port),
+                                                  "--mib", str(mib), "--reps", str(reps)], timeout_s)
+    for r in results:
+        if r.returncode:
+            raise RuntimeError(f"a worker failed ({r.returncode}): {r.stderr[-3000:]}")
+    return [without_gloo_logs(r.stdout) for r in results]
+
+
+def _processes_report(sizes: Sequence[float], reps: int) -> str:
+    lines = ["", "## Across 2 processes (jax.distributed, 4 CPU devices each, Gloo)", "",
+             "Process 0's medians of call + `block_until_ready`, interleaved, "
+             f"{reps} rounds; `host`: gather to every host (`process_allgather`) and re-place "
+             "(`make_array_from_callback`), which holds the whole array on each host; ratio: ours / host "
+             "(< 1: ours faster). Values checked on both processes.", "",
+             "| case | MiB | both processes' values | redist.reshard us | host us | ours / host |", "|---|---|---|---|---|---|"]
+    for mib in sizes:
+        outs = across_processes(mib, reps)
+        verdicts = [{m["case"]: m["verdict"] for m in LINE.finditer(o)} for o in outs]
+        for m in LINE.finditer(outs[0]):
+            f = m.group(0).split()
+            both = "OK" if all(v.get(m["case"]) == "OK" for v in verdicts) else "WRONG"
+            lines.append(f"| {m['case']} | {mib:g} | {both} | {f[2]} | {f[3]} | {' '.join(f[4:7])} |")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args_in = list(sys.argv[1:] if argv is None else argv)
     ap = argparse.ArgumentParser(prog="python -m benchmarks.cross_mesh", description=__doc__.split("\n")[0])
@@ -150,11 +234,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--reps", type=int, default=200, help="interleaved rounds per case and size")
     ap.add_argument("--cases", nargs="*", default=None, help=f"case names (default: all of {[c.name for c in CASES]})")
     ap.add_argument("--out", default=None, help="directory for <date>-cross-mesh.md")
+    ap.add_argument("--processes", action="store_true",
+                    help="also run every case across 2 processes (jax.distributed, Gloo) against gather-to-host")
+    ap.add_argument("--worker", nargs=2, type=int, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(args_in)
+    if args.worker:
+        worker(args.worker[0], args.worker[1], args.mib[0], args.reps)
+        return 0
     t0 = time.perf_counter()
     results = [run_case(c, mib, args.reps) for mib in args.mib for c in CASES
                if args.cases is None or c.name in args.cases]
     text = report(results, args_in, time.perf_counter() - t0)
+    if args.processes:
+        text += _processes_report(args.mib, max(5, args.reps // 10))
     print(text)
     if args.out:
         out = Path(args.out)

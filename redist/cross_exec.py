@@ -49,10 +49,10 @@ def run_cross_mesh(plan: CrossMeshPlan, x: jax.Array, out_sharding: NamedShardin
 
 class Runner:
     """A plan made ready to run: its jitted program over the union mesh, the sharding of the
-    program's input, and a zero source block on each device outside the source set (the
-    program's input there, never read; read-only, so made once and kept with the runner: that
-    memory is held until ``redist.clear_caches()``). A call is one dispatch of the program and
-    two array assemblies."""
+    program's input, and a zero source block on each of this process's devices outside the
+    source set (the program's input there, never read; read-only, so made once and kept with the
+    runner: that memory is held until ``redist.clear_caches()``). A call is one dispatch of the
+    program and two array assemblies."""
 
     def __init__(self, plan: CrossMeshPlan) -> None:
         if not plan.src.type.rank:
@@ -67,33 +67,30 @@ class Runner:
         local = plan.src.type.local_shape
         self.in_shape = (len(plan.union) * local[0], *local[1:])
         self.extra = tuple(g for g in plan.union if g not in set(plan.src.devices))
-        self.zeros: dict[int, Any] = {}
-        if self.extra:
-            made = _zeros(tuple(devs[g] for g in self.extra), local, plan.src.type.dtype)()
-            self.zeros = {s.device.id: s.data for s in made.addressable_shards}
+        mine = {int(d.id) for d in jax.local_devices()}
+        np_dtype: Any = numpy_dtype(plan.src.type.dtype)
+        self.dtype = np_dtype
+        self.zeros: dict[int, Any] = {g: jax.device_put(np.zeros(local, np_dtype), devs[g])
+                                      for g in self.extra if g in mine}
 
     def __call__(self, x: jax.Array, out_sharding: NamedSharding) -> jax.Array:
+        """Only this process's devices' blocks go in and come out (``addressable_shards``), so
+        under ``jax.distributed`` every process calls it with its own part of ``x``."""
         by_dev = {s.device.id: s.data for s in x.addressable_shards}
         by_dev.update(self.zeros)
         glob = jax.make_array_from_single_device_arrays(self.in_shape, self.in_sharding,
-                                                        [by_dev[g] for g in self.plan.union])
+                                                        [by_dev[g] for g in self.plan.union if g in by_dev],
+                                                        dtype=self.dtype)
         got = {s.device.id: s.data for s in self.program(glob).addressable_shards}
         return jax.make_array_from_single_device_arrays(self.plan.src.type.shape, out_sharding,
-                                                        [got[g] for g in self.plan.dst.devices])
+                                                        [got[g] for g in self.plan.dst.devices if g in got],
+                                                        dtype=self.dtype)
 
 
 @memo(Scope.TYPE, maxsize=256)
 def runner(plan: CrossMeshPlan) -> Runner:
     """The ``Runner`` of ``plan`` (cached per plan)."""
     return Runner(plan)
-
-
-def _zeros(devices: tuple[Any, ...], local: tuple[int, ...], dtype: str) -> Callable[[], Any]:
-    """One jitted call making a zero block of shape ``local`` on each of ``devices``."""
-    mesh = jax.sharding.Mesh(np.array(devices, dtype=object), ("z",))
-    shape = (len(devices) * local[0], *local[1:])
-    np_dtype: Any = numpy_dtype(dtype)
-    return jax.jit(lambda: jnp.zeros(shape, np_dtype), out_shardings=NamedSharding(mesh, PartitionSpec("z")))
 
 
 @memo(Scope.TYPE, maxsize=256)
