@@ -127,7 +127,7 @@ def report(results: list[dict[str, Any]], argv: Sequence[str], seconds: float) -
     lines = [f"# Moves between meshes in one process ({datetime.date.today()})", "",
              f"Command: `python -m benchmarks.cross_mesh {' '.join(argv)}`  ",
              f"JAX {jax.__version__}, {len(jax.devices())} x {jax.devices()[0].platform}, {os.cpu_count()} cores; "
-             f"load average {os.getloadavg()[0]:.1f} after; {seconds:.0f} s.", "",
+             f"load average {os.getloadavg()[0]:.1f} after; the one-process table took {seconds:.0f} s.", "",
              "Times: medians of call + `block_until_ready`; ratios: median of per-round ratios to `device_put` "
              "with ~95% interval (> 1: slower than `device_put`).", "",
              "| case | shape | MiB | device_put us | A/A us | redist.reshard us | one ppermute us | A/A ratio "
@@ -246,7 +246,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                if args.cases is None or c.name in args.cases]
     text = report(results, args_in, time.perf_counter() - t0)
     if args.processes:
-        text += _processes_report(args.mib, max(5, args.reps // 10))
+        text += _processes_report(args.mib, max(5, args.reps // 5))
     print(text)
     if args.out:
         out = Path(args.out)

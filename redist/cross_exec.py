@@ -7,7 +7,9 @@ cuts a window of the stage's largest piece shape out of its source block at a cl
 from a per-device table, the round's ``ppermute`` carries it, and the receiver rolls the piece into
 place and writes it under a mask. The destination blocks become the result with
 ``jax.make_array_from_single_device_arrays`` on the destination's ``NamedSharding``, so the value
-is an ordinary array of the destination mesh (docs/design.md section 8.4).
+is an ordinary array of the destination mesh (docs/design.md section 8.4). Each process passes in
+and takes out only its own devices' blocks, so under ``jax.distributed`` every process makes the
+same call with its part of the array and the one program spans their devices.
 """
 
 from __future__ import annotations
