@@ -200,6 +200,22 @@ def test_reshard_and_redistribute_move_between_meshes(case: str) -> None:
     check_plan(plan)
 
 
+def test_reshard_moves_pytrees_and_keys_between_meshes() -> None:
+    s, d = CASES["trainer_to_sampler"]
+    g = np.arange(64 * 32, dtype=np.float32).reshape(64, 32)
+    tree = {"w": jax.device_put(g, s), "b": jax.device_put(g[0], NamedSharding(s.mesh, PartitionSpec("model")))}
+    dsts = {"w": d, "b": NamedSharding(d.mesh, PartitionSpec("model"))}
+    out = redist.reshard(tree, dsts)
+    for k in tree:
+        assert out[k].sharding == dsts[k]
+        for a in out[k].addressable_shards:
+            np.testing.assert_array_equal(np.asarray(a.data), (g if k == "w" else g[0])[a.index])
+    keys = jax.device_put(jax.random.split(jax.random.key(0), 8), NamedSharding(s.mesh, PartitionSpec("data")))
+    moved = redist.reshard(keys, NamedSharding(d.mesh, PartitionSpec("model")))
+    assert {sh.device.id for sh in moved.addressable_shards} == {4, 5, 6, 7}
+    np.testing.assert_array_equal(np.asarray(jax.random.key_data(moved)), np.asarray(jax.random.key_data(keys)))
+
+
 def test_a_pipeline_hand_off_sends_each_block_once_in_one_round() -> None:
     s, d = CASES["pipeline"]
     plan = cross_mesh_plan(placement_of_sharding(s, (64, 32), "float32"), placement_of_sharding(d, (64, 32), "float32"))
@@ -263,6 +279,8 @@ def test_moves_that_are_not_moves_are_typed_errors() -> None:
         cross_mesh_plan(Placement(parse("f32[8]{U:x}", Mesh({"x": 2})), (0, 1)), a)
     with pytest.raises(IncompatibleTypesError, match="Placement"):
         cross_mesh_plan(a, "f32[8@x]")  # type: ignore[arg-type]
+    with pytest.raises(IncompatibleTypesError, match="destination .*Placement"):
+        redistribute(a, "f32[8@x]")  # type: ignore[call-overload]
 
 
 def test_a_wrong_plan_is_refuted_naming_the_device() -> None:
