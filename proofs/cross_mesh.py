@@ -167,9 +167,11 @@ def prove_memory(plan: CrossMeshPlan, L: Sequence[int], timeout_ms: int) -> tupl
     s, d = plan.src.type, plan.dst.type
     local_s = math.prod(L[k] // shards(s, k) for k in range(s.rank))
     local_d = math.prod(L[k] // shards(d, k) for k in range(d.rank))
+    stages: dict[int, list[Piece]] = {-1: list(plan.local)}
+    for p in plan.messages:
+        stages.setdefault(p.round, []).append(p)
     windows = []
-    for r in range(-1, plan.rounds):
-        pieces = plan.local if r < 0 else [p for p in plan.messages if p.round == r]
+    for pieces in stages.values():
         if pieces:
             windows.append(math.prod(max(p.box[k][1] - p.box[k][0] for p in pieces) for k in range(s.rank)))
     lhs = [Fraction(c) for c in (local_s, local_d, *windows)]

@@ -131,7 +131,7 @@ class _Stage:
 
 
 def _stage(plan: CrossMeshPlan, r: int) -> _Stage | None:
-    pieces = plan.local if r < 0 else tuple(p for p in plan.messages if p.round == r)
+    pieces = plan.stage(r)
     if not pieces:
         return None
     window = plan.round_window(r)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -90,11 +91,23 @@ class CrossMeshPlan:
         """Per device, the bytes of its destination block it does not hold in its source block."""
         return lacking_bytes(self.src, self.dst)
 
+    @cached_property
+    def by_round(self) -> tuple[tuple[Piece, ...], ...]:
+        """The messages of each round, in round order."""
+        out: list[list[Piece]] = [[] for _ in range(self.rounds)]
+        for p in self.messages:
+            out[p.round].append(p)
+        return tuple(tuple(r) for r in out)
+
+    def stage(self, r: int) -> tuple[Piece, ...]:
+        """The pieces of round ``r``; ``r = -1``: the local copies."""
+        return self.local if r < 0 else self.by_round[r]
+
     def round_window(self, r: int) -> tuple[int, ...]:
         """Elements per dimension of round ``r``'s message buffer: the largest piece of the round
         per dimension (``r = -1``: the local copies); static shapes for the executor."""
         ext = self.cell_extent
-        pieces = self.local if r < 0 else [p for p in self.messages if p.round == r]
+        pieces = self.stage(r)
         return tuple(max((p.box[d][1] - p.box[d][0] for p in pieces), default=0) * ext[d]
                      for d in range(len(ext)))
 
@@ -209,16 +222,18 @@ def cross_mesh_plan(src: Placement, dst: Placement) -> CrossMeshPlan:
         holders.setdefault(sb[p], []).append(p)
     local: list[Piece] = []
     needs: list[tuple[int, Box, Box]] = []  # (dst position, source block, box)
-    for q, g in enumerate(dst.devices):
+    blocks = list(holders)
+    S = np.array(blocks, dtype=np.int64).reshape(len(blocks), s.rank, 2)
+    for q, g in enumerate(dst.devices):  # one NumPy pass per destination block over the source blocks
+        lo = np.maximum(np.array(db[q])[:, 0], S[:, :, 0])
+        hi = np.minimum(np.array(db[q])[:, 1], S[:, :, 1])
         own = src.position_of(g)
-        for blk in holders:
-            box = _intersect(db[q], blk)
-            if box is None:
-                continue
-            if own is not None and sb[own] == blk:
+        for b in np.flatnonzero((lo < hi).all(axis=1)).tolist():
+            box = tuple(zip(lo[b].tolist(), hi[b].tolist()))
+            if own is not None and sb[own] == blocks[b]:
                 local.append(Piece(g, g, own, q, box, -1))
             else:
-                needs.append((q, blk, box))
+                needs.append((q, blocks[b], box))
     messages = _assign(src, dst, holders, needs)
     return CrossMeshPlan(src, dst, cells, tuple(local), *_rounds(src, dst, messages))
 

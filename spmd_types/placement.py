@@ -12,6 +12,7 @@ from __future__ import annotations
 import operator
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -114,10 +115,11 @@ class Placement:
 
     def position_of(self, device: int) -> int | None:
         """The mesh position of physical ``device``, or ``None`` where it is not in the mesh."""
-        try:
-            return self.devices.index(device)
-        except ValueError:
-            return None
+        return self._positions.get(device)
+
+    @cached_property
+    def _positions(self) -> dict[int, int]:
+        return {d: p for p, d in enumerate(self.devices)}
 
     def holder_of_position(self, position: int) -> int:
         return self.devices[position]
