@@ -9,6 +9,9 @@ from redist import render as _render  # noqa: F401  (registers ``str(plan)``)
 from redist.api import redistribute
 from redist.caches import clear_caches
 from redist.cost import CostModel
+from redist.cross_exec import run_cross_mesh
+from redist.cross_mesh import CrossMeshPlan, cross_mesh_plan
+from redist.cross_order import best_device_order
 from redist.errors import (
     CalibrationError,
     CostModelError,
@@ -48,5 +51,6 @@ __all__ = [
     "ALL_STEPS", "KINDS", "AllGather", "AllReduce", "AllReduceSlice", "AllToAll", "CalibrationError", "Comm", "CostModel", "CostModelError",
     "Discard", "DynSlice", "Exchange", "ExchangeAllToAll", "ExecutionError", "IncompatibleTypesError", "MultiAllToAll", "PadUnreduced",
     "Objective", "Permute", "Plan", "RedistError", "ReduceScatter", "Step", "StepError", "UnsummableDtypeError",
+    "CrossMeshPlan", "best_device_order", "cross_mesh_plan", "run_cross_mesh",
     "Recorded", "Recording", "clear_caches", "cost_model_for", "record", "redistribute", "reshard", "reshard_local",
 ]

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, overload
 
 from redist.cost import CostModel
+from redist.cross_mesh import CrossMeshPlan, cross_mesh_plan  # cross-mesh hook
 from redist.errors import CostModelError, IncompatibleTypesError, UnsummableDtypeError
 from redist.objective import HOW, Objective, as_objective
 from redist.plan import Plan
@@ -14,6 +15,7 @@ from redist.synth import cached_synthesize
 from redist.tune_cache import cached_plan
 from spmd_types import Mesh, ShardingType, parse
 from spmd_types.layout import check_index_range
+from spmd_types.placement import Placement  # cross-mesh hook
 
 UNSUMMABLE_DTYPES = frozenset({"pred"})
 """Dtypes without addition in JAX collectives (``psum`` of bool raises inside JAX)."""
@@ -65,14 +67,20 @@ def as_type(t: ShardingType | str, mesh: Mesh | None, what: str) -> ShardingType
     raise _not_a_type(t, what)
 
 
+@overload
+def redistribute(src: Placement, dst: Placement, mesh: Any = None, *, objective: Objective | str = ...,
+                 cost_model: CostModel | None = None) -> CrossMeshPlan: ...  # cross-mesh hook
+@overload
+def redistribute(src: ShardingType | str, dst: ShardingType | str, mesh: Any = None, *,
+                 objective: Objective | str = ..., cost_model: CostModel | None = None) -> Plan: ...
 def redistribute(
-    src: ShardingType | str,
-    dst: ShardingType | str,
+    src: Any,
+    dst: Any,
     mesh: Any = None,
     *,
     objective: Objective | str = Objective.MEASURED,
     cost_model: CostModel | None = None,
-) -> Plan:
+) -> Plan | CrossMeshPlan:
     """Plan the move of an array typed ``src`` to ``dst``: correct and within ``max(src, dst)``
     local bytes, ranked by ``objective`` (docs/design.md section 4.4). Deterministic and cached. Where an autotuning
     cache is in force (``REDIST_AUTOTUNE_CACHE``, ``redist.use_tune_cache``) and holds this move, its
@@ -89,8 +97,12 @@ def redistribute(
             ``redist.profile.load_cost_model``; slow axes, ``CostModel.with_slow_axes``). Its own
             objective ranks the plans; an ``objective`` given beside it must be that one.
 
+        Two ``spmd_types.placement.Placement`` values (a type and its device ids) instead plan a
+        move between meshes over other devices: ``redist.cross_mesh_plan`` (docs/design.md 8.4).
+
     Returns:
-        A ``Plan``; ``plan.objective`` names the objective it was ranked by.
+        A ``Plan``; ``plan.objective`` names the objective it was ranked by. For placements, a
+        ``CrossMeshPlan``.
 
     Raises:
         IncompatibleTypesError: ``src`` and ``dst`` differ in shape, dtype or mesh, or are not types.
@@ -110,6 +122,8 @@ def redistribute(
         >>> redistribute("f32[1024@x]", "f32[1024]", mesh).steps[0].kind
         'all_gather'
     """
+    if isinstance(src, Placement) or isinstance(dst, Placement):  # cross-mesh hook (redist/cross_mesh.py)
+        return cross_mesh_plan(src, dst)
     s, d = checked_pair(src, dst, mesh)
     cm = resolve_cost_model(objective, cost_model, s.mesh, objective_given=_given(objective))
     # reduced axes move as replicated data; a tuned winner where an autotuning cache is in force

@@ -13,6 +13,9 @@ what through JAX's own ``reshard`` (docs/design.md section 8.3):
   destination on another all-Explicit mesh over the same device list, where every device's block
   of ``x`` is its block of one type on that mesh (``same_blocks``): ``x`` is seen as that type
   (the same buffers) and our plan moves it there;
+- a cross-mesh plan (``redist/cross_reshard.py``): eagerly, a destination ``NamedSharding`` on a
+  mesh over another device list (other devices, or the same in another order), which JAX's
+  ``reshard`` refuses; the result is what ``jax.device_put(x, dst)`` gives;
 - JAX's ``reshard``: any other destination on another mesh (other axis names or sizes, other
   axis types; under ``jax.jit`` every one, as the device lists are not known while tracing), a
   value whose mesh has no Explicit axis, and a zero-size array (nothing moves). Its result, and
@@ -64,6 +67,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from redist.api import redistribute
 from redist.cost import CostModel
+from redist.cross_reshard import cross_mesh_reshard, on_other_devices  # cross-mesh hook
 from redist.errors import ExecutionError, IncompatibleTypesError
 from redist.executor import _executable, _retyped, apply_local, run_plan
 from redist.plan import Plan, register_runner
@@ -379,7 +383,8 @@ def reshard(x: Any, dst: Any, *, cost_model: CostModel | None = None) -> Any:
     ``jax.lax.scan`` and ``jax.custom_vjp``, and inside ``shard_map`` (over its non-manual axes)
     and ``auto_axes`` / ``explicit_axes`` regions (over the Explicit axes). PRNG key arrays move
     as their key data. A destination on another mesh goes through our plan eagerly where ``x``'s
-    blocks are a type there (same device list), else, like a value on a mesh without Explicit
+    blocks are a type there (same device list); over another device list by a cross-mesh plan
+    (``redist.cross_mesh_plan``); else, like a value on a mesh without Explicit
     axes, to ``jax.sharding.reshard`` (module docstring; ``redist.record()`` shows which). Planning errors (a pending sum of
     ``bool``) and JAX's destination errors (an Auto axis in the spec: ``UnknownLayoutError``)
     are raised here, at the call.
@@ -433,6 +438,8 @@ def _reshard_leaf(x: Any, dst: Any, cost_model: CostModel | None) -> Any:
         ds = _jax_destination(dst, x)
         x = _placed(x, dst)
         xmesh = _aval_mesh(x)
+        if on_other_devices(x, dst):  # cross-mesh hook: another device list (redist/cross_reshard.py)
+            return cross_mesh_reshard(x, dst)
         _check_devices(x, dst)
         empty = 0 in x.shape  # nothing to move, and no sharding type has a zero-size dimension
         viewed = _view_on(x, dst) if xmesh != ds.mesh and not empty else None

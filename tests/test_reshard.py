@@ -348,8 +348,8 @@ def test_mistakes_name_what_to_call_instead() -> None:
         reshard(jnp.zeros((8, 8)), P("x"))
     with jax.set_mesh(jmesh(XY)):  # a PartitionSpec and an unplaced array: the context's devices
         same(reshard(np.ones((8, 8), np.float32), P("x")), jax.sharding.reshard(np.ones((8, 8), np.float32), P("x")))
-    with pytest.raises(IncompatibleTypesError, match="device_put"):
-        reshard(x, NamedSharding(jmesh(Mesh({"x": 2, "y": 2})), P("y")))
+    small = NamedSharding(jmesh(Mesh({"x": 2, "y": 2})), P("y"))  # other devices: a cross-mesh plan
+    same(reshard(x, small), jax.device_put(x, small))
     # plan(x) works on tracers now (it runs through reshard's primitive)
     plan = redistribute("f32[8@x,8@y]", "f32[8@y,8@x]", XY, cost_model=CostModel(objective="bytes"))
     same(jax.jit(plan)(x), plan(x))

@@ -1,0 +1,206 @@
+"""Running a ``CrossMeshPlan``: one jitted program over the union of the two device sets.
+
+The union is a 1-D mesh (axis ``u``, the source's devices first). Each union device passes in its
+source block (a zero block where it has none) and gets back a destination block; the program is a
+``shard_map`` of static-shape pieces: per stage (the local copies, then each round) every device
+cuts a window of the stage's largest piece shape out of its source block at a clamped start read
+from a per-device table, the round's ``ppermute`` carries it, and the receiver rolls the piece into
+place and writes it under a mask. The destination blocks become the result with
+``jax.make_array_from_single_device_arrays`` on the destination's ``NamedSharding``, so the value
+is an ordinary array of the destination mesh (docs/design.md section 8.4). Each process passes in
+and takes out only its own devices' blocks, so under ``jax.distributed`` every process makes the
+same call with its part of the array and the one program spans their devices.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import NamedSharding, PartitionSpec
+
+from redist.cross_mesh import CrossMeshPlan, Piece
+from redist.errors import ExecutionError
+from spmd_types.dtypes import numpy_dtype
+from spmd_types.jax_placement import devices_by_id, placement_of, to_named_sharding
+from spmd_types.memo import Scope, memo
+from spmd_types.placement import UnknownDeviceError
+
+AXIS = "u"
+
+
+def run_cross_mesh(plan: CrossMeshPlan, x: jax.Array, out_sharding: NamedSharding | None = None) -> jax.Array:
+    """``x`` (placed as ``plan.src``) moved to ``plan.dst``: the result is laid out as
+    ``out_sharding`` where given (a ``NamedSharding`` whose mesh is ``plan.dst``'s, e.g. the one a
+    caller asked for, reduced axes included), else as ``plan.dst``'s own.
+
+    Raises:
+        ExecutionError: ``x`` is not placed as ``plan.src``, or is a scalar.
+        UnknownDeviceError: a device of either placement does not exist in this process.
+    """
+    have = placement_of(x)
+    if have.type.without_reduced() != plan.src.type.without_reduced() or have.devices != plan.src.devices:
+        raise ExecutionError(f"x is placed as {have}; the plan's source is {plan.src}")
+    ns = out_sharding if out_sharding is not None else to_named_sharding(plan.dst)
+    return runner(plan)(x, ns)
+
+
+class Runner:
+    """A plan made ready to run: its jitted program over the union mesh, the sharding of the
+    program's input, and a zero source block on each of this process's devices outside the
+    source set (the program's input there, never read; read-only, so made once and kept with the
+    runner: that memory is held until ``redist.clear_caches()``). A call is one dispatch of the
+    program and two array assemblies."""
+
+    def __init__(self, plan: CrossMeshPlan) -> None:
+        if not plan.src.type.rank:
+            raise ExecutionError("a scalar has no blocks to move between meshes: place it with jax.device_put")
+        devs = devices_by_id()
+        for g in plan.union:
+            if g not in devs:
+                raise UnknownDeviceError(f"device {g} of the move does not exist; available ids: {sorted(devs)}")
+        self.plan = plan
+        self.program, umesh = _compiled(plan)
+        self.in_sharding = NamedSharding(umesh, PartitionSpec(AXIS))
+        local = plan.src.type.local_shape
+        self.in_shape = (len(plan.union) * local[0], *local[1:])
+        self.extra = tuple(g for g in plan.union if g not in set(plan.src.devices))
+        mine = {int(d.id) for d in jax.local_devices()}
+        np_dtype: Any = numpy_dtype(plan.src.type.dtype)
+        self.dtype = np_dtype
+        self.zeros: dict[int, Any] = {g: jax.device_put(np.zeros(local, np_dtype), devs[g])
+                                      for g in self.extra if g in mine}
+
+    def __call__(self, x: jax.Array, out_sharding: NamedSharding) -> jax.Array:
+        """Only this process's devices' blocks go in and come out (``addressable_shards``), so
+        under ``jax.distributed`` every process calls it with its own part of ``x``."""
+        by_dev = {s.device.id: s.data for s in x.addressable_shards}
+        by_dev.update(self.zeros)
+        glob = jax.make_array_from_single_device_arrays(self.in_shape, self.in_sharding,
+                                                        [by_dev[g] for g in self.plan.union if g in by_dev],
+                                                        dtype=self.dtype)
+        got = {s.device.id: s.data for s in self.program(glob).addressable_shards}
+        return jax.make_array_from_single_device_arrays(self.plan.src.type.shape, out_sharding,
+                                                        [got[g] for g in self.plan.dst.devices if g in got],
+                                                        dtype=self.dtype)
+
+
+@memo(Scope.TYPE, maxsize=256)
+def runner(plan: CrossMeshPlan) -> Runner:
+    """The ``Runner`` of ``plan`` (cached per plan)."""
+    return Runner(plan)
+
+
+@memo(Scope.TYPE, maxsize=256)
+def _compiled(plan: CrossMeshPlan) -> tuple[Callable[[Any], Any], jax.sharding.Mesh]:
+    """The jitted ``shard_map`` of ``plan`` and its union mesh (cached per plan)."""
+    devs = devices_by_id()
+    umesh = jax.sharding.Mesh(np.array([devs[g] for g in plan.union], dtype=object), (AXIS,))
+    stages = [s for s in (_stage(plan, r) for r in range(-1, plan.rounds)) if s is not None]
+    dst_local = plan.dst.type.local_shape
+
+    def body(a: Any) -> Any:
+        idx = jax.lax.axis_index(AXIS)
+        out = jnp.zeros(dst_local, a.dtype)
+        for st in stages:
+            out = _run_stage(st, a, out, idx)
+        return out
+
+    spec = PartitionSpec(AXIS)
+    fn = jax.shard_map(body, mesh=umesh, in_specs=spec, out_specs=spec, check_vma=False)
+    return jax.jit(fn), umesh
+
+
+class _Stage:
+    """One stage's static window, ``ppermute`` pairs (``None``: local copies) and per-device
+    tables (rows by union index): the sender's clamped start, the receiver's clamped start, the
+    roll that moves the piece from the one window to the other, the piece's place and size."""
+
+    def __init__(self, window: tuple[int, ...], perm: list[tuple[int, int]] | None, tables: dict[str, np.ndarray],
+                 receivers: np.ndarray):
+        self.window, self.perm, self.tables = window, perm, tables
+        self.active = receivers
+        whole = (tables["size"][receivers] == np.array(window)).all() and not tables["shift"].any()
+        self.plain = bool(whole)
+        """Every receiver's piece fills the window at the same place in both windows: no roll, no mask."""
+        self.everyone = bool(receivers.all())
+
+
+def _stage(plan: CrossMeshPlan, r: int) -> _Stage | None:
+    pieces = plan.stage(r)
+    if not pieces:
+        return None
+    window = plan.round_window(r)
+    pos = {g: i for i, g in enumerate(plan.union)}
+    rank, n = plan.src.type.rank, len(plan.union)
+    tables = {k: np.zeros((n, rank), dtype=np.int32) for k in ("send", "recv", "shift", "lo", "size")}
+    for p in pieces:
+        s0, t0, size = _offsets(plan, p)
+        cs = np.minimum(s0, np.array(plan.src.type.local_shape) - window)
+        cd = np.minimum(t0, np.array(plan.dst.type.local_shape) - window)
+        tables["send"][pos[p.sender]] = cs
+        i = pos[p.receiver]
+        tables["recv"][i], tables["lo"][i], tables["size"][i] = cd, t0 - cd, size
+        tables["shift"][i] = (t0 - cd) - (s0 - cs)
+    perm = None if r < 0 else [(pos[p.sender], pos[p.receiver]) for p in pieces]
+    receivers = np.zeros(n, dtype=bool)
+    receivers[[pos[p.receiver] for p in pieces]] = True
+    return _Stage(window, perm, tables, receivers)
+
+
+def _offsets(plan: CrossMeshPlan, p: Piece) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The piece's start in its source block, its start in its destination block, its size."""
+    ext = np.array(plan.cell_extent)
+    lo = np.array([b[0] for b in p.box]) * ext
+    size = np.array([b[1] - b[0] for b in p.box]) * ext
+    sb = _block_start(plan.src.type, p.src_pos)
+    db = _block_start(plan.dst.type, p.dst_pos)
+    return lo - sb, lo - db, size
+
+
+def _block_start(t: Any, position: int) -> np.ndarray:
+    from spmd_types.layout import block_bounds
+
+    return block_bounds(t)[position, :, 0]
+
+
+def _run_stage(st: _Stage, a: Any, out: Any, idx: Any) -> Any:
+    t = {k: jnp.asarray(v)[idx] for k, v in st.tables.items()}
+    win = jax.lax.dynamic_slice(a, _starts(t["send"]), st.window)
+    if st.perm is not None:
+        win = jax.lax.ppermute(win, AXIS, perm=st.perm)
+    starts = _starts(t["recv"])
+    if st.plain and st.everyone:
+        return jax.lax.dynamic_update_slice(out, win, starts)
+    old = jax.lax.dynamic_slice(out, starts, st.window)
+    if st.plain:
+        return jax.lax.dynamic_update_slice(out, jnp.where(jnp.asarray(st.active)[idx], win, old), starts)
+    mask = _mask(st.window, t["lo"], t["size"])
+    for d in range(len(st.window)):
+        if st.window[d] > 1:
+            win = jnp.roll(win, t["shift"][d], axis=d)
+    return jax.lax.dynamic_update_slice(out, jnp.where(mask, win, old), starts)
+
+
+def _starts(row: Any) -> Sequence[Any]:
+    return [row[d] for d in range(row.shape[0])]
+
+
+def _mask(window: tuple[int, ...], lo: Any, size: Any) -> Any:
+    mask = jnp.ones(window, dtype=bool)
+    for d in range(len(window)):
+        i = jax.lax.broadcasted_iota(jnp.int32, window, d)
+        mask = mask & (i >= lo[d]) & (i < lo[d] + size[d])
+    return mask
+
+
+def window_elements(plan: CrossMeshPlan) -> int:
+    """Elements of the largest stage window (the executor's message buffer per device)."""
+    return max((math.prod(plan.round_window(r)) for r in range(-1, plan.rounds)), default=0)
+
+
+__all__ = ["run_cross_mesh", "window_elements"]
