@@ -57,7 +57,11 @@ from spmd_types.dtypes import numpy_dtype
 from spmd_types.jax_interop import to_partition_spec
 
 SIZES_KIB = (4, 64, 512, 2048)
-"""Per-device local block sizes timed for every kind."""
+"""Per-device local block sizes timed for every kind: no sample moves a larger block. Why: the
+all-to-all samples reading short rows once moved ``p`` times larger ones (8-16 MiB on 4-8
+devices), which ran superlinearly (64-71 ms where the rest's fit said 34-39 ms) and pulled the
+fitted all-to-all bandwidth down 13%: 2 MiB all-to-alls on 4-8 devices, where the planner weighs
+them against exchanges, were priced 27-40% above their own samples (docs/design.md 11)."""
 
 
 def _median_diff(fn: Callable[[Any], Any], base: Callable[[Any], Any], x: Any, reps: int) -> float:
@@ -140,9 +144,9 @@ def _typed_on(mesh: Mesh, p: int, sizes_kib: Sequence[int]) -> Iterator[Plan]:
             yield Plan.build(plain, (AllGather(0, ("a",)),))
             yield Plan.build(plain, (AllToAll(0, 1, ("a",)),))
             if dtype == "f32":  # the same bytes received as short rows (``redist.measure.written``)
-                for row, n in _short_rows(kib, p):  # written so, and read so
+                for row, n in _short_rows(kib, p):  # written so, and read so: blocks of ``kib`` either way
                     yield Plan.build(parse(f"f32[{n},{row * p}@a]", mesh), (AllToAll(1, 0, ("a",)),))
-                    yield Plan.build(parse(f"f32[{n * p}@a,{row * p}]", mesh), (AllToAll(0, 1, ("a",)),))
+                    yield Plan.build(parse(f"f32[{n}@a,{row * p}]", mesh), (AllToAll(0, 1, ("a",)),))
             yield Plan.build(part, (ReduceScatter(0, ("a",)),))
             yield Plan.build(part, (AllReduceSlice(0, ("a",)),))
             yield Plan.build(part, (AllReduce(("a",)),))

@@ -76,6 +76,16 @@ def test_calibration_times_each_kind_with_whole_and_short_rows_of_two_lengths() 
         assert NOTHING_WRITTEN in ws and len({w.strided_bytes / w.runs for w in ws if w.runs}) >= 2, kind
 
 
+def test_calibration_moves_no_block_larger_than_its_sizes() -> None:
+    """Every sample that moves blocks in place (all-to-alls, exchanges) moves blocks of the sizes
+    asked for, short-row ones included: larger blocks run superlinearly and skew the fit."""
+    kib = 64
+    plans = [p for p in (*_typed(8, 8, (kib,)), *_exchanges(8, 8, (kib,)))
+             if profile_kind(p.steps[0], p.src) in ("all_to_all", "exchange")]
+    assert len(plans) > 10
+    assert {max(p.src.local_bytes, p.dst.local_bytes) for p in plans if p.src.itemsize == 4} == {kib * 1024}
+
+
 def test_fit_separates_runs_from_bytes() -> None:
     truth = KindCost(20e-6, 40e-6, 1e9, 0.5e-9, 150e-9)
     samples = [Sample("k", t, b, truth.overhead_s + t * truth.latency_s + b / truth.bandwidth_Bps
