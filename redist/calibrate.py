@@ -144,7 +144,7 @@ def _typed_on(mesh: Mesh, p: int, sizes_kib: Sequence[int]) -> Iterator[Plan]:
             yield Plan.build(plain, (AllGather(0, ("a",)),))
             yield Plan.build(plain, (AllToAll(0, 1, ("a",)),))
             if dtype == "f32":  # the same bytes received as short rows (``redist.measure.written``)
-                for row, n in _short_rows(kib, p):  # written so, and read so: blocks of ``kib`` either way
+                for row, n in _short_rows(kib, p, MOVE_SHORT_ROWS):  # written so, and read so: blocks of ``kib``
                     yield Plan.build(parse(f"f32[{n},{row * p}@a]", mesh), (AllToAll(1, 0, ("a",)),))
                     yield Plan.build(parse(f"f32[{n}@a,{row * p}]", mesh), (AllToAll(0, 1, ("a",)),))
             yield Plan.build(part, (ReduceScatter(0, ("a",)),))
@@ -191,11 +191,18 @@ SHORT_ROWS = (64, 1024)
 """Row lengths (f32 elements: 256 B, 4 KiB) of the short-row samples: with whole rows they
 separate a kind's per-byte cost of short-row writes from its per-row cost (``KindCost``)."""
 
+MOVE_SHORT_ROWS = (8, *SHORT_ROWS)
+"""The all-to-all and exchange samples' row lengths, 32 B rows too (``redist.measure.
+SHORTEST_CELL_ROW_BYTES``): moves of rank-3 and rank-4 blocks split on their last dimension land
+cells as rows of 16-32 B, and an exchange writes each with its own pass (``dynamic_update_slice``)
+where an all-to-all's transpose streams them: held out of the fit, an exchange of 32 B rows ran
+1.96x slower than the all-to-all priced 23% above it (``benchmarks.pricing_heldout``, design 4.2)."""
 
-def _short_rows(kib: int, g: int) -> Iterator[tuple[int, int]]:
-    """(row length, rows) of ``kib`` KiB f32 blocks with ``SHORT_ROWS`` columns whose rows split
+
+def _short_rows(kib: int, g: int, lengths: Sequence[int] = SHORT_ROWS) -> Iterator[tuple[int, int]]:
+    """(row length, rows) of ``kib`` KiB f32 blocks with ``lengths`` columns whose rows split
     over ``g`` devices into at least 2 each."""
-    for row in SHORT_ROWS:
+    for row in lengths:
         rows = kib * 1024 // (4 * row)
         if rows % g == 0 and rows >= 2 * g:
             yield row, rows
@@ -205,7 +212,7 @@ def _short_row_exchanges(mesh: Mesh, g: int, kib: int) -> Iterator[Plan]:
     """Exchanges doing an all-to-all's move whose cells land as ``rows / g`` short rows each
     (``[rows, row@a]`` -> ``[rows@a, row]``) and the reverse (cells read so), for the fit of
     ``KindCost.strided_s_per_byte`` and ``run_s``."""
-    for row, rows in _short_rows(kib, g):
+    for row, rows in _short_rows(kib, g, MOVE_SHORT_ROWS):
         short, tall = f"f32[{rows},{row * g}@a]", f"f32[{rows}@a,{row * g}]"
         for src, dst in ((short, tall), (tall, short)):  # written so, and read so
             yield Plan.build(parse(src, mesh), (Exchange(parse(dst, mesh).dims, None),))

@@ -135,3 +135,29 @@ def test_a_per_run_cost_picks_the_order_with_long_rows() -> None:
     first, _, last = plan.steps
     assert isinstance(first, AllToAll) and isinstance(_, Permute) and isinstance(last, AllToAll)
     assert first.axes == ("y",) and last.axes == ("x",)
+
+
+def test_calibration_times_moves_with_rows_down_to_the_cells_floor() -> None:
+    """All-to-all and exchange samples land cells as rows as short as the floor their runs are
+    priced at (``SHORTEST_CELL_ROW_BYTES``): the fit's per-row cost is not extrapolated."""
+    from redist.measure import SHORTEST_CELL_ROW_BYTES
+
+    plans = [p for p in (*_typed(8, 8, (64,)), *_exchanges(8, 8, (64,))) if p.src.itemsize == 4]
+    for kind in ("all_to_all", "exchange"):
+        ws = [written(p.steps[0], p.src, p.dst) for p in plans if profile_kind(p.steps[0], p.src) == kind]
+        assert min(w.strided_bytes / w.runs for w in ws if w.strided_bytes) == SHORTEST_CELL_ROW_BYTES
+
+
+def test_rows_of_32_bytes_price_a_rank_4_exchange_above_the_all_to_all() -> None:
+    """A move whose cells land as 65,536 rows of 32 B (bf16, 16 wide): every row counted, and the
+    shipped profile prices the exchange (a ``dynamic_update_slice`` per cell, row by row) above
+    the all-to-all, as they ran (``benchmarks.pricing_heldout``, seed 23: 54.0 vs 27.5 ms)."""
+    from redist.profile import packaged_profile
+
+    m = Mesh({"x": 4, "y": 2})
+    src, dst = parse("bf16[32,32,64,64@x]", m), parse("bf16[32@x,32,64,64]", m)
+    ex, a2a = Exchange(dst.dims, None), AllToAll(3, 0, ("x",))
+    assert written(ex, src, dst) == Written(2 * 1024 * 1024, 65536)
+    cm = packaged_profile("cpu").cost_model("measured")
+    assert Plan.build(src, (ex,), cm).time_s > Plan.build(src, (a2a,), cm).time_s
+    assert [type(s) for s in synthesize(src, dst, cm).steps] != [Exchange]
