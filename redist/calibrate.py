@@ -194,9 +194,9 @@ separate a kind's per-byte cost of short-row writes from its per-row cost (``Kin
 MOVE_SHORT_ROWS = (8, *SHORT_ROWS)
 """The all-to-all and exchange samples' row lengths, 32 B rows too (``redist.measure.
 SHORTEST_CELL_ROW_BYTES``): moves of rank-3 and rank-4 blocks split on their last dimension land
-cells as rows of 16-32 B, and an exchange writes each with its own pass (``dynamic_update_slice``)
-where an all-to-all's transpose streams them: held out of the fit, an exchange of 32 B rows ran
-1.96x slower than the all-to-all priced 23% above it (``benchmarks.pricing_heldout``, design 4.2)."""
+cells as rows of 16-32 B; on a random move held out of every fit, an exchange landing rows of
+32 B ran 1.96x slower than the all-to-all the model priced 23% above it
+(``benchmarks.pricing_heldout``, design 4.2)."""
 
 
 def _short_rows(kib: int, g: int, lengths: Sequence[int] = SHORT_ROWS) -> Iterator[tuple[int, int]]:

@@ -219,7 +219,8 @@ reduce-scatter's copy (``_leading_copy``)."""
 
 SHORTEST_CELL_ROW_BYTES = 32
 """The same floor for a move's cells (all-to-alls, exchanges, permutes): ``redist.calibrate`` times
-those kinds with rows down to 32 B (``MOVE_SHORT_ROWS``: 8 f32). Floored at 256 B, the 65,536
+those kinds with rows down to 32 B (``MOVE_SHORT_ROWS``: 8 f32; the shipped ``cpu.json`` was fitted
+on rows down to 256 B, its per-row cost extrapolated, design 4.2). Floored at 256 B, the 65,536
 rows of 32 B of a rank-4 exchange were priced as 8,192, and it was chosen over an all-to-all it
 ran 1.96x slower than (``benchmarks.pricing_heldout``, seed 23)."""
 
