@@ -61,7 +61,7 @@ SIZES_KIB = (4, 64, 512, 2048)
 all-to-all samples reading short rows once moved ``p`` times larger ones (8-16 MiB on 4-8
 devices), which ran superlinearly (64-71 ms where the rest's fit said 34-39 ms) and pulled the
 fitted all-to-all bandwidth down 13%: 2 MiB all-to-alls on 4-8 devices, where the planner weighs
-them against exchanges, were priced 27-40% above their own samples (docs/design.md 11)."""
+them against exchanges, were priced 27-40% above their own samples (docs/design.md 4.2)."""
 
 
 def _median_diff(fn: Callable[[Any], Any], base: Callable[[Any], Any], x: Any, reps: int) -> float:
