@@ -161,3 +161,16 @@ def test_rows_of_32_bytes_price_a_rank_4_exchange_above_the_all_to_all() -> None
     cm = packaged_profile("cpu").cost_model("measured")
     assert Plan.build(src, (ex,), cm).time_s > Plan.build(src, (a2a,), cm).time_s
     assert [type(s) for s in synthesize(src, dst, cm).steps] != [Exchange]
+
+
+def test_calibration_times_moves_whose_cells_are_boxes() -> None:
+    """An all-to-all and an exchange per group size moving ``a`` from heads to sequence on a
+    rank-4 block: cells narrower than the block in two dimensions, read in 16 runs and written
+    in 4 per cell on 4 devices (``calibrate._box_cell_moves``)."""
+    plans = [p for p in _exchanges(8, 8, (64,)) if p.src.rank == 4]
+    assert sorted((p.src.local_shape[1],
+                   profile_kind(p.steps[0], p.src)) for p in plans) == \
+        [(4, "all_to_all"), (4, "all_to_all"), (4, "all_to_all"), (4, "exchange"), (4, "exchange"), (4, "exchange")]
+    g4 = [p for p in plans if p.src.shape[1] == 16]
+    assert {written(p.steps[0], p.src, p.dst) for p in g4} == {Written(64 * 1024, 4 * 4 + 4 * 16)}
+    assert all(p.src.local_bytes == 64 * 1024 for p in plans)
