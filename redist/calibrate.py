@@ -57,7 +57,11 @@ from spmd_types.dtypes import numpy_dtype
 from spmd_types.jax_interop import to_partition_spec
 
 SIZES_KIB = (4, 64, 512, 2048)
-"""Per-device local block sizes timed for every kind."""
+"""Per-device local block sizes timed for every kind: no sample moves a larger block. Why: the
+all-to-all samples reading short rows once moved ``p`` times larger ones (8-16 MiB on 4-8
+devices), which ran superlinearly (64-71 ms where the rest's fit said 34-39 ms) and pulled the
+fitted all-to-all bandwidth down 13%: 2 MiB all-to-alls on 4-8 devices, where the planner weighs
+them against exchanges, were priced 27-40% above their own samples (docs/design.md 4.2)."""
 
 
 def _median_diff(fn: Callable[[Any], Any], base: Callable[[Any], Any], x: Any, reps: int) -> float:
@@ -140,9 +144,9 @@ def _typed_on(mesh: Mesh, p: int, sizes_kib: Sequence[int]) -> Iterator[Plan]:
             yield Plan.build(plain, (AllGather(0, ("a",)),))
             yield Plan.build(plain, (AllToAll(0, 1, ("a",)),))
             if dtype == "f32":  # the same bytes received as short rows (``redist.measure.written``)
-                for row, n in _short_rows(kib, p):  # written so, and read so
+                for row, n in _short_rows(kib, p, MOVE_SHORT_ROWS):  # written so, and read so: blocks of ``kib``
                     yield Plan.build(parse(f"f32[{n},{row * p}@a]", mesh), (AllToAll(1, 0, ("a",)),))
-                    yield Plan.build(parse(f"f32[{n * p}@a,{row * p}]", mesh), (AllToAll(0, 1, ("a",)),))
+                    yield Plan.build(parse(f"f32[{n}@a,{row * p}]", mesh), (AllToAll(0, 1, ("a",)),))
             yield Plan.build(part, (ReduceScatter(0, ("a",)),))
             yield Plan.build(part, (AllReduceSlice(0, ("a",)),))
             yield Plan.build(part, (AllReduce(("a",)),))
@@ -180,6 +184,7 @@ def _exchanges(n: int, local: int, sizes_kib: Sequence[int] = SIZES_KIB) -> Iter
                     src, dst = parse(f"{dtype}[{8 * g}@a,{cols}]", mesh), parse(f"{dtype}[{8 * g},{cols}@a]", mesh)
                     yield Plan.build(src, (Exchange(dst.dims, None),))
                 yield from _short_row_exchanges(mesh, g, kib)
+                yield from _box_cell_moves(mesh, g, kib)
                 yield from _summing_exchanges(mesh, g, cols)
 
 
@@ -187,11 +192,18 @@ SHORT_ROWS = (64, 1024)
 """Row lengths (f32 elements: 256 B, 4 KiB) of the short-row samples: with whole rows they
 separate a kind's per-byte cost of short-row writes from its per-row cost (``KindCost``)."""
 
+MOVE_SHORT_ROWS = (8, *SHORT_ROWS)
+"""The all-to-all and exchange samples' row lengths, 32 B rows too (``redist.measure.
+SHORTEST_CELL_ROW_BYTES``): moves of rank-3 and rank-4 blocks split on their last dimension land
+cells as rows of 16-32 B; on a random move held out of every fit, an exchange landing rows of
+32 B ran 1.96x slower than the all-to-all the model priced 23% above it
+(``benchmarks.pricing_heldout``, design 4.2)."""
 
-def _short_rows(kib: int, g: int) -> Iterator[tuple[int, int]]:
-    """(row length, rows) of ``kib`` KiB f32 blocks with ``SHORT_ROWS`` columns whose rows split
+
+def _short_rows(kib: int, g: int, lengths: Sequence[int] = SHORT_ROWS) -> Iterator[tuple[int, int]]:
+    """(row length, rows) of ``kib`` KiB f32 blocks with ``lengths`` columns whose rows split
     over ``g`` devices into at least 2 each."""
-    for row in SHORT_ROWS:
+    for row in lengths:
         rows = kib * 1024 // (4 * row)
         if rows % g == 0 and rows >= 2 * g:
             yield row, rows
@@ -201,10 +213,24 @@ def _short_row_exchanges(mesh: Mesh, g: int, kib: int) -> Iterator[Plan]:
     """Exchanges doing an all-to-all's move whose cells land as ``rows / g`` short rows each
     (``[rows, row@a]`` -> ``[rows@a, row]``) and the reverse (cells read so), for the fit of
     ``KindCost.strided_s_per_byte`` and ``run_s``."""
-    for row, rows in _short_rows(kib, g):
+    for row, rows in _short_rows(kib, g, MOVE_SHORT_ROWS):
         short, tall = f"f32[{rows},{row * g}@a]", f"f32[{rows}@a,{row * g}]"
         for src, dst in ((short, tall), (tall, short)):  # written so, and read so
             yield Plan.build(parse(src, mesh), (Exchange(parse(dst, mesh).dims, None),))
+
+
+def _box_cell_moves(mesh: Mesh, g: int, kib: int) -> Iterator[Plan]:
+    """An attention layout change, ``[4, 4g@a, r, 64] -> [4, 4g, r@a, 64]`` (heads to sequence),
+    as one all-to-all and as an exchange: cells are boxes narrower than the block in two
+    dimensions (4 runs of ``r/g * 256`` B per cell), where the samples above land rank-2 pieces.
+    Why: on such moves the exchange ran 3-20% slower than one all-to-all that the fit of rank-2
+    samples priced 17-20% above it (``benchmarks.pricing_targets``, design 4.2)."""
+    r = kib * 1024 // (4 * 4 * 4 * 64)
+    if r % g or r < 2 * g:
+        return
+    src, dst = parse(f"f32[4,{4 * g}@a,{r},64]", mesh), parse(f"f32[4,{4 * g},{r}@a,64]", mesh)
+    yield Plan.build(src, (AllToAll(1, 2, ("a",)),))
+    yield Plan.build(src, (Exchange(dst.dims, None),))
 
 
 def _summing_exchanges(mesh: Mesh, g: int, cols: int) -> Iterator[Plan]:

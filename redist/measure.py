@@ -206,7 +206,7 @@ def _cells_written(step: Step, before: ShardingType, after: ShardingType) -> Wri
     cells = after.local_size // math.prod(cell)
     rows_out, rows_in = runs_in(cell, after.local_shape), runs_in(cell, before.local_shape)
     strided = float(after.local_bytes) if rows_out > 1 else 0.0
-    side = after.local_bytes / SHORTEST_ROW_BYTES  # per side, rows priced no shorter than calibrated
+    side = after.local_bytes / SHORTEST_CELL_ROW_BYTES  # per side, rows priced no shorter than calibrated
     runs = sum(min(cells * rows, side) for rows in (rows_out, rows_in) if rows > 1)
     return Written(strided, float(runs)) if runs else NOTHING_WRITTEN
 
@@ -214,7 +214,15 @@ def _cells_written(step: Step, before: ShardingType, after: ShardingType) -> Wri
 SHORTEST_ROW_BYTES = 256
 """Rows shorter than ``redist.calibrate``'s shortest (``SHORT_ROWS``: 64 f32) are priced as rows of
 this length: a fit's per-row cost is not extrapolated below what was timed (seed10_rand016, 32768
-rows of 32 B, was priced at 2.6 ms of rows for a 1 MiB reduce-scatter)."""
+rows of 32 B, was priced at 2.6 ms of rows for a 1 MiB reduce-scatter): a gather's or
+reduce-scatter's copy (``_leading_copy``)."""
+
+SHORTEST_CELL_ROW_BYTES = 32
+"""The same floor for a move's cells (all-to-alls, exchanges, permutes): ``redist.calibrate`` times
+those kinds with rows down to 32 B (``MOVE_SHORT_ROWS``: 8 f32; the shipped ``cpu.json`` was fitted
+on rows down to 256 B, its per-row cost extrapolated, design 4.2). Floored at 256 B, the 65,536
+rows of 32 B of a rank-4 exchange were priced as 8,192, and it was chosen over an all-to-all it
+ran 1.96x slower than (``benchmarks.pricing_heldout``, seed 23)."""
 
 
 @WRITTEN.register(ReduceScatter, AllGather)

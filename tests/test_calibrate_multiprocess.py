@@ -29,9 +29,10 @@ def test_calibrate_across_two_processes_writes_both_fits(tmp_path) -> None:  # t
     prof = load_profile(out)
     assert dict(prof.kinds).keys() == dict(prof.cross_kinds).keys() == {"all_to_all", "exchange"}
     # 2 devices per process: groups of 2 as the major axis (across) and the minor (inside), of 4 across;
-    # each with whole rows, and with rows of 2 lengths written short and read short (``redist.measure.written``)
+    # each with whole rows, with rows of 3 lengths written short and read short (``redist.measure.written``),
+    # and with cells that are boxes (``calibrate._box_cell_moves``)
     where = Counter((s.kind, s.cross) for s in prof.samples)
-    assert where == {("all_to_all", True): 10, ("all_to_all", False): 5, ("exchange", True): 10, ("exchange", False): 5}
+    assert where == {("all_to_all", True): 16, ("all_to_all", False): 8, ("exchange", True): 16, ("exchange", False): 8}
     assert {s.strided_bytes > 0 for s in prof.samples} == {True, False}
     assert prof.copy_Bps > 0
 

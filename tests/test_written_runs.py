@@ -76,6 +76,16 @@ def test_calibration_times_each_kind_with_whole_and_short_rows_of_two_lengths() 
         assert NOTHING_WRITTEN in ws and len({w.strided_bytes / w.runs for w in ws if w.runs}) >= 2, kind
 
 
+def test_calibration_moves_no_block_larger_than_its_sizes() -> None:
+    """Every sample that moves blocks in place (all-to-alls, exchanges) moves blocks of the sizes
+    asked for, short-row ones included: larger blocks run superlinearly and skew the fit."""
+    kib = 64
+    plans = [p for p in (*_typed(8, 8, (kib,)), *_exchanges(8, 8, (kib,)))
+             if profile_kind(p.steps[0], p.src) in ("all_to_all", "exchange")]
+    assert len(plans) > 10
+    assert {max(p.src.local_bytes, p.dst.local_bytes) for p in plans if p.src.itemsize == 4} == {kib * 1024}
+
+
 def test_fit_separates_runs_from_bytes() -> None:
     truth = KindCost(20e-6, 40e-6, 1e9, 0.5e-9, 150e-9)
     samples = [Sample("k", t, b, truth.overhead_s + t * truth.latency_s + b / truth.bandwidth_Bps
@@ -125,3 +135,42 @@ def test_a_per_run_cost_picks_the_order_with_long_rows() -> None:
     first, _, last = plan.steps
     assert isinstance(first, AllToAll) and isinstance(_, Permute) and isinstance(last, AllToAll)
     assert first.axes == ("y",) and last.axes == ("x",)
+
+
+def test_calibration_times_moves_with_rows_down_to_the_cells_floor() -> None:
+    """All-to-all and exchange samples land cells as rows as short as the floor their runs are
+    priced at (``SHORTEST_CELL_ROW_BYTES``): the fit's per-row cost is not extrapolated."""
+    from redist.measure import SHORTEST_CELL_ROW_BYTES
+
+    plans = [p for p in (*_typed(8, 8, (64,)), *_exchanges(8, 8, (64,))) if p.src.itemsize == 4]
+    for kind in ("all_to_all", "exchange"):
+        ws = [written(p.steps[0], p.src, p.dst) for p in plans if profile_kind(p.steps[0], p.src) == kind]
+        assert min(w.strided_bytes / w.runs for w in ws if w.strided_bytes) == SHORTEST_CELL_ROW_BYTES
+
+
+def test_rows_of_32_bytes_price_a_rank_4_exchange_above_the_all_to_all() -> None:
+    """A move whose cells land as 65,536 rows of 32 B (bf16, 16 wide): every row counted, and the
+    shipped profile prices the exchange (a ``dynamic_update_slice`` per cell, row by row) above
+    the all-to-all, as they ran (``benchmarks.pricing_heldout``, seed 23: 54.0 vs 27.5 ms)."""
+    from redist.profile import packaged_profile
+
+    m = Mesh({"x": 4, "y": 2})
+    src, dst = parse("bf16[32,32,64,64@x]", m), parse("bf16[32@x,32,64,64]", m)
+    ex, a2a = Exchange(dst.dims, None), AllToAll(3, 0, ("x",))
+    assert written(ex, src, dst) == Written(2 * 1024 * 1024, 65536)
+    cm = packaged_profile("cpu").cost_model("measured")
+    assert Plan.build(src, (ex,), cm).time_s > Plan.build(src, (a2a,), cm).time_s
+    assert [type(s) for s in synthesize(src, dst, cm).steps] != [Exchange]
+
+
+def test_calibration_times_moves_whose_cells_are_boxes() -> None:
+    """An all-to-all and an exchange per group size moving ``a`` from heads to sequence on a
+    rank-4 block: cells narrower than the block in two dimensions, read in 16 runs and written
+    in 4 per cell on 4 devices (``calibrate._box_cell_moves``)."""
+    plans = [p for p in _exchanges(8, 8, (64,)) if p.src.rank == 4]
+    assert sorted((p.src.local_shape[1],
+                   profile_kind(p.steps[0], p.src)) for p in plans) == \
+        [(4, "all_to_all"), (4, "all_to_all"), (4, "all_to_all"), (4, "exchange"), (4, "exchange"), (4, "exchange")]
+    g4 = [p for p in plans if p.src.shape[1] == 16]
+    assert {written(p.steps[0], p.src, p.dst) for p in g4} == {Written(64 * 1024, 4 * 4 + 4 * 16)}
+    assert all(p.src.local_bytes == 64 * 1024 for p in plans)
