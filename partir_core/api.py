@@ -7,7 +7,7 @@ arrays or ``jax.ShapeDtypeStruct``s), cached per input signature like ``jax.jit`
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from partir_core.analysis import Analysis, analyze
 from partir_core.explain import explain
@@ -16,8 +16,16 @@ from partir_core.simulate import Simulation, simulate
 from partir_core.tactics import Tactic
 from spmd_types import Mesh
 
-if TYPE_CHECKING:
-    from partir_core.auto import AutoResult
+
+class FoundSchedule(Protocol):
+    """What ``partir_core.auto`` returns (``AutoResult``), as ``partition`` reads it: a schedule
+    and the mesh it was found on (a protocol, since ``auto`` itself partitions with this module)."""
+
+    @property
+    def schedule(self) -> tuple[Tactic, ...]: ...
+
+    @property
+    def mesh(self) -> Mesh: ...
 
 
 def _signature(args: Sequence[Any]) -> tuple[Any, ...]:
@@ -46,7 +54,7 @@ class Partitioned:
         partitioned over mesh {data=2,model=4}: 2 ops, 2 inputs
     """
 
-    def __init__(self, fn: Callable[..., Any], mesh: Mesh, schedule: Sequence[Tactic] | AutoResult,
+    def __init__(self, fn: Callable[..., Any], mesh: Mesh, schedule: Sequence[Tactic] | FoundSchedule,
                  unknown: str = "error") -> None:
         if unknown not in ("error", "replicate"):
             raise ValueError(f"unknown= must be 'error' or 'replicate', got {unknown!r}")
@@ -130,7 +138,7 @@ def fn_mesh(mesh: Mesh) -> Any:
     return _JMESH[mesh]
 
 
-def partition(fn: Callable[..., Any], mesh: Mesh, schedule: Sequence[Tactic] | AutoResult, *,
+def partition(fn: Callable[..., Any], mesh: Mesh, schedule: Sequence[Tactic] | FoundSchedule, *,
               unknown: str = "error") -> Partitioned:
     """Partition ``fn`` over ``mesh`` following ``schedule`` (tactics applied in order).
 
@@ -147,7 +155,7 @@ def partition(fn: Callable[..., Any], mesh: Mesh, schedule: Sequence[Tactic] | A
     return Partitioned(fn, mesh, _tactics(mesh, schedule), unknown)
 
 
-def _tactics(mesh: Mesh, schedule: Sequence[Tactic] | AutoResult) -> tuple[Tactic, ...]:
+def _tactics(mesh: Mesh, schedule: Sequence[Tactic] | FoundSchedule) -> tuple[Tactic, ...]:
     """The tactics of a schedule or of an ``auto`` result (checked against ``mesh``). An
     ``AutoResult`` is recognised by its ``schedule`` and ``mesh`` (``auto`` imports this module)."""
     from partir_core.errors import TacticError

@@ -14,11 +14,11 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-MODELS = ("mlp", "transformer", "gpt")
+MODELS = ("mlp", "transformer", "gpt", "llama", "moe")
 """``partir_core.models.MODELS``, spelled here so ``redist --help`` imports no JAX (a test keeps them equal)."""
 PARTS = ("BP", "MP", "Z2", "Z3", "EMB", "SP", "VP")
 """The parts a strategy joins with ``+`` (``partir_core.strategies``; a test keeps them equal)."""
-NEEDS = {"SP": ("gpt",), "VP": ("gpt",), "EMB": ("transformer", "gpt")}
+NEEDS = {"SP": ("gpt", "llama", "moe"), "VP": ("gpt", "llama", "moe"), "EMB": ("transformer", "gpt", "llama", "moe")}
 """The models a part applies to, where not every model (``partir_core.strategies.applicable``)."""
 AXIS = {"BP": "data", "Z2": "data", "Z3": "data", "MP": "model", "EMB": "model", "SP": "model", "VP": "model"}
 """The mesh axis each part shards over."""
@@ -27,11 +27,12 @@ AXIS = {"BP": "data", "Z2": "data", "Z3": "data", "MP": "model", "EMB": "model",
 def register(sub: Any, handlers: dict[str, Any]) -> None:
     p = sub.add_parser("partir", help="partition a bundled training step with a strategy and explain it")
     p.add_argument("--model", choices=MODELS, default="mlp",
-                   help="the bundled training step (partir_core.models): an MLP, a transformer, a GPT")
+                   help="the bundled training step (partir_core.models): an MLP, a transformer, a GPT, a Llama-style "
+                        "decoder, its mixture-of-experts variant")
     p.add_argument("--strategy", default="BP+MP", type=_strategy,
                    help="parts joined by +: BP (batch over data), MP (Megatron over model), Z2 (ZeRO-2 over data), Z3 "
-                        "(ZeRO-3 over data), EMB (embedding rows over model; transformer, gpt), SP (sequence over "
-                        "model; gpt), VP (vocabulary over model; gpt); e.g. BP+MP, BP+MP+Z3, BP+MP+SP+VP")
+                        "(ZeRO-3 over data), EMB (embedding rows over model; not mlp), SP (sequence over model; gpt, "
+                        "llama, moe), VP (vocabulary over model; gpt, llama, moe); e.g. BP+MP, BP+MP+Z3, BP+MP+SP+VP")
     p.add_argument("--mesh", default="data=4,model=2", help="the mesh; the strategies name axes data and model")
     p.add_argument("--summary", action="store_true", help="only the simulator's summary line")
     p.add_argument("--run", action="store_true", help="also run it and compare with the unpartitioned step")

@@ -256,7 +256,7 @@ def test_partir_strategies_any_case_and_one_line_errors(capsys: pytest.CaptureFi
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "unknown strategy part 'BQ' in 'bq'; parts are BP, MP, Z2, Z3, EMB, SP, VP" in err
     assert main(["partir", "--strategy", "BP+SP"]) == 2
-    assert capsys.readouterr().err == "error: --strategy BP+SP: SP applies to --model gpt, not mlp\n"
+    assert capsys.readouterr().err == "error: --strategy BP+SP: SP applies to --model gpt or llama or moe, not mlp\n"
     assert main(["partir", "--strategy", "MP", "--mesh", "data=8"]) == 2
     assert "the mesh lacks model" in capsys.readouterr().err
 
@@ -273,7 +273,7 @@ def test_partir_help_lists_every_part_and_model(capsys: pytest.CaptureFixture[st
     with pytest.raises(SystemExit):
         main(["partir", "--help"])
     text = " ".join(capsys.readouterr().out.split())
-    assert all(f"{p} (" in text for p in PARTS) and "{mlp,transformer,gpt}" in text
+    assert all(f"{p} (" in text for p in PARTS) and "{mlp,transformer,gpt,llama,moe}" in text
 
 
 @pytest.mark.parametrize("argv,message", [
