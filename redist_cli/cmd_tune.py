@@ -24,9 +24,10 @@ def register(sub: Any, handlers: dict[str, Any]) -> None:
     p.add_argument("--mesh", required=True, help="the mesh, e.g. x=2,y=4")
     p.add_argument("--cache", default=None,
                    help=f"the cache file (default: $REDIST_AUTOTUNE_CACHE, else {DEFAULT_CACHE})")
-    p.add_argument("--objective", choices=("time", "bytes"), default="time",
-                   help="time: the measured cost model's candidates (redistribute's default); bytes: "
-                        "candidates that all receive the least bytes")
+    p.add_argument("--objective", choices=("measured", "bytes", "alpha-beta"), default="measured",
+                   help="whose candidates are timed: measured (redistribute's default), bytes (candidates "
+                        "that all receive the least bytes) or alpha-beta; a later redistribute reads the "
+                        "entry under the same objective")
     p.add_argument("--top", type=int, default=4, help="plans timed per move (redist.autotune's top)")
     p.add_argument("--reps", type=int, default=25, help="interleaved calls per plan")
     p.add_argument("--margin", type=float, default=0.1,
@@ -55,15 +56,14 @@ def read_moves(path: str) -> list[tuple[int, str, str]]:
 
 def run_tune(args: argparse.Namespace) -> int:
     os.environ.setdefault("XLA_FLAGS", f"--xla_force_host_platform_device_count={args.devices}")
-    from redist import CostModel, autotune
+    from redist import autotune, cost_model_for
     from redist.errors import RedistError
-    from redist.profile import default_cost_model
     from redist.tune_cache import ENV, lookup
     from spmd_types import Mesh, ShardingTypeError, parse
 
     mesh = Mesh.parse(args.mesh)
     cache = args.cache or os.environ.get(ENV) or DEFAULT_CACHE
-    cm = default_cost_model(mesh) if args.objective == "time" else CostModel(objective="bytes")
+    cm = cost_model_for(args.objective, mesh)
     moves = []
     for n, s, d in read_moves(args.moves):
         try:
