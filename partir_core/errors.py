@@ -25,7 +25,13 @@ class AxisUsedTwiceError(PartitionError, DuplicateAxisError):
 
 
 class IndivisibleDimError(PartitionError, IndivisibleDimensionError):
-    """A tactic shards a dimension whose size its axes do not divide."""
+    """A tactic shards a dimension whose size its axes do not divide. On an input, ``leaf``,
+    ``dim`` and ``multiple`` say which flattened input leaf and dimension, and the axes' product
+    (what ``partition(..., uneven="pad")`` pads it to a multiple of)."""
+
+    leaf: int | None = None
+    dim: int | None = None
+    multiple: int | None = None
 
 
 class TacticError(PartitionError):
@@ -34,3 +40,8 @@ class TacticError(PartitionError):
 
 class UnknownPrimitiveError(PartitionError):
     """The program uses a primitive with no sharding rule (and the policy is ``"error"``)."""
+
+
+class UnevenPrimitiveError(IndivisibleDimError):
+    """Padding a dimension to a multiple of its axes would change what a primitive computes on it
+    (and no mask makes it exact): partition with ``uneven="refuse"`` or shard another dimension."""
