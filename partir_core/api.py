@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from partir_core.analysis import Analysis, analyze
@@ -66,7 +67,7 @@ class Partitioned:
         while True:
             try:
                 a = analyze(fn, self.mesh, self.schedule, pargs, self.unknown)
-                return a, padding
+                return a, (padding if padding is None else _costed(padding, self.fn, args, a))
             except IndivisibleDimError as e:
                 if self.uneven == "refuse" or e.leaf is None or e.dim is None or e.multiple is None:
                     raise
@@ -146,10 +147,32 @@ class Partitioned:
         return self._last
 
     def simulate(self) -> Simulation:
-        return simulate(self.analysis.lowered)
+        sim = simulate(self.analysis.lowered)
+        pad = self.padding
+        return sim if pad is None else replace(sim, pad_bytes=pad.extra_bytes, pad_flops=pad.extra_flops)
 
     def explain(self) -> str:
-        return explain(self.analysis)
+        text = explain(self.analysis)
+        pad = self.padding
+        if pad is None:
+            return text
+        prog = self.analysis.program
+        return text + "\n\n== padding (uneven dimensions) ==\n" + "\n".join(
+            pad.lines(prog.input_paths, prog.output_paths)) + "\n"
+
+
+def _costed(padding: Padding, fn: Callable[..., Any], args: Sequence[Any], a: Analysis) -> Padding:
+    """``padding`` with its extra bytes and FLOPs (the true program traced once more to count)."""
+    import jax
+
+    from partir_core.ir import trace
+    from partir_core.pad import extra_bytes
+    from partir_core.simulate import program_flops
+
+    outs = jax.tree_util.tree_leaves(jax.eval_shape(fn, *args))
+    nbytes = extra_bytes(jax.tree_util.tree_leaves(args), padding.inputs) + extra_bytes(outs, padding.outputs)
+    flops = program_flops(a.program) - program_flops(trace(fn, *args))
+    return replace(padding, extra_bytes=nbytes, extra_flops=flops)
 
 
 _JMESH: dict[Mesh, Any] = {}

@@ -43,9 +43,36 @@ class Padding:
 
     inputs: tuple[tuple[tuple[int, int, int], ...], ...]
     outputs: tuple[tuple[tuple[int, int, int], ...], ...]
+    extra_bytes: int = 0
+    """Bytes the padding adds to inputs and outputs (whole arrays)."""
+    extra_flops: float = 0.0
+    """FLOPs it adds to the whole step (``simulate.program_flops``, padded minus true)."""
 
-    def any(self) -> bool:
-        return any(self.inputs) or any(self.outputs)
+    def lines(self, in_paths: Sequence[str], out_paths: Sequence[str]) -> list[str]:
+        """One line per padded input or output, then the totals (for ``explain()``)."""
+        out = []
+        for kind, paths, dims in (("input", in_paths, self.inputs), ("output", out_paths, self.outputs)):
+            for path, ds in zip(paths, dims):
+                if ds:
+                    pads = ", ".join(f"dim {d}: {t} -> {p}" for d, t, p in ds)
+                    out.append(f"{kind} {path}: {pads}" + (" (cut back as it leaves, replicated)"
+                                                           if kind == "output" else ""))
+        out.append(f"padding adds {self.extra_bytes:,} B to inputs and outputs and "
+                   f"{self.extra_flops:,.0f} FLOPs to the step (all devices)")
+        return out
+
+
+def extra_bytes(leaves: Sequence[Any], dims: Sequence[tuple[tuple[int, int, int], ...]]) -> int:
+    """Bytes added to ``leaves`` (arrays or shape structs of the true shapes) by padding ``dims``."""
+    total = 0
+    for x, ds in zip(leaves, dims):
+        if ds:
+            shape = list(np.shape(x))
+            true = math.prod(shape)
+            for d, _, p in ds:
+                shape[d] = p
+            total += (math.prod(shape) - true) * np.dtype(x.dtype).itemsize
+    return total
 
 
 def padded_size(size: int, multiple: int) -> int:
@@ -198,7 +225,157 @@ def _dot(eqn: Any, lhs: _PV, rhs: _PV) -> list[_PV]:
     return [_PV(o, pads) for o in _bind(eqn.primitive, [x, y], eqn.params)]
 
 
+def _slice(eqn: Any, a: _PV) -> list[_PV]:
+    """A slice may keep a padded dimension only whole (from 0 to its true size, stride 1)."""
+    start, limit, strides = eqn.params["start_indices"], list(eqn.params["limit_indices"]), eqn.params["strides"]
+    for d, t in a.pads.items():
+        if start[d] != 0 or limit[d] != t or (strides and strides[d] != 1):
+            raise _refuse("slice", [d], "takes part of a dimension")
+        limit[d] = np.shape(a.x)[d]
+    return [_PV(o, dict(a.pads)) for o in _bind(eqn.primitive, [a.x], {**eqn.params, "limit_indices": tuple(limit)})]
+
+
+def _along(eqn: Any, ins: list[_PV]) -> list[_PV]:
+    """Ops along one axis (concatenate, split, pad): the padded dimensions must be other ones."""
+    axis = eqn.params.get("dimension", eqn.params.get("axis"))
+    if eqn.primitive.name == "pad":
+        axes = [d for d, c in enumerate(eqn.params["padding_config"]) if tuple(c) != (0, 0, 0)]
+    else:
+        axes = [axis]
+    hit = sorted({d for a in ins for d in a.pads if d in axes})
+    if hit:
+        raise _refuse(eqn.primitive.name, hit, "works along")
+    if eqn.primitive.name == "pad":
+        return [_PV(o, dict(ins[0].pads)) for o in _bind(eqn.primitive, [a.x for a in ins], eqn.params)]
+    return _aligned(eqn.primitive, ins, eqn.params)
+
+
+def _gather(eqn: Any, op: _PV, idx: _PV) -> list[_PV]:
+    """Rows picked by index stay true rows (indices point into the true region); a padded offset
+    dimension taken whole stays padded; padded index batch dimensions pad the result's."""
+    dn = eqn.params["dimension_numbers"]
+    sizes = list(eqn.params["slice_sizes"])
+    rank_out = len(eqn.outvars[0].aval.shape)
+    batch_out = [d for d in range(rank_out) if d not in dn.offset_dims]
+    window = [d for d in range(len(sizes)) if d not in dn.collapsed_slice_dims and d not in dn.operand_batching_dims]
+    x, i = op.x, idx.x
+    pads: Pads = {}
+    for d, t in op.pads.items():
+        if d in dn.operand_batching_dims:
+            k = dn.start_indices_batching_dims[dn.operand_batching_dims.index(d)]
+            if k not in idx.pads:
+                i = _grow(i, k, np.shape(x)[d])
+            pads[batch_out[k]] = t
+        elif d in window and sizes[d] == t:
+            sizes[d] = np.shape(x)[d]
+            pads[dn.offset_dims[window.index(d)]] = t
+        elif sizes[d] != 1:
+            raise _refuse("gather", [d], "takes a partial slice")
+    last = np.ndim(idx.x) - 1
+    for k, t in idx.pads.items():
+        if k == last:
+            raise _refuse("gather", [k], "reads its index vector")
+        if k in dn.start_indices_batching_dims:
+            d = dn.operand_batching_dims[dn.start_indices_batching_dims.index(k)]
+            if d not in op.pads:
+                x = _grow(x, d, np.shape(i)[k])
+        pads[batch_out[k]] = t
+    params = {**eqn.params, "slice_sizes": tuple(sizes)}
+    return [_PV(o, pads) for o in _bind(eqn.primitive, [x, i], params)]
+
+
+def _scatter_add(eqn: Any, op: _PV, idx: _PV, upd: _PV) -> list[_PV]:
+    """Updates in a padding region are zeroed first (their indices may point at true rows)."""
+    dn = eqn.params["dimension_numbers"]
+    x, i, u = op.x, idx.x, upd.x
+    scatter_dims = [d for d in range(np.ndim(u)) if d not in dn.update_window_dims]
+    window = [d for d in range(np.ndim(x)) if d not in dn.inserted_window_dims and d not in dn.operand_batching_dims]
+    last = np.ndim(i) - 1
+    for j, du in enumerate(scatter_dims):  # update scatter dim j <-> index batch dim j
+        t = upd.pads.get(du, idx.pads.get(j))
+        if t is None:
+            continue
+        if j == last and j in idx.pads:
+            raise _refuse("scatter-add", [j], "reads its index vector")
+        if du not in upd.pads:
+            u = _grow(u, du, np.shape(i)[j])
+        if j not in idx.pads:
+            i = _grow(i, j, np.shape(u)[du])
+        u = mask(u, du, t, 0)
+        if j in dn.scatter_indices_batching_dims:
+            d = dn.operand_batching_dims[dn.scatter_indices_batching_dims.index(j)]
+            if d not in op.pads:
+                x = _grow(x, d, np.shape(u)[du])
+    pads = dict(op.pads)
+    for j, du in enumerate(scatter_dims):
+        if j in dn.scatter_indices_batching_dims:
+            d = dn.operand_batching_dims[dn.scatter_indices_batching_dims.index(j)]
+            t = upd.pads.get(du, idx.pads.get(j))
+            if t is not None:
+                pads[d] = t
+    for k, d in enumerate(window):
+        du = dn.update_window_dims[k]
+        if d in pads and du not in upd.pads:
+            u = _grow(u, du, np.shape(x)[d])
+        elif du in upd.pads and d not in pads:
+            raise _refuse("scatter-add", [du], "writes a padded window into a true-size operand")
+    return [_PV(o, pads) for o in _bind(eqn.primitive, [x, i, u], eqn.params)]
+
+
+def _grown(v: _PV, want: Pads, sizes: dict[int, int]) -> Any:
+    """``v``'s array zero-padded on each dimension of ``want`` it does not have padded yet."""
+    y = v.x
+    for d in want:
+        if d not in v.pads:
+            y = _grow(y, d, sizes[d])
+    return y
+
+
+def _scan(eqn: Any, ins: list[_PV]) -> list[_PV]:
+    """The body re-traced with its carries' and slices' padding; carries padded on the way out
+    are padded on the way in too (a fixpoint), and ``lax.scan`` builds the new loop."""
+    p = eqn.params
+    nc, nk = p["num_consts"], p["num_carry"]
+    consts, init, xs = ins[:nc], ins[nc:nc + nk], ins[nc + nk:]
+    if any(0 in x.pads for x in xs):
+        raise _refuse("scan", [0], "iterates over")
+    body = p["jaxpr"]
+    carry = [dict(c.pads) for c in init]
+    sizes = [{d: int(np.shape(c.x)[d]) for d in c.pads} for c in init]
+    xs_pads = [{d - 1: t for d, t in x.pads.items()} for x in xs]
+    for _ in range(nk + 1):
+        seen: list[tuple[Pads, tuple[int, ...]]] = []
+
+        def f(c: list[Any], x: list[Any], carry: list[Pads] = carry, sizes: list[dict[int, int]] = sizes,
+              seen: list[tuple[Pads, tuple[int, ...]]] = seen) -> tuple[list[Any], list[Any]]:
+            outs = _eval(body.jaxpr, body.consts, consts + [_PV(a, q) for a, q in zip(c, carry)]
+                         + [_PV(a, q) for a, q in zip(x, xs_pads)])
+            seen[:] = [(o.pads, tuple(np.shape(o.x))) for o in outs]
+            new = [_grown(o, want, sz) for o, want, sz in zip(outs[:nk], carry, sizes)]
+            return new, [o.x for o in outs[nk:]]
+
+        start = [_grown(c, want, sz) for c, want, sz in zip(init, carry, sizes)]
+        try:
+            fin, ys = lax.scan(f, start, [x.x for x in xs], length=p["length"], reverse=p["reverse"],
+                               unroll=p["unroll"])
+        except TypeError:
+            if not seen:
+                raise
+            fin = None
+        grew = False
+        for k in range(nk):
+            q, shape = seen[k]
+            for d, t in q.items():
+                if d not in carry[k]:
+                    carry[k][d], sizes[k][d], grew = t, shape[d], True
+        if not grew and fin is not None:
+            ys_pv = [_PV(y, {d + 1: t for d, t in q.items()}) for y, (q, _) in zip(ys, seen[nk:])]
+            return [_PV(y, dict(q)) for y, q in zip(fin, carry)] + ys_pv
+    raise _refuse("scan", sorted({d for q in carry for d in q}), "carries no stable padding")
+
+
 _UNARY: dict[str, Callable[[Any, _PV], list[_PV]]] = {
+    "slice": _slice,
     "broadcast_in_dim": _broadcast, "transpose": _transpose, "reshape": _reshape,
     "squeeze": _squeeze, **{n: _reduce for n in _IDENTITY},
 }
@@ -236,6 +413,14 @@ def _eqn(eqn: Any, ins: list[_PV]) -> list[_PV]:
         return _UNARY[name](eqn, ins[0])
     if name == "dot_general":
         return _dot(eqn, ins[0], ins[1])
+    if name == "gather":
+        return _gather(eqn, ins[0], ins[1])
+    if name in ("scatter-add", "scatter_add"):
+        return _scatter_add(eqn, ins[0], ins[1], ins[2])
+    if name == "scan":
+        return _scan(eqn, ins)
+    if name in ("concatenate", "split", "pad"):
+        return _along(eqn, ins)
     dims = sorted({d for a in ins for d in a.pads})
     raise _refuse(name, dims, "has no padding rule")
 
