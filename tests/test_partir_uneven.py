@@ -21,10 +21,16 @@ from conftest import THOROUGH
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from partir_core import IndivisibleDimError, PartitionError, Shard, hlo_collectives, partition
+from partir_core import (
+    IndivisibleDimError,
+    PartitionError,
+    Shard,
+    UnevenPrimitiveError,
+    hlo_collectives,
+    partition,
+)
 from partir_core import models as M
 from partir_core import strategies as S
-from partir_core.errors import UnevenPrimitiveError
 from partir_core.pad import pad_function, pad_inputs, slice_outputs
 from spmd_types import Mesh
 
