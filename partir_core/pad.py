@@ -124,7 +124,7 @@ def _aligned(prim: str, args: list[_PV], params: dict[str, Any]) -> list[_PV]:
         x = a.x
         if len(np.shape(x)) == rank:
             for d, t in pads.items():
-                if d not in a.pads and np.shape(x)[d] == t and t > 1:
+                if d not in a.pads and np.shape(x)[d] == t:
                     x = _grow(x, d, _padded_of(args, d))
         xs.append(x)
     return [_PV(o, dict(pads)) for o in _bind(prim, xs, params)]
@@ -144,9 +144,10 @@ def _broadcast(eqn: Any, a: _PV) -> list[_PV]:
     shape = list(eqn.params["shape"])
     pads = {}
     for i, t in a.pads.items():
-        if shape[bd[i]] != 1:
-            shape[bd[i]] = np.shape(a.x)[i]
-            pads[bd[i]] = t
+        if shape[bd[i]] != t:  # a true size of 1 broadcast wider: the padding would be read
+            raise _refuse("broadcast_in_dim", [i], "broadcasts a dimension of true size 1")
+        shape[bd[i]] = np.shape(a.x)[i]
+        pads[bd[i]] = t
     return [_PV(o, pads) for o in _bind(eqn.primitive, [a.x], {**eqn.params, "shape": tuple(shape)})]
 
 
