@@ -142,16 +142,21 @@ def test_unpaddable_primitive_in_a_step_names_it() -> None:
         step(jnp.arange(7.0))
 
 
-# GPT and Llama: (model, strategy, sizes). The default profile runs one (6 heads under MP); the
-# thorough profile every uneven kind on both models.
+# GPT and Llama: (model, strategy, uneven sizes, collectives per step). The default profile runs
+# one (vocabulary 1001 under VP, ~40 s here); the thorough profile every uneven kind. Counts as a
+# practitioner counts them (one layer): BP one all-reduce per gradient (GPT 16, Llama 9 + 3) and
+# one for the loss, MP Megatron's 5 per layer: both equal to the even sizes they pad to. VP: the
+# lookup, the loss's max and sum, the embedding gradient and the loss value; one all-reduce fewer
+# than vocabulary 1004 (the masked softmax's backward is lowered another way). SP: two all-gathers
+# more than sequence 128 (the key mask in attention's backward gathers the sequence again).
 SMALL = dict(batch=8, seq=8, d_model=16, head_dim=4, ffn=32, vocab=32, layers=1)
 CASES = [
-    ("gpt", "MP", dict(heads=6)),
-    ("gpt", "BP", dict(heads=4, batch=7)),
-    ("gpt", "VP", dict(heads=4, vocab=1001)),
-    ("gpt", "SP", dict(heads=4, seq=126, batch=2)),
-    ("llama", "BP", dict(heads=4, kv_heads=2, batch=7)),
-    ("llama", "VP", dict(heads=4, kv_heads=2, vocab=1001)),
+    ("llama", "VP", dict(heads=4, kv_heads=2, vocab=1001), {"all_reduce": 5}),
+    ("gpt", "MP", dict(heads=6), {"all_reduce": 5}),
+    ("gpt", "BP", dict(heads=4, batch=7), {"all_reduce": 17}),
+    ("gpt", "VP", dict(heads=4, vocab=1001), {"all_reduce": 5}),
+    ("gpt", "SP", dict(heads=4, seq=126, batch=2), {"all_gather": 6, "reduce_scatter": 2, "all_reduce": 16}),
+    ("llama", "BP", dict(heads=4, kv_heads=2, batch=7), {"all_reduce": 13}),
 ]
 CASES = CASES if THOROUGH else CASES[:1]
 
@@ -164,8 +169,9 @@ def _model(name: str, key: tuple[tuple[str, int], ...]) -> M.Model:
     return M.MODELS[name](**kw)
 
 
-@pytest.mark.parametrize("name,strategy,sizes", CASES, ids=[f"{n}-{s}-{sz}" for n, s, sz in CASES])
-def test_uneven_model_step_equals_unpartitioned(name: str, strategy: str, sizes: dict[str, int]) -> None:
+@pytest.mark.parametrize("name,strategy,sizes,counts", CASES, ids=[f"{c[0]}-{c[1]}-{c[2]}" for c in CASES])
+def test_uneven_model_step_equals_unpartitioned(name: str, strategy: str, sizes: dict[str, int],
+                                                counts: dict[str, int]) -> None:
     m = _model(name, tuple(sorted(sizes.items())))
     step = partition(m.step, MESH, S.schedule(name, strategy))
     got = [np.asarray(x) for x in jax.tree_util.tree_leaves(step(*m.args))]
@@ -175,5 +181,6 @@ def test_uneven_model_step_equals_unpartitioned(name: str, strategy: str, sizes:
     sim = step.simulate()
     assert sim.hlo_counts() == hlo_collectives(step.lower_text(*m.args))
     assert sim.pad_bytes > 0
+    assert sim.counts() == counts
     with pytest.raises(IndivisibleDimError):
         partition(m.step, MESH, S.schedule(name, strategy), uneven="refuse").trace(*m.args)
