@@ -12,6 +12,7 @@ from partir_core.errors import (
     IndivisibleDimError,
     PartitionError,
     TacticError,
+    UnevenPrimitiveError,
     UnknownInputError,
     UnknownPrimitiveError,
 )
@@ -20,6 +21,6 @@ from partir_core.tactics import Pin, Shard, ShardParams
 
 __all__ = [
     "Analysis", "AutoResult", "AxisUsedTwiceError", "IndivisibleDimError", "PartitionError", "Partitioned", "Pin",
-    "Shard", "ShardParams", "Simulation", "TacticError", "UnknownInputError", "UnknownPrimitiveError",
+    "Shard", "ShardParams", "Simulation", "TacticError", "UnevenPrimitiveError", "UnknownInputError", "UnknownPrimitiveError",
     "analyze", "auto", "hlo_collectives", "partition", "simulate",
 ]

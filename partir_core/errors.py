@@ -81,7 +81,9 @@ class AxisUsedTwiceError(PartitionError, DuplicateAxisError):
 
 
 class IndivisibleDimError(PartitionError, IndivisibleDimensionError):
-    """A tactic shards a dimension whose size its axes do not divide.
+    """A tactic shards a dimension whose size its axes do not divide, with ``partition(...,
+    uneven="refuse")``. On an input, ``leaf``, ``dim`` and ``multiple`` say which flattened input
+    leaf and dimension, and the axes' product (what ``uneven="pad"`` pads it to a multiple of).
 
     Example:
 
@@ -92,13 +94,18 @@ class IndivisibleDimError(PartitionError, IndivisibleDimensionError):
     >>> def f(x, w):
     ...     return jnp.tanh(x @ w)
     >>> x, w = np.ones((8, 16), np.float32), np.ones((16, 32), np.float32)
-    >>> partition(f, Mesh({"model": 4}), [Shard("x", dim=0, axis="model")])(np.ones((6, 16), np.float32), w)
+    >>> partition(f, Mesh({"model": 4}), [Shard("x", dim=0, axis="model")],
+    ...           uneven="refuse")(np.ones((6, 16), np.float32), w)
     Traceback (most recent call last):
     partir_core.errors.IndivisibleDimError: x dimension 0 has size 6, not divisible by 4 (axes model=4)
 
 
     ```
     """
+
+    leaf: int | None = None
+    dim: int | None = None
+    multiple: int | None = None
 
 
 class TacticError(PartitionError):
@@ -135,6 +142,25 @@ class UnknownPrimitiveError(PartitionError):
     >>> inv(np.eye(8, dtype=np.float32))
     Traceback (most recent call last):
     partir_core.errors.UnknownPrimitiveError: no sharding rule for primitive 'lu' ...; register one in partir_core.rules.RULES or pass unknown='replicate' to run it on whole arrays
+
+    ```
+    """
+
+
+class UnevenPrimitiveError(IndivisibleDimError):
+    """Padding a dimension to a multiple of its axes would change what a primitive computes on it
+    (and no mask makes it exact): partition with ``uneven="refuse"`` or shard another dimension.
+
+    Example:
+
+    ```pycon
+    >>> import jax.numpy as jnp, numpy as np
+    >>> from partir_core import Shard, partition
+    >>> from spmd_types import Mesh
+    >>> running = partition(lambda x: jnp.cumsum(x, axis=0), Mesh({"data": 4}), [Shard("x", dim=0, axis="data")])
+    >>> running(np.ones((6, 2), np.float32))
+    Traceback (most recent call last):
+    partir_core.errors.UnevenPrimitiveError: ...
 
     ```
     """

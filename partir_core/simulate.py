@@ -32,7 +32,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass, replace
 
-from partir_core.ir import Value
+from partir_core.ir import Program, Value
 from partir_core.lower import Lowered, Move, OpDecision
 from partir_core.rules import COMBINERS
 from redist import CostModel, Plan
@@ -122,6 +122,11 @@ class Simulation:
     hlo: tuple[tuple[str, int], ...] = ()
     backend: str = "cpu"
     """The backend ``wire_bytes`` is counted for."""
+    pad_bytes: int = 0
+    """Bytes the padding of uneven dimensions adds to the inputs and outputs (whole arrays)."""
+    pad_flops: float = 0.0
+    """FLOPs the padding adds to the whole step (padded dimensions and their masks), over all
+    devices together; ``flops`` (per device) already includes each device's share."""
 
     @property
     def recv_bytes(self) -> float:
@@ -193,6 +198,30 @@ def op_flops(st: OpDecision) -> float:
         t = st.in_types[0]
         return float(t.local_size) if t is not None else 0.0
     return float(sum(t.local_size for t in st.out_types))
+
+
+def program_flops(program: Program) -> float:
+    """FLOPs of the whole (unpartitioned) program on its global shapes, by ``op_flops``'s
+    formulas; loop bodies count once per trip. Padding's extra work is this on the padded program
+    minus this on the true one."""
+    total = 0.0
+    for op in program.ops:
+        if op.bodies:
+            trips = int(op.params["length"]) if op.name == "scan" else 1
+            total += trips * sum(program_flops(b) for b in op.bodies)
+        elif op.name == "dot_general":
+            (lc, _), _ = op.params["dimension_numbers"]
+            k = math.prod(op.inputs[0].shape[d] for d in lc)
+            total += 2.0 * math.prod(op.outputs[0].shape) * k
+        elif op.name in _MOVEMENT:
+            continue
+        elif op.name == "random_bits":
+            total += RANDOM_BITS_WORK * math.prod(op.outputs[0].shape)
+        elif op.name.startswith(("reduce_", "arg", "cum")):
+            total += math.prod(op.inputs[0].shape)
+        else:
+            total += sum(math.prod(v.shape) for v in op.outputs)
+    return total
 
 
 def _collectives(mv: Move, measured: CostModel, backend: str) -> list[Collective]:

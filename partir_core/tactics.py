@@ -73,9 +73,12 @@ class _Ctx:
         new: tuple[Axis, ...] = cur[dim] + axes
         k = math.prod(self.mesh.axis_size(a) for a in new)
         if v.shape[dim] % k:
-            raise IndivisibleDimError(
+            err = IndivisibleDimError(
                 f"{path} dimension {dim} has size {v.shape[dim]}, not divisible by {k} "
                 f"(axes {', '.join(f'{a}={self.mesh.axis_size(a)}' for a in new)})")
+            if path in self.program.input_paths:  # what uneven="pad" needs to pad it
+                err.leaf, err.dim, err.multiple = self.program.input_paths.index(path), dim, k
+            raise err
         cur[dim] = new
         self.prop.layouts[v.id] = tuple(cur)
         self.set.append((path, tuple(cur)))

@@ -38,6 +38,18 @@ def run_cross_mesh(plan: CrossMeshPlan, x: jax.Array, out_sharding: NamedShardin
     ``out_sharding`` where given (a ``NamedSharding`` whose mesh is ``plan.dst``'s, e.g. the one a
     caller asked for, reduced axes included), else as ``plan.dst``'s own.
 
+    Example:
+        >>> import jax, numpy as np, redist
+        >>> from spmd_types import Mesh, parse
+        >>> from spmd_types.jax_placement import to_named_sharding
+        >>> from spmd_types.placement import Placement
+        >>> src = Placement(parse("f32[8,4@x]", Mesh({"x": 4})), (0, 1, 2, 3))
+        >>> dst = Placement(parse("f32[8@y,4]", Mesh({"y": 4})), (4, 5, 6, 7))
+        >>> a = np.arange(32, dtype=np.float32).reshape(8, 4)
+        >>> y = redist.run_cross_mesh(redist.cross_mesh_plan(src, dst), jax.device_put(a, to_named_sharding(src)))
+        >>> sorted(d.id for d in y.sharding.device_set), bool(np.array_equal(np.asarray(y), a))
+        ([4, 5, 6, 7], True)
+
     Raises:
         ExecutionError: ``x`` is not placed as ``plan.src``, or is a scalar.
         UnknownDeviceError: a device of either placement does not exist in this process.

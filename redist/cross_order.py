@@ -37,6 +37,18 @@ def best_device_order(src: Placement, dst_type: ShardingType, devices: Sequence[
     move from ``src`` receives the fewest bytes, with its plan and the bytes saved against the
     order given.
 
+    Example:
+        Columns over devices 0-3 to columns over the same devices, given in reverse order: the
+        best order keeps every block where it is.
+
+        >>> import redist
+        >>> from spmd_types import Mesh, parse
+        >>> from spmd_types.placement import Placement
+        >>> src = Placement(parse("f32[8,4@x]", Mesh({"x": 4})), (0, 1, 2, 3))
+        >>> best = redist.best_device_order(src, parse("f32[8,4@y]", Mesh({"y": 4})), (3, 2, 1, 0))
+        >>> best.placement.devices, best.saved_bytes, len(best.plan.messages)
+        ((0, 1, 2, 3), 128, 0)
+
     Raises:
         PlacementError: ``devices`` is not one id per position of ``dst_type``'s mesh.
         IncompatibleTypesError: the move is not one (``cross_mesh_plan``).

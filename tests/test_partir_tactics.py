@@ -45,8 +45,10 @@ def test_axis_used_twice() -> None:
 def test_indivisible_dimension() -> None:
     x = jnp.ones((6, 4))
     with pytest.raises(IndivisibleDimError, match=r"x dimension 0 has size 6, not divisible by 4"):
-        _trace([Shard("x", dim=0, axis="data")], fn=lambda x: x * 2.0, args=(x,))
+        _trace([Shard("x", dim=0, axis="data")], fn=lambda x: x * 2.0, args=(x,), uneven="refuse")
     assert issubclass(IndivisibleDimError, ShardingTypeError)
+    p, _ = _trace([Shard("x", dim=0, axis="data")], fn=lambda x: x * 2.0, args=(x,))  # default: pad
+    assert p.analysis.lowered.in_types[0].shape == (8, 4)
 
 
 def test_unknown_axis_and_bad_dim() -> None:
