@@ -237,6 +237,27 @@ def partition(fn: Callable[..., Any], mesh: Mesh, schedule: Sequence[Tactic] | F
     next multiple inside the partitioned program, masked where the padding would change a result
     (``partir_core.pad``), and its outputs sliced back; ``uneven="refuse"`` raises
     ``IndivisibleDimError`` instead.
+
+    Examples:
+        >>> import jax.numpy as jnp, numpy as np
+        >>> from partir_core import Shard, ShardParams, partition
+        >>> from spmd_types import Mesh
+        >>> def f(x, w):
+        ...     return jnp.tanh(x @ w)
+        >>> x, w = np.ones((8, 16), np.float32), np.ones((16, 32), np.float32)
+        >>> p = partition(f, Mesh({"data": 2, "model": 4}), [Shard("x", 0, "data"), ShardParams("model", target="w")])
+        >>> bool(np.allclose(p(x, w), f(x, w))), p.simulate().counts()
+        (True, {})
+        >>> bool(np.allclose(p(np.ones((7, 16), np.float32), w), f(np.ones((7, 16), np.float32), w)))  # batch 7 padded
+        True
+
+    Raises:
+        TacticError: a malformed tactic, or an ``auto`` result found on another mesh.
+        UnknownInputError: a tactic names no input or output of ``fn``.
+        UnknownPrimitiveError: ``fn`` uses a primitive with no sharding rule (``unknown="error"``).
+        IndivisibleDimError: with ``uneven="refuse"``, a dimension its axes do not divide
+            (``UnevenPrimitiveError`` with ``uneven="pad"`` where padding cannot be made exact).
+        PartitionError: ``uneven=`` is neither ``"pad"`` nor ``"refuse"``.
     """
     return Partitioned(fn, mesh, _tactics(mesh, schedule), unknown, uneven)
 

@@ -78,7 +78,15 @@ class Plan:
     """A redistribution: ``steps`` take ``src`` to ``dst`` through ``types`` (the type after each
     step), ranked under ``cost_model`` (its ``objective``). Call it on a ``jax.Array`` laid out as
     ``src``; its measures are per device: ``recv_bytes`` the mean over devices, ``recv_bytes_max``
-    the busiest device's."""
+    the busiest device's.
+
+    Example:
+        >>> from redist import redistribute
+        >>> from spmd_types import Mesh
+        >>> plan = redistribute("f32[1024@x,1024@y]", "f32[1024@y,1024@x]", Mesh({"x": 2, "y": 4}), objective="bytes")
+        >>> [s.kind for s in plan.steps], plan.recv_bytes == plan.lower_bound_bytes, plan.peak_bytes
+        (['exchange'], True, 524288)
+    """
 
     src: ShardingType
     dst: ShardingType

@@ -104,7 +104,22 @@ def _check_disjoint(mesh: Mesh, used: Iterable[tuple[Axis, str]]) -> None:
 @dataclass(frozen=True)
 class ShardingType:
     """Global shape, dtype, per-dimension mesh axes (major to minor), unreduced axes, mesh, and
-    reduced axes (replicated data whose cotangent is a pending sum over them)."""
+    reduced axes (replicated data whose cotangent is a pending sum over them).
+
+    Examples:
+        >>> from spmd_types import Mesh, ShardingType, parse
+        >>> mesh = Mesh({"x": 2, "y": 4})
+        >>> t = ShardingType((512, 128), "float32", (("x", "y"), ()), mesh)
+        >>> str(t), t == parse("f32[512@(x,y),128]", mesh), t.local_shape
+        ('f32[512@(x,y),128]', True, (64, 128))
+        >>> ShardingType((6,), "f32", (("y",),), mesh)
+        Traceback (most recent call last):
+        spmd_types.errors.IndivisibleDimensionError: ...
+
+    Raises:
+        ShardingTypeError: a subclass naming the offending axis or dimension: an unknown axis, an
+            axis used twice, a dimension its axes do not divide, a rank mismatch, an unknown dtype.
+    """
 
     shape: tuple[int, ...]
     dtype: str
@@ -360,14 +375,37 @@ def canonical_unreduced(mesh: Mesh, axes: Iterable[Axis]) -> list[Axis]:
 
 
 def parse_type(text: str, mesh: Mesh) -> ShardingType:
-    """Parse type text against ``mesh``; ``parse_type(format_type(t), t.mesh) == t``."""
+    """Parse type text against ``mesh``; ``parse_type(format_type(t), t.mesh) == t``.
+
+    The text is what ``jax.typeof`` prints (``float32[8@x,4]{U:y}`` as well as ``f32[...]``), so
+    JAX's own output can be pasted (``spmd_types.parse`` is this function).
+
+    Examples:
+        >>> from spmd_types import Mesh, parse_type
+        >>> t = parse_type("float32[8@x,16@y]{R:z}", Mesh({"x": 2, "y": 4, "z": 2}))
+        >>> str(t), t.local_shape, sorted(t.reduced)
+        ('f32[8@x,16@y]{R:z}', (4, 4), ['z'])
+        >>> parse_type("f32[8@w]", Mesh({"x": 2}))
+        Traceback (most recent call last):
+        spmd_types.errors.UnknownAxisError: ...
+
+    Raises:
+        ShardingTypeError: a subclass naming the column, axis or dimension that does not parse or
+            does not fit ``mesh``.
+    """
     mesh = Mesh.coerce(mesh, "the mesh to parse a type on")
     parts = parse_parts(text)
     return ShardingType(parts.shape, parts.dtype, parts.dims, mesh, parts.unreduced, parts.reduced)
 
 
 def format_type(t: ShardingType) -> str:
-    """Canonical text, as ``jax.typeof`` prints it (``{U:x, R:y}``, with short dtype names)."""
+    """Canonical text, as ``jax.typeof`` prints it (``{U:x, R:y}``, with short dtype names).
+
+    Example:
+        >>> from spmd_types import Mesh, format_type, parse
+        >>> format_type(parse("float32[8@x,4]{U:y}", Mesh({"x": 2, "y": 2})))
+        'f32[8@x,4]{U:y}'
+    """
     return format_parts(t.dtype, t.shape, t.dims, t.sorted_unreduced(), t.sorted_reduced())
 
 
