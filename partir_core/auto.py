@@ -150,7 +150,8 @@ class SearchStats:
     iterations: int
     seconds: float
     stopped_by: str
-    """``"time budget"``, ``"evaluation budget"`` or ``"exhausted"`` (every reachable state seen)."""
+    """``"time budget"``, ``"evaluation budget"``, ``"exhausted"`` (every reachable state seen) or
+    ``"converged"`` (beam: a depth found nothing better than the best so far)."""
     method: str = "mcts"
     history: tuple[Evaluation, ...] = ()
     """The best schedule's evaluation after each costed schedule (index n: n + 1 costed)."""
@@ -252,39 +253,72 @@ def _better(evaluate: Evaluator, st: State, best: State) -> State:
 
 
 class Beam:
-    """Beam search: from each of the ``width`` best states of a depth, cost every action (largest
-    ``saved_bytes`` first) and keep the ``width`` best children; width 1 is greedy. Depth by
-    depth until no new state is reachable. The alternative ``auto`` compares MCTS with."""
+    """Beam search guided by the root's values. Depth 1 costs every action from the root (the
+    static order, ``SearchSpace.ordered``, only breaks ties); the actions are then ranked by the
+    score of their one-action schedule (an all-moves-as-first prior: a sharding that pays off
+    alone, such as the batch or the sequence over an axis, usually pays off with others too), and
+    actions no better than the root go last. Each later depth extends each of the ``width`` best
+    states by its first ``fanout`` applicable actions in that rank, and keeps the ``width`` best
+    children. The search ends when a depth finds nothing better than the best so far (``converged``)
+    or no new state is reachable. Width 1 is greedy. It draws no random numbers: the result
+    depends on the seed not at all."""
 
-    def __init__(self, space: SearchSpace, evaluate: Evaluator, root: State, width: int = 4) -> None:
+    def __init__(self, space: SearchSpace, evaluate: Evaluator, root: State, width: int = 4,
+                 fanout: int | None = 8) -> None:
         if width < 1:
             raise ValueError(f"beam width must be >= 1, got {width}")
-        self.space, self.evaluate, self.width = space, evaluate, width
+        if fanout is not None and fanout < 1:
+            raise ValueError(f"beam fanout must be >= 1 (or None: every action), got {fanout}")
+        self.space, self.evaluate, self.width, self.fanout = space, evaluate, width, fanout
         self.order = space.ordered(root.prop.mesh)
         evaluate(root)
+        self.root = root
         self.best, self.frontier = root, [root]
 
     def run(self, time_budget_s: float, max_evaluations: int | None, started: float,
             progress: Callable[[int, int], None] | None = None) -> SearchStats:
-        seen = {st.key for st in self.frontier}
-        it, stop = 0, "exhausted"
+        seen = {self.root.key}
+        it, stop, depth = 0, "exhausted", 0
         while self.frontier and stop == "exhausted":
+            cap = None if depth == 0 else self.fanout
             children: list[State] = []
-            for st, a in ((st, a) for st in self.frontier for a in self.order):
-                stop = _out_of_budget(self.evaluate, time_budget_s, max_evaluations, started) or stop
+            for st in self.frontier:
+                tried = 0
+                for a in self.order:
+                    if cap is not None and tried >= cap:
+                        break
+                    stop = _out_of_budget(self.evaluate, time_budget_s, max_evaluations, started) or stop
+                    if stop != "exhausted":
+                        break
+                    nxt = st.apply(self.space, a)
+                    if nxt is None:
+                        continue
+                    tried += 1
+                    if nxt.key in seen:
+                        continue
+                    seen.add(nxt.key)
+                    children.append(nxt)
+                    it += 1
+                    if progress is not None:
+                        progress(it, len(self.evaluate.cache))
                 if stop != "exhausted":
                     break
-                nxt = st.apply(self.space, a)
-                if nxt is None or nxt.key in seen:
-                    continue
-                seen.add(nxt.key)
-                children.append(nxt)
-                self.best = _better(self.evaluate, nxt, self.best)
-                it += 1
-                if progress is not None:
-                    progress(it, len(self.evaluate.cache))
+            if depth == 0:
+                self.order = self._ranked(children)
+            depth += 1
+            before = _rank(self.evaluate, self.best)
+            for c in children:
+                self.best = _better(self.evaluate, c, self.best)
+            if stop == "exhausted" and depth > 1 and _rank(self.evaluate, self.best) == before:
+                stop = "converged"
             self.frontier = sorted(children, key=lambda c: _rank(self.evaluate, c))[:self.width]
         return SearchStats(len(self.evaluate.cache), it, time.perf_counter() - started, stop)
+
+    def _ranked(self, children: Sequence[State]) -> tuple[Action, ...]:
+        """The actions by the score of their one-action schedules; unapplicable ones last."""
+        value = {c.actions[-1]: _rank(self.evaluate, c) for c in children}
+        worst = (True, math.inf)
+        return tuple(sorted(self.order, key=lambda a: value.get(a, worst)))
 
 
 def _out_of_budget(evaluate: Evaluator, time_budget_s: float, max_evaluations: int | None,
@@ -366,7 +400,7 @@ def _progress(enabled: bool, budget_s: float) -> tuple[Any, Callable[[int, int],
 def auto(step_fn: Callable[..., Any], mesh: Mesh, *args: Any, memory_budget: int | None = None,
          time_budget_s: float = 60.0, fixed: Sequence[Tactic] = (), seed: int = 0,
          max_evaluations: int | None = None, profile: CostProfile = CPU8, memory_weight: float = 1.0,
-         method: str = "mcts", beam_width: int = 4, unknown: str = "error",
+         method: str = "beam", beam_width: int = 3, beam_fanout: int | None = 6, unknown: str = "error",
          progress: bool = True) -> AutoResult:
     """Search a schedule for ``step_fn(*args)`` on ``mesh`` (see the module docstring).
 
@@ -393,7 +427,7 @@ def auto(step_fn: Callable[..., Any], mesh: Mesh, *args: Any, memory_budget: int
     if method == "mcts":
         search = MCTS(space, evaluate, root, seed)
     else:
-        search = Beam(space, evaluate, root, 1 if method == "greedy" else beam_width)
+        search = Beam(space, evaluate, root, 1 if method == "greedy" else beam_width, beam_fanout)
     bar, update = _progress(progress, time_budget_s)
     if bar is not None:
         with bar:
