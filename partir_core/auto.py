@@ -20,14 +20,14 @@ propagated once) and every evaluation is cached by the layout of every value.
 
 The default, ``method="beam"`` (``Beam``), costs every action alone, ranks the actions by that
 value, and extends the ``beam_width`` best states by their ``beam_fanout`` best-ranked actions
-depth by depth until a depth improves nothing. On the bundled GPT, Llama and MoE at the
-benchmark sizes it ends on its own within about 75 costed schedules, with a schedule predicted
-as fast as or faster than the best hand strategy (``benchmarks/results/auto_search.md``).
+depth by depth until a depth improves the best by under 1%. On the bundled GPT, Llama and MoE at the
+benchmark sizes it ends on its own after 71-75 costed schedules, with a schedule predicted faster
+than every hand strategy of ``partir_core.strategies``; measured, the profile's ranking holds on
+the Llama and the MoE but not on the GPT (``benchmarks/results/auto_search.md``).
 ``method="mcts"`` is single-player UCT (the root expanded fully first, deeper nodes ordered by
-their value at the root under progressive widening, values backed up as the maximum); it spends
-its budget deep in the first branches and reached schedules about 1.4x slower than the hand
-strategies on the same models. ``"greedy"`` is the beam with width 1. ``benchmarks.auto
---compare`` sets the methods against each other on the same evaluation budget.
+their value at the root under progressive widening, values backed up as the maximum).
+``"greedy"`` is the beam with width 1. ``benchmarks.auto --compare`` sets the methods against
+each other on the same evaluation budget.
 
 The result is a list of ordinary ``Shard`` tactics after the user's ``fixed`` ones: readable,
 editable, and ``partition(fn, mesh, result)`` (or ``result.schedule``) reproduces exactly the
@@ -420,9 +420,11 @@ def auto(step_fn: Callable[..., Any], mesh: Mesh, *args: Any, memory_budget: int
     ``fixed`` tactics are applied first and kept; the search adds ``Shard`` tactics after them.
     ``memory_budget``: bytes per device the simulator's peak should stay under. The search stops
     at ``time_budget_s`` (or ``max_evaluations`` costed schedules, or when every reachable state
-    was seen) with the best schedule so far. For a given ``seed`` and a search that ends on its
-    evaluation budget or exhausts the space, the result is deterministic (one that ends on the
-    clock depends on the machine's speed). Returns an ``AutoResult``, which ``partition`` accepts
+    was seen, or, for the beam, when a depth improves the best by under 1%) with the best schedule
+    so far. A search that ends on anything but the clock is deterministic: the beam draws no
+    random numbers, MCTS draws them from ``seed``; one that ends on the clock depends on the
+    machine's speed. ``method``: ``"beam"`` (default; ``beam_width`` states, ``beam_fanout``
+    actions each per depth), ``"greedy"`` or ``"mcts"``. Returns an ``AutoResult``, which ``partition`` accepts
     in place of a schedule.
     """
     started = time.perf_counter()
