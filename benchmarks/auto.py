@@ -248,7 +248,7 @@ def main(argv: list[str] | None = None) -> None:
     p = suite_parser("auto", __doc__)
     p.add_argument("--models", nargs="*", default=list(SIZES))
     p.add_argument("--runs", type=int, default=15)
-    p.add_argument("--time-budget", type=float, default=60.0)
+    p.add_argument("--time-budget", type=float, default=120.0)
     p.add_argument("--calibrate", action="store_true",
                    help="time hand and random schedules and fit partir_core.auto_profile instead")
     p.add_argument("--every", action="store_true", help="also no memory budget, and BP fixed")

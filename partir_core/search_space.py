@@ -10,9 +10,18 @@ Static analysis cuts the space before any candidate is costed:
   propagator itself, so whatever the rules tie (scan bodies included) is tied here too.
 - **Representatives.** A group is named by its first member in input order, which puts
   parameters (the function's first argument) first: the schedule reads ``Shard(params/w1, ...)``.
-- **Order.** Actions are tried largest first: ``SearchSpace.ordered`` sorts them by the bytes of
-  input the sharding removes from each device (a static estimate of the memory, compute and
-  gradient traffic it saves), so a budget-limited search meets the big decisions first.
+- **Reach.** The probe also measures a group's *reach*: the bytes of every value of the program
+  (inputs, activations, gradients, optimizer state, loop bodies included) that propagation gives
+  the axis. Parameter bytes alone rank the batch and the sequence last (they shard almost no
+  input), yet they shard most activations; reach ranks them with the heads, the MLP width and
+  the model width, the dimensions that contract in the program's dots, and ranks a stacked layer
+  dimension (sliced off by the loop, sharding only its own weight and optimizer state) last.
+- **Order.** Actions are tried largest first: ``SearchSpace.ordered`` sorts them by the reach
+  bytes the sharding removes from each device, so a budget-limited search meets the big
+  decisions first.
+- **Negligible groups.** A group whose reach is under ``1 / NEGLIGIBLE`` of the largest group's
+  is offered no action (``SearchSpace.dropped``): it cannot change the step's time or peak by
+  more than a few percent of what the main choices change.
 - **Feasibility.** A group is offered over an axis only if the axis divides its representative
   dimension; at search time an action that raises, changes nothing, or only records conflicts
   without sharding any computed value is pruned (``State.apply``).
@@ -45,6 +54,8 @@ class Group:
     """Mesh axes that divide the representative dimension (those offered to the search)."""
     nbytes: int = 0
     """Bytes of the input tensors the group's dimensions belong to (each tensor once)."""
+    reach: int = 0
+    """Bytes of every program value propagation shards when the representative is sharded."""
 
     def __str__(self) -> str:
         more = len(self.members) - 1
@@ -63,6 +74,8 @@ class Action:
 class SearchSpace:
     groups: tuple[Group, ...]
     actions: tuple[Action, ...]
+    dropped: tuple[int, ...] = ()
+    """Groups offered no action: their reach is negligible (see the module docstring)."""
 
     def tactic(self, a: Action) -> Shard:
         """The group's dimensions in its representative's argument, named explicitly (readable,
@@ -75,8 +88,8 @@ class SearchSpace:
         return Shard({p: d for p, d in g.members if p.split("/")[0] == arg}, axis=a.axis)
 
     def saved_bytes(self, a: Action, mesh: Mesh) -> float:
-        """Static estimate of what ``a`` is worth: the input bytes it removes from each device."""
-        return self.groups[a.group].nbytes * (1.0 - 1.0 / mesh.axis_size(a.axis))
+        """Static estimate of what ``a`` is worth: the reach bytes it removes from each device."""
+        return self.groups[a.group].reach * (1.0 - 1.0 / mesh.axis_size(a.axis))
 
     def ordered(self, mesh: Mesh) -> tuple[Action, ...]:
         """The actions, largest ``saved_bytes`` first (stable: ties keep group order)."""
@@ -85,7 +98,8 @@ class SearchSpace:
     def describe(self) -> str:
         lines = [f"{len(self.groups)} groups of input dimensions, {len(self.actions)} actions"]
         for i, g in enumerate(self.groups):
-            lines.append(f"  g{i}: {g}  over {' or '.join(g.axes)}")
+            over = "negligible reach, not offered" if i in self.dropped else f"over {' or '.join(g.axes)}"
+            lines.append(f"  g{i}: {g}, reach {g.reach:,} B  {over}")
         return "\n".join(lines)
 
 
@@ -104,6 +118,10 @@ def _shardable(mesh: Mesh, size: int, layout_dim: tuple[Axis, ...], axis: str) -
     return size % k == 0
 
 
+NEGLIGIBLE = 32
+"""A group reaching under 1/NEGLIGIBLE of the largest group's bytes is offered no action."""
+
+
 def build_space(program: Program, mesh: Mesh, rules: Sequence[Rule]) -> SearchSpace:
     """Probe every not-yet-grouped input dimension once (see the module docstring)."""
     axes = sorted(mesh.names, key=lambda a: (mesh.axis_size(a), a))
@@ -116,11 +134,13 @@ def build_space(program: Program, mesh: Mesh, rules: Sequence[Rule]) -> SearchSp
             ok = tuple(a for a in axes if n % mesh.axis_size(a) == 0)
             if not ok:
                 continue
-            members = _probe(program, mesh, rules, path, d, ok[0])
+            members, reach = _probe(program, mesh, rules, path, d, ok[0])
             covered.update(members)
-            groups.append(Group(path, d, n, members, ok, _nbytes(program, members)))
-    actions = tuple(Action(i, a) for i, g in enumerate(groups) for a in g.axes)
-    return SearchSpace(tuple(groups), actions)
+            groups.append(Group(path, d, n, members, ok, _nbytes(program, members), reach))
+    top = max((g.reach for g in groups), default=0)
+    dropped = tuple(i for i, g in enumerate(groups) if g.reach * NEGLIGIBLE < top)
+    actions = tuple(Action(i, a) for i, g in enumerate(groups) if i not in dropped for a in g.axes)
+    return SearchSpace(tuple(groups), actions, dropped)
 
 
 def _nbytes(program: Program, members: Sequence[tuple[str, int]]) -> int:
@@ -130,12 +150,15 @@ def _nbytes(program: Program, members: Sequence[tuple[str, int]]) -> int:
 
 
 def _probe(program: Program, mesh: Mesh, rules: Sequence[Rule], path: str, dim: int,
-           axis: str) -> tuple[tuple[str, int], ...]:
+           axis: str) -> tuple[tuple[tuple[str, int], ...], int]:
+    """The input dimensions that take ``axis`` with ``path:dim``, and the group's reach."""
     prop = Propagator(program, mesh, rules)
     apply_schedule(program, mesh, prop, [Shard(path, dim=dim, axis=axis)])
     found = [(p, d) for p, v in zip(program.input_paths, program.inputs)
              for d, ax in enumerate(prop.layouts[v.id]) if axis in ax]
-    return tuple(found) if (path, dim) in found else ((path, dim),) + tuple(found)
+    reach = sum(math.prod(v.shape) * itemsize(v.dtype) for v in program.values()
+                if any(axis in ax for ax in prop.layouts.get(v.id, ())))
+    return (tuple(found) if (path, dim) in found else ((path, dim),) + tuple(found)), reach
 
 
 class State:

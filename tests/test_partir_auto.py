@@ -1,10 +1,12 @@
 """``partir_core.auto``: the search recovers batch parallelism over ``data`` and Megatron over
-``model`` on the transformer with nothing fixed, fits the memory budget by the simulator's peak, is deterministic for a seed, and the found
+``model`` on the transformer with nothing fixed, fits the memory budget by the simulator's peak,
+finds the exhaustive best on a tiny MLP, is deterministic for a seed, and the found
 schedule partitions the step into one that equals the unpartitioned step."""
 
 from __future__ import annotations
 
 import functools
+from typing import Any
 
 import jax
 import numpy as np
@@ -69,7 +71,7 @@ def test_budget_respected_and_partitioned_step_equals_reference() -> None:
 
 def test_deterministic_for_a_seed() -> None:
     m = M.mlp()
-    runs = [auto(m.step, MESH, *m.args, memory_budget=8000, seed=s, max_evaluations=30, time_budget_s=600,
+    runs = [auto(m.step, MESH, *m.args, memory_budget=8000, seed=s, max_evaluations=30, time_budget_s=600, method="mcts",
                  progress=False) for s in (3, 3)]
     assert runs[0].stats.stopped_by == "evaluation budget"
     assert [str(t) for t in runs[0].schedule] == [str(t) for t in runs[1].schedule]
@@ -154,3 +156,68 @@ def test_auto_result_from_another_mesh_or_a_bare_tactic_is_a_typed_error() -> No
         partition(m.step, Mesh({"data": 8}), r)
     with pytest.raises(TacticError, match="wrap it in a list"):
         partition(m.step, MESH, Shard("x", dim=0, axis="data"))  # type: ignore[arg-type]
+
+
+def _exhaustive_best(m: M.Model, budget: int) -> tuple[int, Any]:
+    """Every state reachable from the replicated program, costed: (how many, the best rank)."""
+    from partir_core.auto import Evaluator, Objective, rules_of
+    from partir_core.ir import trace
+    from partir_core.propagate import Propagator
+    from partir_core.search_space import State, build_space
+
+    program = trace(m.step, *m.args)
+    rules = rules_of(program)
+    space = build_space(program, MESH, rules)
+    ev = Evaluator(program, MESH, rules, Objective(memory_budget=budget))
+    frontier = [State(Propagator(program, MESH, rules), ())]
+    seen = {frontier[0].key}
+    ranks = []
+    while frontier:
+        nxt = []
+        for st in frontier:
+            e = ev(st)
+            ranks.append((not e.fits(budget), e.score))
+            for a in space.actions:
+                child = st.apply(space, a)
+                if child is not None and child.key not in seen:
+                    seen.add(child.key)
+                    nxt.append(child)
+        frontier = nxt
+    return len(ranks), min(ranks)
+
+
+@pytest.mark.parametrize("budget", [None, 8000])
+def test_beam_finds_the_exhaustive_best_on_a_tiny_mlp(budget: int | None) -> None:
+    """Every reachable schedule of the tiny MLP costed: the default search ends on its own
+    (converged or exhausted, not on a budget) with the best one, in fewer evaluations."""
+    m = M.mlp()
+    n, (over, score) = _exhaustive_best(m, budget or 2**40)
+    r = auto(m.step, MESH, *m.args, memory_budget=budget, time_budget_s=600, progress=False)
+    assert r.stats.stopped_by in ("converged", "exhausted")
+    assert r.stats.evaluations < n
+    assert (not r.evaluation.fits(budget), r.evaluation.score) == (over, pytest.approx(score, rel=1e-12))
+
+
+def test_reach_ranks_batch_and_megatron_dims_first_and_drops_negligible_groups() -> None:
+    """On the scan-over-layers GPT the groups not offered are stacked layer dimensions (sliced off
+    by the loop: LayerNorm and bias stacks), and the batch, the sequence, the model width, the MLP width and the heads are the
+    first five groups in the search's order."""
+    from partir_core.auto import rules_of
+    from partir_core.ir import trace
+    from partir_core.search_space import build_space
+
+    m = M.gpt(batch=4, seq=8, d_model=16, heads=4, head_dim=4, ffn=32, vocab=32, layers=2)
+    program = trace(m.step, *m.args)
+    space = build_space(program, MESH, rules_of(program))
+    layer_dims = {i for i, g in enumerate(space.groups) if g.path.startswith("params/blocks/") and g.dim == 0}
+    assert space.dropped and set(space.dropped) <= layer_dims
+    assert not {a.group for a in space.actions} & set(space.dropped)
+    first = []
+    for a in space.ordered(MESH):
+        if a.group not in first:
+            first.append(a.group)
+    reps = {(space.groups[i].path, space.groups[i].dim) for i in first[:5]}
+    members = {pd for i in first[:5] for pd in space.groups[i].members}
+    assert ("batch/tokens", 0) in members and ("batch/tokens", 1) in members
+    assert ("params/blocks/w1", 2) in members and ("params/blocks/wq", 2) in members
+    assert len(reps) == 5
