@@ -442,10 +442,29 @@ def auto(step_fn: Callable[..., Any], mesh: Mesh, *args: Any, memory_budget: int
     machine's speed. ``method``: ``"beam"`` (default; ``beam_width`` states, ``beam_fanout``
     actions each per depth), ``"greedy"`` or ``"mcts"``. Returns an ``AutoResult``, which ``partition`` accepts
     in place of a schedule.
+
+    Example:
+        >>> import jax.numpy as jnp, numpy as np
+        >>> from partir_core import auto, partition
+        >>> from spmd_types import Mesh
+        >>> def f(x, w):
+        ...     return jnp.tanh(x @ w)
+        >>> x, w = np.ones((8, 16), np.float32), np.ones((16, 32), np.float32)
+        >>> found = auto(f, Mesh({"data": 2, "model": 4}), x, w, max_evaluations=8, progress=False)
+        >>> found.schedule == auto(f, Mesh({"data": 2, "model": 4}), x, w, max_evaluations=8, progress=False).schedule
+        True
+        >>> bool(np.allclose(partition(f, Mesh({"data": 2, "model": 4}), found)(x, w), f(x, w)))
+        True
+
+    Raises:
+        PartitionError: an unknown ``method``.
+        UnknownPrimitiveError: ``step_fn`` uses a primitive with no sharding rule (``unknown="error"``).
     """
     started = time.perf_counter()
     if method not in METHODS:
-        raise ValueError(f"unknown search method {method!r}; known: {', '.join(METHODS)}")
+        from partir_core.errors import PartitionError
+
+        raise PartitionError(f"unknown search method {method!r}; known: {', '.join(METHODS)}")
     objective = Objective(profile, memory_budget, memory_weight)
     program = trace(step_fn, *args)
     rules = rules_of(program, unknown)

@@ -110,7 +110,7 @@ NO_EXAMPLE_YET = {
     "spmd_types": set(),
     "redist": set(),
     "proofs": set(),
-    "partir_core": {"auto", "simulate"},
+    "partir_core": set(),
 }
 
 
