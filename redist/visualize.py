@@ -461,7 +461,7 @@ def save_plan_picture(plan: Plan, path: str | Path, dims: Dims | None = None) ->
     ax0.text(0.0, 1.0, _wrap(notes, 40), va="top", ha="left", fontsize=8, transform=ax0.transAxes)
     head = (f"{plan.src} -> {plan.dst} on mesh {plan.src.mesh}: {plural(len(plan.steps), 'step')}, "
             f"{plural(plan.n_collectives, 'collective')}, received {recv_summary(plan.recv_bytes, plan_busiest_recv(frames))} "
-            f"(lower bound {fmt_size(plan.lower_bound_bytes)} per device)")
+            f"({_bound_summary(plan.lower_bound_bytes, plan.lower_bound_bytes_max)})")
     fig.suptitle(_wrap(head, int(45 * ncol)), fontsize=10)
     return _save(fig, plt, path)
 
@@ -502,3 +502,11 @@ def describe_holders(t: ShardingType) -> str:
             what += f", {copies} copies of it"
     shape = "x".join(map(str, t.local_shape)) or "scalar"
     return f"{plural(parts, 'block')} of {shape}, each on {plural(holders, 'device')}: {what}"
+
+
+def _bound_summary(mean: float, most: float) -> str:
+    """The transfer lower bound as the figures beside it read: the mean, and the busiest device's
+    where devices lack different amounts (so the busiest figure is compared with its own bound)."""
+    if most == mean:
+        return f"lower bound {fmt_size(mean)} per device"
+    return f"lower bound {fmt_size(mean)} per device (mean), {fmt_size(most)} on the busiest device"
