@@ -1,10 +1,13 @@
 """Type-directed array redistribution: the synthesizer, its cost model and executors.
 
 Importing ``redist`` imports ``redist.jax_reshard``, which registers itself as the runner of
-``plan(x)``, and ``redist.render``, which registers ``str(plan)``; ``import proofs`` registers
+``plan(x)``, ``redist.render``, which registers ``str(plan)``, and ``redist.exchange_facets``, which
+registers the point-to-point steps' measures, busiest-device bytes and admission (they read the
+exchange's schedule, which the plan vocabulary does not import); ``import proofs`` registers
 ``plan.verify()`` the same way (docs/design.md section 1).
 """
 
+from redist import exchange_facets as _exchange_facets  # noqa: F401  (registers the p2p steps' measures)
 from redist import render as _render  # noqa: F401  (registers ``str(plan)``)
 from redist.api import redistribute
 from redist.caches import clear_caches

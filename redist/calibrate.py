@@ -36,8 +36,9 @@ from jax.sharding import NamedSharding
 from redist.coordination import CLOCKS, barrier, gather_spans
 from redist.cost import CostModel, KindCost, crosses
 from redist.errors import CalibrationError, StepError
+from redist.exchange import closed_form
 from redist.executor import compile_plan
-from redist.measure import closed_form, profile_kind, written
+from redist.measure import profile_kind, written
 from redist.plan import Plan
 from redist.profile import Profile, Sample, fit_kind, kind_cost, process_crossing_axes, regressors
 from redist.steps import (

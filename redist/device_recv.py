@@ -11,12 +11,10 @@ needs a table of the whole mesh.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any
 
 from redist.bounds import lower_bound_bytes, overlap_figures
-from redist.exchange import class_schedule
 from redist.facets import FacetTable
 from redist.measure import StepMeasure
 from redist.steps import ALL_STEPS, Comm, Exchange, Permute, Step
@@ -26,7 +24,7 @@ RecvMax = Callable[[Any, ShardingType, ShardingType, StepMeasure], float]
 RECV_MAX: FacetTable[RecvMax] = FacetTable("busiest device's bytes", "redist.device_recv.RECV_MAX")
 """The bytes the busiest device receives in a step that receives any: the mean for typed
 collectives (an exchange run as one all-to-all included), read off the cells for ``Permute`` and
-``Exchange``."""
+``Exchange`` (registered by ``redist.exchange_facets``: they read the schedule)."""
 
 
 def step_recv_max(step: Step, before: ShardingType, after: ShardingType, m: StepMeasure) -> float:
@@ -40,15 +38,6 @@ def step_recv_max(step: Step, before: ShardingType, after: ShardingType, m: Step
 def _alike(step: Step, before: ShardingType, after: ShardingType, m: StepMeasure) -> float:
     """Every device of every (equal) group receives alike."""
     return float(m.recv_bytes)
-
-
-@RECV_MAX.register(Permute, Exchange)
-def _busiest_cells(step: Step, before: ShardingType, after: ShardingType, m: StepMeasure) -> float:
-    """The most cells any device lacks (without pending sums) or receives in the schedule."""
-    if not (before.unreduced or after.unreduced):
-        return float(most_lacking(before, after) * before.itemsize)
-    cs = class_schedule(before, after)
-    return float(int(cs.schedule.recv_cells.max()) * math.prod(cs.schedule.cell) * before.itemsize)
 
 
 def lower_bound_bytes_max(src: ShardingType, dst: ShardingType) -> float:

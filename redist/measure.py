@@ -5,7 +5,9 @@ Ring traffic for the collectives over a group of ``p``: all-gather receives ``(p
 output, reduce-scatter and all-to-all ``(p-1)/p`` of their input, all-reduce ``2(p-1)/p``.
 Permutes and exchanges count the real (source, destination) cells of their schedule, one
 collective op per round; a typed collective is one op. ``proofs.measures`` re-derives the bytes
-independently (on purpose) and the certificates cross-check the two.
+independently (on purpose) and the certificates cross-check the two. The point-to-point steps'
+entries read the exchange's cells and schedule, so they register from above
+(``redist.exchange_facets``, imported by ``redist/__init__.py``): this module imports no scheduler.
 """
 
 from __future__ import annotations
@@ -15,20 +17,8 @@ from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 from redist.cost import NOTHING_WRITTEN, CostModel, Written, sized_kind
-from redist.exchange import (
-    ClosedForm,
-    cell_shape,
-    check_schedule,
-    closed_form,
-    crossed_axes,
-    routing,
-    schedule,
-)
-from redist.exchange_a2a import padded_recv_cells, slots
 from redist.facets import FacetTable
-from redist.groups import coords as mesh_coords
 from redist.steps import (
-    ADMIT,
     AllGather,
     AllReduce,
     AllReduceSlice,
@@ -44,7 +34,7 @@ from redist.steps import (
     Step,
 )
 from spmd_types import ShardingType
-from spmd_types.layout import check_index_range
+from spmd_types.layout import cell_shape
 from spmd_types.mesh import Axis
 
 
@@ -243,71 +233,12 @@ MEASURE.register(AllReduce, AllReduceSlice)(_ring(lambda before, after: before.l
 MEASURE.register(ReduceScatter)(_ring_with_leading_copy(lambda before, after: before.local_bytes))
 
 
-@MEASURE.register(Permute, Exchange)
-def _p2p(step: Step, before: ShardingType, after: ShardingType, cm: CostModel) -> StepMeasure:
-    """The traffic of ``_p2p_traffic``; a move without rounds (every device holds its new block's
-    data) still writes the new block in one local pass (``redist.executor._point_to_point``: a
-    zero-filled block and a copy into it) unless nothing changes, priced as ``DynSlice`` is, so a
-    local slice is no cheaper spelled as an exchange than as a slice."""
-    m = _p2p_traffic(step, before, after, cm)
-    if m.rounds == 0 and not _in_place(before, after):
-        return m._replace(time_s=m.time_s + cm.copy_time(after.local_bytes))
-    return m
-
-
-def _in_place(before: ShardingType, after: ShardingType) -> bool:
-    """A move without rounds that lowers to nothing: same block shape and pending sums, so each
-    device already holds exactly its new block (overlap is whole, and a box of the same shape)."""
-    return before.local_shape == after.local_shape and before.unreduced == after.unreduced
-
-
 def moved_kind(kind: str, t: ShardingType) -> str:
     """The profile key of a point-to-point move of ``t`` (``Permute``, ``Exchange``,
     ``ExchangeAllToAll``): without pending sums it runs on 16-bit floats' bit patterns
     (``redist.executor._values_moved``), unwidened, so at the plain kind's bytes; a move that adds
     partial sums runs in the dtype (``sized_kind``)."""
     return sized_kind(kind, t.itemsize) if t.unreduced else kind
-
-
-def _p2p_traffic(step: Step, before: ShardingType, after: ShardingType, cm: CostModel) -> StepMeasure:
-    """Without unreduced axes the closed form above, over the axes either layout uses; with
-    unreduced axes, read off the routing or schedule (tests check the two agree where both apply).
-    An exchange whose schedule would be refused (``ExchangeTooFineError``: ``MAX_CELLS``,
-    ``MAX_PACKED``) is refused here too, though its figures are known, so the synthesizer never
-    returns a plan it cannot lower, simulate or prove (docs/design.md 13.3). Sizes past int64 are
-    ``SizeLimitError`` before any table is built (``check_index_range``)."""
-    check_index_range(before)
-    check_index_range(after)
-    check_schedule(before, after)
-    if before.unreduced or after.unreduced:
-        return routed_measure(before, after, cm, profile_kind(step, before))
-    cf = closed_form(before, after)
-    names = p2p_axes(before, after)
-    rounds = cf.rounds
-    time = cm.kind_time(profile_kind(step, before), names, rounds, rounds * cf.cell * before.itemsize,
-                        written=written(step, before, after)) if rounds else 0.0
-    return StepMeasure(cf.mean_missing * before.itemsize, time, rounds, rounds)
-
-
-@ADMIT.register(ExchangeAllToAll)
-def _fits_one_all_to_all(step: Step, before: ShardingType, after: ShardingType) -> None:
-    """An ``ExchangeAllToAll`` is admitted where its exchange has all-to-all slots (``slots``
-    raises ``StepError`` naming why not); registered here, beside the measure that reads them."""
-    slots(before, after)
-
-
-@MEASURE.register(ExchangeAllToAll)
-def _exchange_all_to_all(step: Step, before: ShardingType, after: ShardingType, cm: CostModel) -> StepMeasure:
-    """One all-to-all over the crossed axes receiving ``(g - 1) * k`` cells, padding included (what
-    the wire carries), priced as ``all_to_all``; unless every device cuts its blocks alike, plus
-    a pass writing the new block (its slots are added into zeros at per-device offsets)."""
-    sl = slots(before, after)
-    recv = padded_recv_cells(sl) * sl.cell_bytes(before.itemsize)
-    time = cm.collective_time(sl.names, sl.g, recv, 1, kind=profile_kind(step, before),
-                              written=written(step, before, after))
-    if not sl.static:
-        time += cm.copy_time(after.local_bytes)
-    return StepMeasure(float(recv), time, math.ceil(math.log2(sl.g)), 1)
 
 
 def p2p_axes(before: ShardingType, after: ShardingType) -> set[Axis]:
@@ -318,50 +249,11 @@ def p2p_axes(before: ShardingType, after: ShardingType) -> set[Axis]:
     return {a for t in (before, after) for axes in t.dims for a in axes} | (before.unreduced ^ after.unreduced)
 
 
-def routed_measure(before: ShardingType, after: ShardingType, cm: CostModel, kind: str = "exchange") -> StepMeasure:
-    """Measures of a pending-sum point-to-point step: cells received, and rounds as each phase's
-    max degree (Konig's theorem; the colouring of ``redist.colouring`` attains it), from
-    ``redist.exchange.routing``, every round priced over ``p2p_axes`` as the closed form prices a
-    plain exchange. Under a ``uniform_links`` model that is ``scheduled_measure`` exactly (the same
-    float: tests check it); elsewhere pricing each round over the axes its messages cross needs
-    the rounds coloured: 7.5 s for one pair on 4,096 devices under the Gloo profile."""
-    r = routing(before, after)
-    cell_bytes = math.prod(r.cell) * before.itemsize
-    time = _rounds_time(cm, kind, r.rounds, cell_bytes, p2p_axes(before, after))
-    return StepMeasure(r.cells * cell_bytes / before.mesh.size, time, r.rounds, r.rounds)
-
-
-def scheduled_measure(before: ShardingType, after: ShardingType, cm: CostModel, kind: str = "exchange") -> StepMeasure:
-    """Measures read off the built schedule, each round priced over the mesh axes its messages
-    cross: what the executor runs, for tests and studies (planning uses ``routed_measure``)."""
-    sch = schedule(before, after)
-    mesh = before.mesh
-    cell_bytes = math.prod(sch.cell) * before.itemsize
-    coords = mesh_coords(mesh)
-    time = 0.0
-    for row in crossed_axes(sch, coords):
-        names = {n for n, c in zip(mesh.names, row.tolist()) if c}
-        time += cm.kind_time(kind, names, 1, cell_bytes, overhead=time == 0.0)
-    rounds = len(sch.rounds)
-    return StepMeasure(sch.n_transfers * cell_bytes / mesh.size, time, rounds, rounds)
-
-
 def uniform_links(cm: CostModel) -> bool:
     """Whether ``cm`` prices a round the same over any mesh axes: no per-axis latency or bandwidth
     and no axes whose groups span processes (their measured costs differ)."""
     return not (cm.axis_latency_s or cm.axis_bandwidth_Bps or cm.cross_axes)
 
 
-def _rounds_time(cm: CostModel, kind: str, rounds: int, cell_bytes: int, names: set[Axis]) -> float:
-    """``rounds`` rounds of one cell each over axes ``names``, summed in the order (and with the
-    overhead rule) of ``scheduled_measure``, so both give the same float where they agree."""
-    first = cm.kind_time(kind, names, 1, cell_bytes, overhead=True)
-    rest = cm.kind_time(kind, names, 1, cell_bytes, overhead=False)
-    time = 0.0
-    for _ in range(rounds):
-        time += first if time == 0.0 else rest
-    return time
-
-
-__all__ = ["MEASURE", "PROFILE_KIND", "WRITTEN", "ClosedForm", "StepMeasure", "closed_form", "group_size", "measure", "moved_kind",
-           "profile_kind", "routed_measure", "runs_in", "written", "scheduled_measure", "uniform_links"]
+__all__ = ["MEASURE", "PROFILE_KIND", "WRITTEN", "StepMeasure", "group_size", "measure", "moved_kind", "p2p_axes",
+           "profile_kind", "runs_in", "written", "uniform_links"]

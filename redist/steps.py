@@ -602,8 +602,8 @@ Admit = Callable[[Any, ShardingType, ShardingType], None]
 ADMIT: FacetTable[Admit] = FacetTable("admission", "redist.steps.ADMIT")
 """What a step checks beyond its typing rule before ``apply`` returns ``after`` (raising
 ``StepError``): nothing for most steps; an ``ExchangeAllToAll`` must fit one all-to-all, decided by
-its slots (``redist.exchange_a2a``) and registered from above by ``redist.measure``, which prices
-them, so this vocabulary imports no scheduler. ``ExchangeAllToAll.apply`` reads it."""
+its slots (``redist.exchange_a2a``) and registered from above by ``redist.exchange_facets``, which
+prices them, so this vocabulary imports no scheduler. ``ExchangeAllToAll.apply`` reads it."""
 
 
 @ADMIT.register(*(c for c in ALL_STEPS if c is not ExchangeAllToAll))

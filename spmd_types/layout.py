@@ -6,6 +6,7 @@ it once as an array ``[devices, rank, 2]`` keeps that O(devices x rank) NumPy wo
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Protocol
 
@@ -129,6 +130,12 @@ def _dim_overlap(mesh: Mesh, axes_a: tuple[Axis, ...], local_a: int, axes_b: tup
 
 
 _dim_overlap_memo = memo(Scope.TYPE, maxsize=128)(_dim_overlap)
+
+
+def cell_shape(old: Blocked, new: Blocked) -> tuple[int, ...]:
+    """A cell: per dimension ``gcd(old local, new local)``, so every cell lies wholly inside or
+    wholly outside any device's old and new block (the unit of exchanges, their measures and floors)."""
+    return tuple(math.gcd(a, b) for a, b in zip(old.local_shape, new.local_shape))
 
 
 def overlap_widths(a: Blocked, b: Blocked) -> list[np.ndarray]:

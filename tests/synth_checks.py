@@ -7,7 +7,8 @@ import numpy as np
 
 from redist import CostModel, Exchange, Permute, Plan
 from redist.atoms import unreduced_atoms
-from redist.measure import measure, routed_measure
+from redist.exchange_facets import routed_measure
+from redist.measure import measure
 from redist.simulate import check, scatter, simulate
 from spmd_types import ShardingType
 

@@ -34,9 +34,9 @@ import redist.search  # noqa: F401
 import redist.simulate  # noqa: F401
 import redist.synth  # noqa: F401
 import redist.visualize  # noqa: F401  (its TRAFFIC table: imported here so the file passes alone)
-from redist import ALL_STEPS, KINDS, clear_caches, redistribute
+from redist import ALL_STEPS, KINDS, CostModel, clear_caches, redistribute
 from redist.facets import MissingFacetError, tables
-from spmd_types import Mesh, memo
+from spmd_types import Mesh, memo, parse
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PACKAGES = ("spmd_types", "redist", "proofs", "partir_core", "benchmarks", "redist_cli")
@@ -386,15 +386,67 @@ def _upper(modules: set[str]) -> set[str]:
     return {m for m in modules if any(m == u or m.startswith(u + ".") for u in UPPER)}
 
 
-def test_the_vocabulary_imports_nothing_above_it() -> None:
-    """``redist.steps`` and ``spmd_types.types`` reach none of ``UPPER``, even indirectly;
-    ``redist.plan`` imports none directly (it reaches the exchange schedule only through the
-    measure facet, which prices an exchange by its schedule)."""
-    edges = _import_graph()
-    assert not _upper(_reaches(edges, "redist.steps")), sorted(_upper(_reaches(edges, "redist.steps")))
-    assert not _upper(_reaches(edges, "spmd_types.types"))
-    assert not _upper(edges["redist.plan"]), sorted(_upper(edges["redist.plan"]))
+VOCABULARY = ("redist.steps", "redist.plan", "redist.measure", "redist.device_recv", "spmd_types.types")
 
+
+@pytest.mark.parametrize("module", VOCABULARY)
+def test_the_vocabulary_imports_nothing_above_it(module: str) -> None:
+    """Steps, plans, their measures and the types reach none of ``UPPER``, even indirectly: what
+    reads the exchange's schedule registers into their tables from ``redist.exchange_facets``."""
+    edges = _import_graph()
+    assert not _upper(_reaches(edges, module)), sorted(_upper(_reaches(edges, module)))
+
+
+
+_FRESH = """
+import json, sys
+import redist.plan
+from redist.cost import CostModel
+from redist.steps import Exchange, ExchangeAllToAll
+from spmd_types import Mesh, parse
+out = []
+for axes, src, dst, step in json.loads(sys.argv[1]):
+    mesh = Mesh(axes)
+    s, d = parse(src, mesh), parse(dst, mesh)
+    cls = {"Exchange": Exchange, "ExchangeAllToAll": ExchangeAllToAll}[step]
+    p = redist.plan.Plan.build(s, (cls(d.dims, d.sorted_unreduced() or None),), CostModel(objective="bytes"))
+    out.append([[list(m) for m in p.measures], list(p.step_recv_bytes_max)])
+print(json.dumps(out))
+"""
+
+FRESH_CASES = [  # (mesh, src, dst, step): (recv_bytes, rounds, collectives) and the busiest device's bytes
+    (({"x": 2, "y": 4}, "f32[1024@x,1024@y]", "f32[1024@y,1024@x]", "Exchange"), (393216.0, 2, 2), 524288.0),
+    (({"x": 2, "y": 3, "z": 2}, "f32[64@x,48]{U:y}", "f32[64,48@x]{U:z}", "Exchange"), (4608.0, 9, 9), 15360.0),
+    (({"x": 8}, "f32[64@x,32]", "f32[64,32@x]", "ExchangeAllToAll"), (896.0, 3, 1), 896.0),
+]
+
+
+def test_a_fresh_interpreter_importing_only_the_plan_measures_exchanges() -> None:
+    """The exchange facets register where ``redist/__init__.py`` imports ``redist.exchange_facets``,
+    so a fresh interpreter that imports only ``redist.plan`` measures an exchange (plain, with
+    pending sums, as one all-to-all) exactly as this process does, with the exact bytes, rounds,
+    collectives and busiest-device bytes of the schedule."""
+    from redist.device_recv import RECV_MAX
+    from redist.measure import MEASURE
+    from redist.plan import Plan
+    from redist.steps import ADMIT, Exchange, ExchangeAllToAll, Permute
+
+    for table, classes in ((MEASURE, (Permute, Exchange, ExchangeAllToAll)), (RECV_MAX, (Permute, Exchange)),
+                           (ADMIT, (ExchangeAllToAll,))):
+        assert {table[c].__module__ for c in classes} == {"redist.exchange_facets"}
+    cases = [case for case, _, _ in FRESH_CASES]
+    run = subprocess.run([sys.executable, "-c", _FRESH, json.dumps(cases)], capture_output=True, text=True,
+                         cwd=ROOT, check=True)
+    fresh = json.loads(run.stdout)
+    for (case, (recv, rounds, collectives), busiest), (measures, recv_max) in zip(FRESH_CASES, fresh, strict=True):
+        axes, src, dst, step = case
+        mesh = Mesh(axes)
+        s, d = parse(src, mesh), parse(dst, mesh)
+        cls = {"Exchange": Exchange, "ExchangeAllToAll": ExchangeAllToAll}[step]
+        here = Plan.build(s, (cls(d.dims, d.sorted_unreduced() or None),), CostModel(objective="bytes"))
+        assert measures == [list(m) for m in here.measures] and recv_max == list(here.step_recv_bytes_max)
+        ((m_recv, _, m_rounds, m_collectives),) = measures
+        assert (m_recv, m_rounds, m_collectives) == (recv, rounds, collectives) and recv_max == [busiest]
 
 def _strongly_connected(edges: dict[str, set[str]]) -> list[list[str]]:
     """Tarjan's algorithm, iterative."""

@@ -1,6 +1,6 @@
 """Planning measures exchanges from their routing, never from coloured rounds (issue 12).
 
-``redist.measure.routed_measure`` reads bytes, rounds and time off ``redist.exchange.routing``
+``redist.exchange_facets.routed_measure`` reads bytes, rounds and time off ``redist.exchange.routing``
 (cells received; rounds as each phase's max degree, Konig's theorem), under every cost model;
 ``scheduled_measure`` reads them off the built schedule. These tests pin that the two agree
 exactly where the model prices every axis alike (floats included) on random pairs with pending sums on either side, and that
@@ -33,8 +33,9 @@ from redist.exchange.figures import mode_routing, plain_routing, rows_routing, s
 from redist.exchange.routes import route
 from redist.exchange.rows import most_held
 from redist.exchange_classes import classes
+from redist.exchange_facets import routed_measure, scheduled_measure
 from redist.groups import atoms_index, group_key, group_sums, replica_index
-from redist.measure import routed_measure, scheduled_measure, uniform_links
+from redist.measure import uniform_links
 from redist.plan import Plan
 from redist.steps import Exchange
 from redist.synth.floors import exchange_floor

@@ -16,11 +16,10 @@ from benchmarks.golden import cpu_profile_model
 from benchmarks.planning import LADDER, ladder_cost_model, ladder_pair
 from redist.atoms import dims_atoms, from_atoms, unreduced_atoms
 from redist.cost import CostModel
-from redist.exchange import check_size
+from redist.exchange import check_size, closed_form
 from redist.exchange.cells import cell_grid, partial_axes
 from redist.exchange.limits import MAX_DEVICE_CELLS
 from redist.exchange_classes import classes
-from redist.measure import closed_form
 from redist.plan import Plan, measure_step
 from redist.steps import AllReduceSlice, ReduceScatter
 from redist.synth import synthesize

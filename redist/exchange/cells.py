@@ -24,7 +24,7 @@ from redist.groups import (
     replica_index,
 )
 from spmd_types import ShardingType
-from spmd_types.layout import block_indices, check_index_range, overlap_elements
+from spmd_types.layout import block_indices, cell_shape, check_index_range, overlap_elements
 from spmd_types.memo import Scope, cached_property, memo
 
 Offset = tuple[int, ...]
@@ -81,12 +81,6 @@ def partial_axes(old: ShardingType, new: ShardingType, merged: bool = False) -> 
     if merged:
         return PartialAxes((), tuple(sorted(ua)), tuple(sorted(ub)))
     return PartialAxes(tuple(sorted(ua & ub)), tuple(sorted(ua - ub)), tuple(sorted(ub - ua)))
-
-
-def cell_shape(old: ShardingType, new: ShardingType) -> tuple[int, ...]:
-    """A cell: per dimension ``gcd(old local, new local)``, so every cell lies wholly inside or
-    wholly outside any device's old and new block (the unit of exchanges, their measures and floors)."""
-    return tuple(math.gcd(a, b) for a, b in zip(old.local_shape, new.local_shape))
 
 
 def cell_grid(old: ShardingType, new: ShardingType) -> CellGrid:

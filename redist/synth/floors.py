@@ -16,6 +16,7 @@ from redist.bounds import lower_bound_bytes
 from redist.cost import CostModel
 from redist.exchange import (
     cell_shape,
+    closed_form,
     group_missing_total,
     provider_cells,
     reduced_cells,
@@ -23,7 +24,7 @@ from redist.exchange import (
     sampled_provider_cells,
 )
 from redist.exchange_a2a import offered as a2a_offered
-from redist.measure import closed_form, moved_kind
+from redist.measure import moved_kind
 from spmd_types import ShardingType
 from spmd_types.memo import Scope, memo
 
