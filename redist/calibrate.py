@@ -14,10 +14,8 @@ it fits). Samples are marked by whether their axes span processes, and the profi
 kind for each class (``Profile.kinds`` in-process, ``Profile.cross_kinds`` across). A call's time
 is by default its span, from the last process's start to the last one's end, as
 ``benchmarks.multiprocess`` times the plans it compares (``CLOCKS``); process 0 writes the file
-(``redist_cli.cmd_calibrate``). Why the span: on 4 processes sharing 2 cores, process 0's own
-clock (the old way) priced 4 named moves' slower plans below their faster ones (``plan_ab``:
-the plans chosen under the span profile ran 1.18-1.59x faster; design 11).
-"""
+(``redist_cli.cmd_calibrate``). Why the span: process 0's own clock misranked plans across
+processes (docs/design.md section 11)."""
 
 from __future__ import annotations
 
@@ -58,11 +56,9 @@ from spmd_types.dtypes import numpy_dtype
 from spmd_types.jax_interop import to_partition_spec
 
 SIZES_KIB = (4, 64, 512, 2048)
-"""Per-device local block sizes timed for every kind: no sample moves a larger block. Why: the
-all-to-all samples reading short rows once moved ``p`` times larger ones (8-16 MiB on 4-8
-devices), which ran superlinearly (64-71 ms where the rest's fit said 34-39 ms) and pulled the
-fitted all-to-all bandwidth down 13%: 2 MiB all-to-alls on 4-8 devices, where the planner weighs
-them against exchanges, were priced 27-40% above their own samples (docs/design.md 4.2)."""
+"""Per-device local block sizes timed for every kind: no sample moves a larger block. Why: larger
+blocks ran superlinearly and pulled the fitted all-to-all bandwidth down, overpricing the 2 MiB
+all-to-alls the planner weighs against exchanges (docs/design.md 4.2)."""
 
 
 def _median_diff(fn: Callable[[Any], Any], base: Callable[[Any], Any], x: Any, reps: int) -> float:
@@ -196,9 +192,7 @@ separate a kind's per-byte cost of short-row writes from its per-row cost (``Kin
 MOVE_SHORT_ROWS = (8, *SHORT_ROWS)
 """The all-to-all and exchange samples' row lengths, 32 B rows too (``redist.measure.
 SHORTEST_CELL_ROW_BYTES``): moves of rank-3 and rank-4 blocks split on their last dimension land
-cells as rows of 16-32 B; on a random move held out of every fit, an exchange landing rows of
-32 B ran 1.96x slower than the all-to-all the model priced 23% above it
-(``benchmarks.pricing_heldout``, design 4.2)."""
+cells as rows of 16-32 B, which longer samples misprice (docs/design.md 4.2)."""
 
 
 def _short_rows(kib: int, g: int, lengths: Sequence[int] = SHORT_ROWS) -> Iterator[tuple[int, int]]:
@@ -224,8 +218,7 @@ def _box_cell_moves(mesh: Mesh, g: int, kib: int) -> Iterator[Plan]:
     """An attention layout change, ``[4, 4g@a, r, 64] -> [4, 4g, r@a, 64]`` (heads to sequence),
     as one all-to-all and as an exchange: cells are boxes narrower than the block in two
     dimensions (4 runs of ``r/g * 256`` B per cell), where the samples above land rank-2 pieces.
-    Why: on such moves the exchange ran 3-20% slower than one all-to-all that the fit of rank-2
-    samples priced 17-20% above it (``benchmarks.pricing_targets``, design 4.2)."""
+    Why: rank-2 samples misprice such moves (docs/design.md 4.2)."""
     r = kib * 1024 // (4 * 4 * 4 * 64)
     if r % g or r < 2 * g:
         return
@@ -267,11 +260,10 @@ def samples(plans: Sequence[Plan], reps: int, warmup: int = 1, clock: str = "spa
     """The plans' samples, timed together: ``reps`` rounds, each calling every plan once (order
     reversed every other round), each call paired with the empty program right before it; a sample
     is the median of its pairs' differences. Why together: on a shared machine the load changes
-    over seconds, and kinds timed one after another were timed under different loads (the shipped
-    profile priced a 4-device all-to-all 22% above a 3-round exchange of the same bytes, where
-    interleaved they run 5-20% *below* it). Every process runs the same calls in the same order;
-    ``clock`` (``redist.coordination.CLOCKS``) says whose time a call takes: the span, as
-    ``benchmarks.multiprocess`` times the plans it compares, or process 0's own."""
+    over seconds, and kinds timed one after another were misranked (docs/design.md 4.4). Every
+    process runs the same calls in the same order; ``clock`` (``redist.coordination.CLOCKS``) says
+    whose time a call takes: the span, as ``benchmarks.multiprocess`` times the plans it compares, or
+    process 0's own."""
     if clock not in CLOCKS:
         raise CalibrationError(f"clock {clock!r} is not one of {CLOCKS}; pass one of them")
     empties: dict[Mesh, Callable[[Any], Any]] = {}  # one baseline per mesh
@@ -321,9 +313,8 @@ _BARRIERS = itertools.count()
 
 def _align() -> None:
     """Across processes, all of them start the call together (``redist.coordination.barrier``):
-    without it a process's time also counts the wait for a peer still finishing its previous
-    call, and a sample over Gloo swung 3x between runs (``benchmarks.multiprocess.Timer`` measures
-    the same way)."""
+    without it a process's time also counts the wait for a peer still finishing its previous call
+    (docs/design.md 13.3; ``benchmarks.multiprocess.Timer`` measures the same way)."""
     if jax.process_count() > 1:
         barrier(f"calibrate-{next(_BARRIERS)}")
 
@@ -416,13 +407,13 @@ def refit(profiles: Sequence[Profile]) -> Profile:
 
 OUTLIER = 3.0
 """A sample this many times slower than one of the same kind that moves at least as many bytes in
-as many rounds is a stall (of the machine, or of a socket: over Gloo one block size took 0.3 s
-for a 5 ms all-gather in every run), not the kind's cost."""
+as many rounds is a stall (of the machine, or of a socket), not the kind's cost (docs/design.md
+section 11)."""
 
 
 def robust_fit(samples: Sequence[Sample]) -> KindCost:
-    """``log_fit`` of the samples that are not stalls (``OUTLIER``): on a loaded machine and a
-    socket transport a stall is 10-300x, and even a relative-error fit bends for it."""
+    """``log_fit`` of the samples that are not stalls (``OUTLIER``): even a relative-error fit bends
+    for a stall (docs/design.md section 11)."""
     kept = [s for s in samples if not any(
         o.latency_terms == s.latency_terms and o.recv_bytes >= s.recv_bytes and s.seconds > OUTLIER * o.seconds
         for o in samples)]
@@ -433,7 +424,7 @@ def log_fit(samples: Sequence[Sample], iterations: int = 60) -> KindCost:
     """Least squares of ``log seconds`` over ``(overhead, latency, 1 / bandwidth) >= 0``: projected
     Gauss-Newton steps from ``fit_kind``'s relative-error fit, halved until they help. Why log:
     relative error is lopsided (over-predicting a fast sample costs without bound, under-predicting
-    a slow one at most 1), so a 7-round exchange's real 30 ms was fitted as 1 ms."""
+    a slow one at most 1), so slow samples were fitted far too fast (docs/design.md section 11)."""
     x = regressors(samples)
     logy = np.log(np.maximum([s.seconds for s in samples], 1e-7))
     kc = fit_kind(samples)

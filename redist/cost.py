@@ -191,8 +191,8 @@ class CostModel:
         return replace(b, axis_latency_s=slow.axis_latency_s, axis_bandwidth_Bps=slow.axis_bandwidth_Bps)
 
     def __hash__(self) -> int:
-        """Cached: the model is part of most of the planner's memo keys (6,700 hashes a ladder
-        rung of 12 pairs on 13 axes of 2), and hashing its nested tuples of floats took 1.6 us."""
+        """Cached: the model is part of most of the planner's memo keys, and hashing its nested tuples
+        of floats each time showed in planning (docs/design.md 13.3, "Planning time")."""
         h = self.__dict__.get(HASH_KEY)
         return store_hash(self, tuple(getattr(self, f.name) for f in fields(self))) if h is None else h
 
@@ -201,9 +201,9 @@ class CostModel:
     @cached_property
     def _lookup(self) -> _Lookup:
         """The per-axis and per-kind tuples as dicts, built once per model: planning prices a step
-        thousands of times a pair, and building them once took 0-4% off planning on the large-mesh
-        ladder (``redist bench-plan --ladder``; 3.5% on 13 axes of 2). Derived from the fields, so outside equality and hashing;
-        a model made with ``replace`` builds its own, and a pickled one carries a copy of these."""
+        thousands of times a pair (docs/design.md 13.3, "Planning time"). Derived from the fields, so
+        outside equality and hashing; a model made with ``replace`` builds its own, and a pickled one
+        carries a copy of these."""
         return _Lookup(dict(self.axis_latency_s), {k: 1.0 / v for k, v in self.axis_bandwidth_Bps},
                        dict(self.kind_time_factor), dict(self.kind_costs), dict(self.cross_kind_costs), {},
                        _by_name(self.cross_axes))
@@ -256,17 +256,16 @@ class CostModel:
 
     def crosses_any(self, names: Iterable[Axis]) -> bool:
         """``crosses(self.cross_axes, names)``, each name checked against the crossing axes of its
-        own mesh axis only: a step is priced thousands of times a pair, and on 13 axes of 2 (10
-        of them crossing hosts) the pairwise test was 2% of planning."""
+        own mesh axis only: a step is priced thousands of times a pair, and the pairwise test showed in
+        planning on large meshes (docs/design.md 13.3, "Planning time")."""
         return _crosses_by_name(self._lookup.cross_by_name, names)
 
     def least_round(self, kind: str) -> tuple[float, float]:
         """The least latency and inverse bandwidth one latency term of a ``kind`` step can cost in
         ``kind_time``, over any axes: a measured kind's figures (in or across processes, the
-        lower), else the fastest link's times the kind's factor. Planning floors price rounds so;
-        floors at the links' 5 us and 50 GB/s under a profile pricing an exchange round at
-        169 us and 0.55 GB/s pruned almost nothing (12 axes of 2 routed 119 exchanges for one plan).
-        Memoised per model and kind (``_lookup``)."""
+        lower), else the fastest link's times the kind's factor. Planning floors price rounds so:
+        floors at the links' figures under a measured profile pruned almost nothing (docs/design.md
+        6.2). Memoised per model and kind (``_lookup``)."""
         least = self._lookup.least_round
         if kind not in least:
             least[kind] = self._least_round(kind)

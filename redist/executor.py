@@ -165,9 +165,8 @@ def _offsets(table: np.ndarray, lin: jax.Array, rank: int) -> list[Any]:
 
 def _add_cell(out: jax.Array, piece: jax.Array, valid: Any, recv_off: list[Any], sums: bool = True) -> jax.Array:
     """``piece`` added into ``out`` at ``recv_off`` where ``valid``. Without partial sums
-    (``sums=False``: each cell lands once, on zeros) it is written, not added: an add in 16-bit
-    floats is widened to f32 by XLA:CPU, and the widening then spans the whole block at every
-    cell (a full-block convert round trip per round, 6x the f32 time for rand015's exchange)."""
+    (``sums=False``: each cell lands once, on zeros) it is written, not added: XLA:CPU widens a 16-bit
+    float add to f32 over the whole block at every cell (docs/design.md 8.2)."""
     if valid is False:
         return out
     if not sums and valid is True:
@@ -272,8 +271,7 @@ def _round_piece(r: Round, x: jax.Array, lin: jax.Array, cell: Sequence[int], na
 
 MAX_CHOICES = 2
 """Pieces one cell of the new block may come from across devices for ``_assemble``: each is one
-more read per element (a select). Measured (CPU time, 8 devices): with 2, ``tp2d_transpose_4x2``'s
-exchange 2-3% cheaper than the zero-filled block; more choices were not measured."""
+more read per element (a select); more than 2 were not measured (docs/design.md 8.2)."""
 MAX_SLABS = 8
 """Slabs ``_assemble`` joins (one concatenate operand each); measured with 2."""
 
@@ -286,14 +284,9 @@ def _as_bits(t: ShardingType) -> bool:
 
 def _slab_grid(shape: Sequence[int], cell: Sequence[int], anywhere: bool = False) -> tuple[int, ...] | None:
     """The cell grid of a block when its cells are slabs cut along one dimension, with only
-    extent-1 dimensions before it unless ``anywhere`` (``None`` otherwise). Only there does
-    XLA:CPU fuse the concatenate (and its selects) into one pass: along a minor dimension it stays a
-    separate copy of already written cells, and ``tp2d_transpose_2x4``'s exchange took 18% more
-    CPU time than the zero-filled block with a ``dynamic_update_slice`` per cell. ``anywhere``:
-    16-bit floats moved as bits, whose conversion back fuses with the zero-filled block's updates
-    into one elementwise loop over the block (``dynamic-update-slice_bitcast-convert_fusion``, no
-    longer in place); the concatenate along a minor dimension took 0.4-0.7x its time on 2-D and
-    3-D pairwise swaps, 0.95x on a 4-D one (``python -m benchmarks.studies.exchange_forms``)."""
+    extent-1 dimensions before it unless ``anywhere`` (``None`` otherwise): only there does XLA:CPU
+    fuse the concatenate (and its selects) into one pass. ``anywhere``: 16-bit floats moved as bits,
+    whose conversion back fuses with the zero-filled block's updates anyway (docs/design.md 8.2)."""
     if any(n % c for n, c in zip(shape, cell)):
         return None
     grid = tuple(n // c for n, c in zip(shape, cell))
@@ -456,9 +449,9 @@ def _all_gathers(steps: Sequence[AllGather], before: ShardingType, after: Shardi
 def _gather_into(x: jax.Array, d: int, args: dict[str, Any], concat: bool | None = None) -> jax.Array:
     """``all_gather(tiled=True)`` on dimension ``d``, as a gather stacking the blocks on a new
     leading dimension (contiguous, no layout change) and one pass putting them in place
-    (``_join``): XLA:CPU instead gives the gathered dimension the major layout, a transposing
-    copy of the block before the collective and of the result after it (rand031: 2.5 ms for a
-    256 KiB gather priced 0.25). ``concat``: force the join's form (``None``: ``concat_joins``)."""
+    (``_join``): XLA:CPU instead gives the gathered dimension the major layout, a transposing copy
+    before and after the collective (docs/design.md 8.2). ``concat``: force the join's form (``None``:
+    ``concat_joins``)."""
     y = lax.all_gather(x, axis=0, tiled=False, **args)
     return _join(y, 0, d, concat_joins(y.shape, 0, d, x.dtype.itemsize == 2) if concat is None else concat)
 
@@ -469,12 +462,11 @@ def _all_to_all(step: AllToAll, before: ShardingType, after: ShardingType, x: ja
     """On an explicit group dimension, the form XLA's own partitioner emits: ``dst_dim`` is
     reshaped to ``(g, n/g)`` (the destination index is the major part of the local extent), the
     all-to-all exchanges that ``g`` in place (received blocks come back indexed by source), and
-    the source index moves in front of ``src_dim`` (sources major there) and merges with it. XLA
-    fuses that move into the all-to-all's result concatenation. ``tiled=True`` with
-    ``concat_axis=src_dim`` instead makes XLA concatenate the whole block and transpose it again
-    (one extra full-size pass, 3x the local writes on ``seq_to_hidden``). Where it is faster the
-    all-to-all splits ``dst_dim`` itself and reshapes after (``splits_directly``); where another
-    all-to-all reads the result, the join may be a concatenate (``concat_joins_before``)."""
+    the source index moves in front of ``src_dim`` (sources major there) and merges with it, a move
+    XLA fuses into the all-to-all's result (``tiled=True`` instead costs an extra full-size pass:
+    docs/design.md 8.2). Where it is faster the all-to-all splits ``dst_dim`` itself and reshapes
+    after (``splits_directly``); where another all-to-all reads the result, the join may be a
+    concatenate (``concat_joins_before``)."""
     concat = True if concat_joins_before(x.dtype.itemsize, following) else None
     return _all_to_all_in_place(x, step.src_dim, step.dst_dim, _group(step, before)[1], _args(step, before), concat)
 
@@ -494,22 +486,11 @@ def _all_to_all_in_place(x: jax.Array, s: int, d: int, g: int, args: dict[str, A
 
 
 def splits_directly(shape: Sequence[int], s: int, d: int, itemsize: int) -> bool:
-    """Whether the all-to-all should split dimension ``d`` of the block as it is (``tiled``: XLA:CPU
-    sends ``g`` contiguous chunks of it) rather than a ``(g, n/g)`` reshape of it: for 32-bit
-    elements when neither ``d`` nor the joined dimension ``s`` is the minor one.
-
-    Why: XLA:CPU builds each peer's send buffer in a slice fusion. On the reshape that fusion
-    reads the parameter through a bitcast, and its parallel task assignment then splits it over
-    threads at sizes where a plain slice of the parameter (the direct form) stays one task;
-    with 8 simulated devices sharing the host's cores the split costs (``ulysses_*``: the four
-    slices and the join run partitioned in the reshape form, only the join in the direct form).
-    Interleaved medians on 8 simulated devices (``python -m benchmarks.studies.a2a_forms``): direct /
-    reshape 0.72-0.86 where it drops the partitioning, 0.90-1.01 elsewhere (both forms
-    partitioned alike, or neither). Not when ``d`` is minor: the
-    received pieces are then concatenated on the minor dimension, which XLA:CPU leaves unfused
-    (one more full pass, 1.13-1.37); nor when ``s`` is (the concatenating join, 1.14-1.48); nor
-    for 16-bit floats, moved as bits: the ``bitcast-convert`` is fused into every slice in both
-    forms, which are then split alike (0.94-1.08, mixed)."""
+    """Whether the all-to-all should split dimension ``d`` of the block as it is (``tiled``)
+    rather than a ``(g, n/g)`` reshape of it: for 32-bit elements when neither ``d`` nor the joined
+    dimension ``s`` is the minor one. Why: XLA:CPU splits the reshape's send-buffer slices over
+    threads where the direct slices stay one task (docs/design.md 4.2, "Splitting an all-to-all's
+    block")."""
     return itemsize == 4 and math.prod(shape[d + 1:]) > 1 and math.prod(shape[s + 1:]) > 1
 
 
@@ -517,15 +498,8 @@ def concat_joins(shape: Sequence[int], k: int, d: int, loop_is_slow: bool) -> bo
     """Whether ``_join`` should concatenate pieces (axis ``k`` of ``shape``) on dimension ``d`` of the
     rest rather than transpose them there: when ``d`` is the minor dimension and the transposing
     loop is one XLA:CPU runs slowly (``loop_is_slow``: it selects among an all-to-all's received
-    pieces per element, or moves 16-bit elements).
-
-    A transpose and reshape compiles to one loop fusion, a ``concatenate`` to a copy of contiguous
-    runs. Joined on the minor dimension, the loop interleaves pieces in its innermost index:
-    interleaved medians on 8 simulated devices (``python -m benchmarks.studies.join_forms``, two runs)
-    give the concatenate 0.59-0.90x the loop's time after an all-to-all (``hidden_to_seq`` 1.83 ->
-    1.11 ms) and 0.54-0.82x after a 16-bit gather, but 1.22-1.36x after an f32 gather (a plain
-    transpose); with a minor dimension after ``d`` the loop runs along it and is as fast or faster
-    (0.97-1.23x)."""
+    pieces per element, or moves 16-bit elements). Measured in docs/design.md 4.2 ("Joining
+    received pieces")."""
     rest = [n for i, n in enumerate(shape) if i != k]
     return loop_is_slow and math.prod(rest[d + 1:]) == 1
 
@@ -533,13 +507,8 @@ def concat_joins(shape: Sequence[int], k: int, d: int, loop_is_slow: bool) -> bo
 def concat_joins_before(itemsize: int, following: Following) -> bool:
     """Whether a 16-bit all-to-all's received pieces are joined by concatenate whatever the joined
     dimension, because the next step is another all-to-all: XLA:CPU then forwards the pieces
-    straight into that all-to-all's send buffers (one of them read off a received piece, no
-    materialised join of the whole tuple), where the transposing join keeps the all-to-all's own
-    ``concatenate`` and fuses the transpose into every send slice. Interleaved medians on the
-    six bf16 plans of two all-to-alls among 1,500 random pairs (``python -m
-    benchmarks.studies.join_forms``, chained table, two runs): 0.81-1.00x the time (``rand057`` 0.95x,
-    which lost to XLA by 10% before); not for 32-bit elements (0.99-1.11x on four s32 plans),
-    nor before a gather, permute, reduce-scatter or all-reduce (0.99-1.04x)."""
+    straight into that all-to-all's send buffers instead of materialising the join. Not for 32-bit
+    elements, nor before other collectives (docs/design.md 4.2, "Joining received pieces")."""
     return itemsize == 2 and following is AllToAll
 
 
@@ -620,10 +589,9 @@ def _values_moved(move: Callable[[ShardingType, ShardingType, jax.Array], jax.Ar
                   before: ShardingType, after: ShardingType, x: jax.Array) -> jax.Array:
     """``move(before, after, x)``, on 16-bit floats' bit patterns where it only copies values (no
     partial sums): XLA:CPU widens 16-bit float collectives, selects and updates to f32 (twice the
-    wire bytes, and convert round trips over the whole block at every cell: rand015's bf16 exchange
-    ran 6x its f32 time); unsigned integers of the same width move as they are. Moves that add
-    partial sums get the whole block as it is: they move each piece as bits themselves and add in
-    ``_sum_dtype`` (``_point_to_point``, ``_added_slots``)."""
+    wire bytes, and convert round trips at every cell: docs/design.md 8.2); unsigned integers of the
+    same width move as they are. Moves that add partial sums get the whole block as it is: they move
+    each piece as bits themselves and add in ``_sum_dtype`` (``_point_to_point``, ``_added_slots``)."""
     if before.unreduced:
         return move(before, after, x)
     return _on_bits(x, lambda y: move(before, after, y))
@@ -796,11 +764,8 @@ def _slots_exchange(before: ShardingType, after: ShardingType, x: jax.Array) -> 
 def _added_slots(sl: Slots, sums: bool, after: ShardingType, x: jax.Array, lin: jax.Array) -> jax.Array:
     """Slots cut at this device's offsets, moved as bit patterns, and written (``sums``: added)
     into a zero-filled block, each in place. Pending sums of 16-bit floats are added into an f32
-    block converted once at the end (``_sum_dtype``): added at 16 bits, XLA:CPU widened every slot
-    to f32 before the all-to-all (twice the bytes on the wire) and the block to f32 and back at
-    every slot, 126 converts and 0.18x the speed of the typed reduce-scatter + all-to-all on
-    ``bf16[32,16,16,64@y]{U:x} -> bf16[32@x,16,16@y,64]`` (``python -m benchmarks.studies.unmeasured_ties``).
-    Added in f32, the partials are also rounded once rather than once per slot."""
+    block converted once at the end (``_sum_dtype``): added at 16 bits, XLA:CPU widens every slot and
+    the block at every slot (docs/design.md 8.2), and in f32 the partials are rounded once."""
     rank = x.ndim
 
     def moved(v: jax.Array) -> jax.Array:
@@ -928,10 +893,8 @@ def run_plan(plan: Plan, x: Any) -> jax.Array:
 
     The fast path: the checks and the compiled executable are cached per (plan object, input
     sharding, shape, dtype), so a repeated call costs two dictionary lookups plus the executable's
-    dispatch (``python -m benchmarks.per_call``).
-    The key holds the dtype object itself: ``str(x.dtype)`` runs NumPy's Python (about 4 us, most
-    of the lookup).
-    """
+    dispatch (docs/design.md 8.3; ``python -m benchmarks.per_call``). The key holds the dtype object
+    itself: ``str(x.dtype)`` runs NumPy's Python, most of the lookup's cost."""
     if type(x) is not _ARRAY_IMPL and not isinstance(x, jax.Array):  # the type test first: isinstance is an ABC's
         raise ExecutionError(f"expected a jax.Array laid out as {plan.src}, got {type(x).__name__}")
     table = _by_plan()
@@ -953,8 +916,7 @@ _ARRAY_IMPL = ArrayImpl  # not type(jnp.zeros(())): importing must not start the
 @memo(Scope.PROGRAM, maxsize=1)
 def _by_plan() -> dict[int, tuple[Plan, dict[Any, Callable[[Any], Any]]]]:
     """Executables by plan identity, then (sharding, shape, dtype): hashing a ``Plan`` hashes its
-    types and steps (1.8-3.0 us a call on one- and two-step plans, warm; more right after a
-    blocking wait), looking up its ``id`` does not. A registered table, so
+    types and steps, looking up its ``id`` does not (docs/design.md 8.3). A registered table, so
     ``clear_caches`` empties it with the compiled programs."""
     return {}
 

@@ -150,8 +150,7 @@ def collective_signature(h: HloCollectives) -> Signature:
 def collective_sequence(h: HloCollectives) -> Signature:
     """``collective_signature``'s entries in program order (a compiled module's text lists its entry
     computation in schedule order). Why besides the multiset: the same two collectives in the
-    other order are another program, and run at another speed (``tp2d_transpose_2x4``: a
-    permute before an all-to-all ran 3-7% slower than the all-to-all before the permute)."""
+    other order are another program, and run at another speed (docs/design.md 8.2)."""
     return tuple(collective_key(c) for c in h.collectives)
 
 

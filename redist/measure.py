@@ -164,25 +164,18 @@ received cells, a gather's or reduce-scatter's leading copy, or nothing."""
 def written(step: Step, before: ShardingType, after: ShardingType) -> Written:
     """What a move copies as pieces narrower than a block's rows, as ``redist.executor`` lowers
     it: every cell (``prod gcd(old local, new local)``) is read from the old block and written into
-    the new one once (an exchange's ``dynamic_slice`` and ``dynamic_update_slice`` per cell, an
-    all-to-all's pieces split off its destination dimension and joined on its source dimension,
-    whole cells). ``strided_bytes``: the new block where its cells are narrower than its rows
-    (written so, an extra pass for an all-to-all); ``runs``: the rows of the cells on each side
-    where they are narrower than that block's rows. Nothing for whole-row cells, a whole-block permute (one ``ppermute``), other steps, or
-    moves that add partial sums (their fits were not timed against it). Why: interleaved on 8 CPU
-    devices, an all-to-all whose pieces join on dimension 1 ran 15-30% slower than the same bytes
-    joined on the leading dimension (a transposing pass XLA does not fuse), and pieces landing as
-    short rows cost more than long ones; the kinds' ``strided_s_per_byte`` and ``run_s`` price it
-    (``redist.calibrate`` times whole rows and rows of two lengths)."""
+    the new one once. ``strided_bytes``: the new block where its cells are narrower than its rows;
+    ``runs``: the rows of the cells on each side where they are narrower than that block's rows.
+    Nothing for whole-row cells, a whole-block permute, other steps, or moves that add partial sums
+    (not timed against it). Why: short rows and non-leading joins cost measurably more, and the
+    kinds' ``strided_s_per_byte`` and ``run_s`` price it (docs/design.md 4.2, "Short rows")."""
     return WRITTEN[type(step)](step, before, after)
 
 
 @WRITTEN.register(DynSlice, Discard, PadUnreduced, AllReduce, AllReduceSlice)
 def _nothing_written(step: Step, before: ShardingType, after: ShardingType) -> Written:
     """Local passes and moves that add partial sums in whole blocks. Not ``AllReduceSlice``'s
-    slice: priced so, its fit made a slice of 4096 rows of 32 B cost a collective more than it
-    does (seed10_rand016: a split into all-reduce-slice + exchange ran 27% slower than the one
-    all-reduce-slice)."""
+    slice: priced so, its fit overpriced short slices by a collective (docs/design.md 4.2)."""
     return NOTHING_WRITTEN
 
 
@@ -203,16 +196,13 @@ def _cells_written(step: Step, before: ShardingType, after: ShardingType) -> Wri
 
 SHORTEST_ROW_BYTES = 256
 """Rows shorter than ``redist.calibrate``'s shortest (``SHORT_ROWS``: 64 f32) are priced as rows of
-this length: a fit's per-row cost is not extrapolated below what was timed (seed10_rand016, 32768
-rows of 32 B, was priced at 2.6 ms of rows for a 1 MiB reduce-scatter): a gather's or
-reduce-scatter's copy (``_leading_copy``)."""
+this length, so a fit's per-row cost is not extrapolated below what was timed: a gather's or
+reduce-scatter's copy (``_leading_copy``; docs/design.md 4.2)."""
 
 SHORTEST_CELL_ROW_BYTES = 32
 """The same floor for a move's cells (all-to-alls, exchanges, permutes): ``redist.calibrate`` times
-those kinds with rows down to 32 B (``MOVE_SHORT_ROWS``: 8 f32; the shipped ``cpu.json`` was fitted
-on rows down to 256 B, its per-row cost extrapolated, design 4.2). Floored at 256 B, the 65,536
-rows of 32 B of a rank-4 exchange were priced as 8,192, and it was chosen over an all-to-all it
-ran 1.96x slower than (``benchmarks.pricing_heldout``, seed 23)."""
+those kinds with rows down to 32 B (``MOVE_SHORT_ROWS``: 8 f32). Why not 256 B: rank-4 exchanges
+landing 32 B rows were underpriced and chosen over faster all-to-alls (docs/design.md 4.2)."""
 
 
 @WRITTEN.register(ReduceScatter, AllGather)

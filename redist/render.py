@@ -332,7 +332,7 @@ def _exchange(step: Exchange, before: ShardingType, after: ShardingType, m: Step
 LIFTED_DEVICES = 1 << 12
 """Meshes up to this size are described from the whole schedule; larger ones from one class of
 devices (``redist.exchange.class_schedule``): every class receives alike, so the counts are the
-same, and describing costs no more than planning (65,536 devices took 5 s lifting the schedule)."""
+same, and describing costs no more than planning (docs/design.md 13.3)."""
 
 
 class _Described(NamedTuple):

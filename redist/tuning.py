@@ -1,23 +1,20 @@
 """Choosing among the planner's best plans by timing them on the running backend (autotuning).
 
-Why: the measured cost model is a fit, typically 10-35% off a single step (``Profile.fit_error``,
-``python -m benchmarks.studies.step_audit``), and where several plans are priced within that of each other
-its ranking is a coin toss that can cost 20-30% on the clock (``rand166`` of the random speed
-pairs: two all-to-alls priced 780 us beside our 779 us ran 1.25x faster). XLA autotunes its own
-kernels the same way. ``autotune`` takes the ``top`` plans the search kept (``synth.ranked``: the
-model's choice first, all within the memory bound), compiles each with the executor, times them
-interleaved as ``redist calibrate`` times its samples, and returns the fastest with every trial,
-where it beat the model's choice by more than ``margin`` (timing noise is not a reason to switch).
-Under ``jax.distributed`` every process times the same calls, the processes exchange their
-medians (``redist.coordination.gather``), and each takes, per plan, the slowest process's (a
-collective lasts until its last process is done): every process makes the same choice from the
-same table, so all run the same program. Each candidate is warmed up first (``WARMUP``): with
-one warm-up call, 4 Gloo processes picked two all-to-alls for ``tp2d_dim_swap_flat`` that ran
-0.7x the model's one. Results are cached per (types, cost model, ``top``, ``reps``, ``margin``)
-for the life of the process; ``clear_caches("plans")`` forgets them. With a cache file
-(``cache=``, or ``REDIST_AUTOTUNE_CACHE``; ``redist.tune_cache``) the winner is also kept on disk,
-and every later ``redistribute`` or ``reshard`` of the move, in any process, plans it untimed.
-"""
+Why: the measured cost model is a fit, off a single step by more than the gap between plans it
+ranks close, so its ranking there can cost on the clock (docs/design.md 6.5 and 13.3). XLA
+autotunes its own kernels the same way. ``autotune`` takes the ``top`` plans the search kept
+(``synth.ranked``: the model's choice first, all within the memory bound), compiles each with the
+executor, times them interleaved as ``redist calibrate`` times its samples, and returns the
+fastest with every trial, where it beat the model's choice by more than ``margin`` (timing noise
+is not a reason to switch). Under ``jax.distributed`` every process times the same calls, the
+processes exchange their medians (``redist.coordination.gather``), and each takes, per plan, the
+slowest process's (a collective lasts until its last process is done): every process makes the
+same choice from the same table, so all run the same program. Each candidate is warmed up first
+(``WARMUP``: over Gloo a collective's first calls set up its connections). Results are cached per
+(types, cost model, ``top``, ``reps``, ``margin``) for the life of the process;
+``clear_caches("plans")`` forgets them. With a cache file (``cache=``, or
+``REDIST_AUTOTUNE_CACHE``; ``redist.tune_cache``) the winner is also kept on disk, and every later
+``redistribute`` or ``reshard`` of the move, in any process, plans it untimed."""
 
 from __future__ import annotations
 
@@ -82,10 +79,9 @@ WARMUP = 3
 """Untimed calls of each candidate first: over Gloo a collective's first calls also set up its
 group's connections."""
 DEFAULT_MARGIN = 0.1
-"""How much faster than the model's choice another plan must measure to replace it. On a shared
-machine one plan timed 368-802 us in runs of 15-41 calls, and without a margin 64 of 200
-random pairs changed plan, as many for the worse as for the better (``python -m
-benchmarks.studies.autotuned``)."""
+"""How much faster than the model's choice another plan must measure to replace it: without a
+margin, timing noise on a shared machine changed plans as often for the worse as for the better
+(docs/design.md 6.5)."""
 
 
 def autotune(src: ShardingType | str, dst: ShardingType | str, mesh: Any = None, *,

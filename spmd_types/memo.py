@@ -94,10 +94,9 @@ class cached_property(Generic[T]):  # noqa: N801 - a drop-in for functools.cache
     """``functools.cached_property`` without its lock: the first read computes the value and
     stores it in the instance's ``__dict__``, where later reads find it without calling this
     descriptor (the same as functools'). Python 3.11's version takes an ``RLock`` on every first
-    read; planning reads the first ``local_shape``, ``measures``, ``recv_bytes``... of thousands of
-    fresh types and plans a pair, and that lock was 6% of planning time on the issue-12 ladder.
-    Planning is single-threaded; two threads racing on a first read both compute the same pure
-    value, and one stores it."""
+    read, which showed in planning (docs/design.md 13.3, "Planning time"). Planning is
+    single-threaded; two threads racing on a first read both compute the same pure value, and one
+    stores it."""
 
     def __init__(self, fn: Callable[[Any], T]) -> None:
         self.fn = fn

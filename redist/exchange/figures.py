@@ -88,7 +88,7 @@ def plain_routing(old: ShardingType, new: ShardingType) -> Routing | None:
     receives its missing cells and the busiest receiver's count is the rounds (König; sends are
     balanced over the replicas). Pending-sum moves whose unreduced atoms are all kept reach here as
     such quotients (``redist.exchange_classes``): the synthesizer measures the permutes of its
-    candidates on them, and routing their rows cost 0.3-0.7 ms each on 13 axes of 2. Refused as
+    candidates on them, where routing their rows showed in planning (docs/design.md 13.3). Refused as
     ``route`` refuses (``check_grid_size``); ``None`` where the sum is past ``EXACT_FLOAT_SUM``."""
     if old.unreduced or new.unreduced or new.local_size * old.mesh.size >= EXACT_FLOAT_SUM:
         return None
@@ -110,7 +110,7 @@ def summing_routing(old: ShardingType, new: ShardingType) -> Routing | None:
     """The routing of a pending-sum move in closed form (``overlap_figures``, no (device, cell)
     rows) where each device is the one holder of its (old block, kept, reduced partial) and the
     one target of its (new block, kept), and the new type adds no pending sums: the reducing
-    exchange onto a fully sharded layout, whose rows took 0.1-0.2 s of NumPy on 4,096 devices.
+    exchange onto a fully sharded layout, whose rows were slow on large meshes (docs/design.md 13.3).
     ``_route_reduced`` roots each (cell, kept) need at its one target ``t``, which receives the
     ``k`` partials less the one it holds where its old block has the cell: ``k C_new - O(t)``
     cells (``C`` a block's cells, ``O`` a device's old-and-new overlap in cells); the holder

@@ -50,8 +50,7 @@ def unbeaten(full: Plan, best: Best) -> Plan:
     beats (or outranks, ``Best.outranked``) with each step at the least of its own and its
     variants' bytes, times and ops (``variant_heads`` runs a prefix with one step run another
     way): every longer prefix, and every plan through one, costs at least as much, so their steps
-    are not measured and they start no exchange. On the 13-axis ladder rung, timed alone in
-    separate processes, it took the mean from about 22.8 to 20.4 ms."""
+    are not measured and they start no exchange (docs/design.md 13.3, "Planning time")."""
     cm = full.cost_model
     ts = full.all_types
     recv = time = 0.0
@@ -73,9 +72,8 @@ def gc_paused() -> Iterator[None]:
     """Python's cyclic garbage collector off for the block (as it was before, after it). Planning
     allocates many short-lived objects, which reference counting frees, and each allocation burst
     may start a collection that walks every live object: the memo tables of a large mesh make
-    that tens of milliseconds, charged to whichever plan happened to trigger it. Measured with
-    the ladder rungs run in one process (8,192 devices, 13 axes of 2): one pair took 104 ms
-    instead of 52 ms, the rung's mean 25.0 ms instead of 20.5 ms."""
+    that tens of milliseconds, charged to whichever plan happened to trigger it (docs/design.md
+    13.3, "Planning time")."""
     was = gc.isenabled()
     gc.disable()
     try:

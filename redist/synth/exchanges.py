@@ -67,20 +67,19 @@ def by_floor(prefixes: list[Plan], dst: ShardingType, cm: CostModel, best: Best)
     order) until the best plan so far beats the next floor. A heap holds each prefix under the
     cheapest of six keys, each at or below the next: the prefix's own cost, plus (only with
     pending sums, where the floor costs more than the bound) a floor on the transfer bound that
-    reads no per-device table (``unreduced_bound_floor``: on 13 axes of 2 it spares 60% of the
-    bounds), plus the transfer bound of its exchange (``lower_bound_bytes``), both with the
-    rounds that many bytes take at least (``bytes_floor``: under a time objective time leads
-    the key, so a bytes-only key would send every prefix on to the per-device floors), then
-    (pending sums only) also the rounds the first or last device must receive
-    (``sampled_provider_cells``, no per-device table), plus its exchange floor without, then
+    reads no per-device table (``unreduced_bound_floor``), plus the transfer bound of its exchange
+    (``lower_bound_bytes``), both with the rounds that many bytes take at least (``bytes_floor``:
+    under a time objective time leads the key, so a bytes-only key would send every prefix on to
+    the per-device floors), then (pending sums only) also the rounds the first or last device must
+    receive (``sampled_provider_cells``, no per-device table), plus its exchange floor without, then
     (only with pending sums) with ``rooted_rounds``, which routes a class quotient
     (``redist.exchange_classes``): only prefixes reaching the top pay it. A prefix at the top is
     re-keyed by its next key; one at the top under its floor is at or below every other key,
     hence every other floor, so the order and the stopping point are those of sorting every
     floor, and most floors (and bounds) are never computed: the first exchanges built beat them.
     Each key carries the ops its rounds take at least (``_exchange_ops``), so a prefix is also
-    dropped at the first key ``Best.outranked`` refuses: no later key has less time or fewer ops
-    (on the 13-axis rung's slowest pair, 38 prefixes reached the last key before, 11 now)."""
+    dropped at the first key ``Best.outranked`` refuses: no later key has less time or fewer ops.
+    What each key spares: docs/design.md 13.3, "Planning time"."""
     heap = [(cm.order(p.recv_bytes, p.time_s), i, 0, 0, p) for i, p in enumerate(prefixes)]
     heapq.heapify(heap)
     while heap:

@@ -88,8 +88,7 @@ def _permute_last_candidates(src: ShardingType, dst: ShardingType, cm: CostModel
     permute across processes). Where the groups are priced alike the two orders tie on the model;
     ``Best.choice`` then puts steps that span processes last (``crossing_order``). A mirror that
     receives more than its candidate (a gather before the permute: the permute then moves the
-    gathered block) is dropped: ``fsdp_gather_data`` over 4 Gloo processes priced such a mirror
-    20% faster and it ran 6% slower (paired, 95% interval 1.00-1.14)."""
+    gathered block) is dropped: the model overprices it (docs/design.md 6.2)."""
     if src.unreduced or dst.unreduced:
         return []
     out = []
@@ -192,8 +191,8 @@ def _reorder_candidates(src: ShardingType, dst: ShardingType, cm: CostModel) -> 
     another dimension moved over by all-to-alls (``s32[64@x,64,64@y] -> s32[64@(y,x),64,64]``:
     an all-to-all of ``y`` into dimension 0, then one permute swapping the order, as XLA does);
     and that with the last dimension's atoms moved first: the two orders move the same bytes
-    through blocks of other shapes, whose local passes cost differently (``size3_transpose``:
-    moving ``y`` first keeps the middle block in long rows, 7-11% faster)."""
+    through blocks of other shapes, whose local passes cost differently (docs/design.md 4.2,
+    "Short rows")."""
     out = []
     for pre in (0, 1, 2, 3):
         g = Greedy(src, dst)
@@ -314,8 +313,8 @@ def reduce_shared_first_candidates(src: ShardingType, dst: ShardingType, cm: Cos
     axes instead, which needs them to divide the source block; the all-reduce does not. Parked in
     the destination's widest dimension they divide only (one sub-plan per builder). Only where
     the shared axes divide no dimension of the source block: elsewhere the reduce-scatter does
-    the same reduction receiving half as much, and these three sub-plans per pair cost planning
-    time (the 8-axis ladder rung's pending-sum pairs 11 -> 24 ms)."""
+    the same reduction receiving half as much, and these sub-plans cost planning time
+    (docs/design.md 6.2)."""
     g = Greedy(src, dst)
     shared = tuple(sorted(g.unred & set(g.wanted_unreduced)))
     if not shared:
@@ -348,10 +347,8 @@ def _all_reduce_first_candidates(src: ShardingType, dst: ShardingType, cm: CostM
     the destination shards: ``_wanted_slices``), all-reduce the pending sums the destination
     drops (on the block as it is, so within the memory bound), then ``_passes``, as XLA's
     partitioner orders such moves. It receives more than reduce-scattering first, but the
-    all-reduce is one fast collective and what follows moves a plain array: ``f32[32,32,256@x]
-    {U:y} -> f32[32,32,256@y]`` on ``{x=2,y=2,z=2}`` (``rand188``) is an all-reduce and a permute
-    (priced 794 us, 0.59 ms measured), where reduce-scatter + exchange was priced 1,620 us and
-    ran 1.01 ms. Not under the bytes objective, which it never wins and whose planning time
+    all-reduce is one fast collective and what follows moves a plain array (docs/design.md 6.2,
+    *all-reduce first*). Not under the bytes objective, which it never wins and whose planning time
     the extra sub-plans would cost; nor where only slices follow (that is ``AllReduceSlice``, a
     variant of every reduce-scatter already)."""
     if not cm.time_first:
@@ -371,8 +368,7 @@ def _all_reduce_first_candidates(src: ShardingType, dst: ShardingType, cm: CostM
 
 def _wanted_slices(dst: ShardingType, free: tuple[Atom, ...]) -> tuple[Step, ...]:
     """The free atoms ``dst`` shards, each sliced onto the minor end of the dimension ``dst`` puts
-    it in, so what follows moves the smaller block (``rand031``: the permute after the all-reduce
-    then moves half of it)."""
+    it in, so what follows moves the smaller block (docs/design.md 6.2)."""
     where = {a: j for j, d in enumerate(dims_atoms(dst)) for a in d}
     return tuple(DynSlice(j, axes_of_atoms(dst.mesh, tuple(a for a in free if where.get(a) == j)))
                  for j in sorted({where[a] for a in free if a in where}))
@@ -392,13 +388,9 @@ def _park(
     turn, or each of ``dims``), by reduce-scattering those in ``reduce`` (unreduced axes) and
     slicing the others (free axes), and let the greedy pass finish from there. Under the time
     objective, where the destination shards one of ``atoms`` in that dimension, also the
-    relabelling and reordering passes (``_passes``): ``f32[262144@(z,y)]{U:x} ->
-    f32[262144@(y,z,x)]`` on ``{x=2,y=2,z=2}`` (``rand120``) is a reduce-scatter and a permute of
-    the reduced block (priced 453 us, 0.55 ms measured), where the greedy finish gathers the whole
-    array back and the best plan without it permuted the partials first (516 us, 0.74 ms; XLA
-    0.62 ms). Only there: in every dimension they took the time objective's planning on 8 and 12
-    axes of 2 from 16 and 52 ms a pair to 31 and 130 ms (18 and 62 ms as here), for four more
-    faster plans in 440 random pairs, by 2-10%."""
+    relabelling and reordering passes (``_passes``): one permute of the reduced block where the
+    greedy finish gathers the whole array back. Only there: in every dimension they cost more
+    planning time than the plans they win are worth (docs/design.md 6.2, *reduce early*)."""
     wanted = {j for j, d in enumerate(dims_atoms(dst)) for a in d if a in atoms} if cm.time_first else set()
     out = []
     for dim in range(src.rank) if dims is None else dims:

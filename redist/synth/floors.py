@@ -107,8 +107,7 @@ def pending_sum_rounds(cur: ShardingType, dst: ShardingType, cell: int, mean_cel
     beats a star). And at least the cells of the busiest receiver: one device per group of
     devices receives every cell the group lacks (``redist.exchange.provider_cells``), and the
     rounds of the device the routing makes root of every cell its new block's devices all lack
-    (``redist.exchange.rooted_rounds``: 112 rounds where the rest give 16 on 13 axes of 2, so the
-    direct exchange is pruned once a reduce-scatter + exchange is routed, not routed itself;
+    (``redist.exchange.rooted_rounds``, far tighter on large binary meshes: docs/design.md 13.3;
     only with ``rooted``: it builds a class quotient, so ``by_floor`` asks for it last)."""
     rounds = math.ceil(mean_cells * TIME_SLACK)
     if not dst.unreduced:

@@ -74,9 +74,9 @@ def crossing_order(p: Plan) -> tuple[bool, ...]:
     """Per collective step of ``p``, whether it spans processes (``CostModel.cross_axes``, over
     the axes the model prices it by): smaller when such steps come later. Between plans of the
     same collectives, time and bytes (``_permute_last_candidates``' mirrors), the one that crosses
-    processes last ran faster across 4 Gloo processes (``tp2d_transpose_2x4``: ~3%, XLA's order),
-    and it lets every process start with local work instead of waiting at a rendezvous for the
-    slowest peer. Without cross axes every entry is False: no effect."""
+    processes last ran faster (XLA's order, docs/design.md 6.2), and it lets every process start
+    with local work instead of waiting at a rendezvous for the slowest peer. Without cross axes
+    every entry is False: no effect."""
     cm = p.cost_model
     if not cm.cross_axes:
         return ()

@@ -45,8 +45,7 @@ def variant_heads(head: Plan) -> Iterator[Plan]:
     only that step is measured again). Each is an exchange start of its own: the floor that
     prunes an exchange after ``head`` counts ``head``'s own time, so it bounds neither the
     exchange after a faster variant of ``head`` nor, therefore, the variants ``step_variants``
-    would try on that exchange (golden ``seed10_rand034``: reduce-scatter + exchange pruned at
-    419 us hid all-reduce-slice + exchange at 272 us)."""
+    would try on that exchange (docs/design.md 6.2)."""
     yield head
     for i, step in enumerate(head.steps):
         for v in VARIANTS[type(step)](step):
