@@ -108,7 +108,7 @@ def xla_programs(
 ) -> dict[str, tuple[Any, jax.sharding.Mesh]]:
     """The jitted functions of both variants with the mesh their input must live on."""
     spec = to_partition_spec(dst)
-    out_mesh = explicit_mesh if src.unreduced else auto_mesh
+    out_mesh = explicit_mesh if src.unreduced or dst.unreduced else auto_mesh  # Auto axes take no unreduced
     ident = jax.jit(_identity, out_shardings=NamedSharding(out_mesh, spec))
     target = NamedSharding(explicit_mesh, spec)
     reshard = jax.jit(lambda v: jax.sharding.reshard(v, target))
