@@ -75,7 +75,6 @@ def test_a_pending_sum_destination_is_compared_and_its_sums_checked() -> None:
 
 def test_the_pending_sum_check_sees_a_wrong_partial() -> None:
     import jax
-    import numpy as np
 
     from redist.arrays import check_output, make_input
     from spmd_types import parse
@@ -86,3 +85,11 @@ def test_the_pending_sum_check_sees_a_wrong_partial() -> None:
     shards = [s.data + (1 if i == 0 else 0) for i, s in enumerate(x.addressable_shards)]
     wrong = jax.make_array_from_single_device_arrays(x.shape, x.sharding, shards)
     assert check_output(wrong, total, dst) is not None
+
+
+def test_xla_reshard_is_left_out_where_jax_would_abort(capsys: pytest.CaptureFixture[str]) -> None:
+    """Pending sums over x on one side and over y on the other: jax 0.10.2's reshard fails a
+    Shardy CHECK (the process aborts), so that program is not built and the CLI says so."""
+    rc = main(["compare", "f32[64@x,16]{U:y}", "f32[64,16@y]{U:x}", "--mesh", "x=4,y=2", "--reps", "1"])
+    out = capsys.readouterr().out
+    assert rc == 0 and "XLA reshard: not run" in out and "the two programs" in out
