@@ -29,8 +29,8 @@ import time  # noqa: E402
 from collections.abc import Sequence  # noqa: E402
 from typing import Any  # noqa: E402
 
-from benchmarks.plan_ab import parse_steps  # noqa: E402
 from benchmarks.random_pairs import PairSpec, random_pairs  # noqa: E402
+from benchmarks.steps_text import parse_steps  # noqa: E402
 from redist.calibrate import _input  # noqa: E402
 from redist.cost import CostModel  # noqa: E402
 from redist.executor import compile_plan  # noqa: E402

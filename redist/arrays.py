@@ -11,6 +11,7 @@ array, so XLA and ours are measured identically.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import jax
@@ -69,8 +70,29 @@ def check_output(out: Any, expected: np.ndarray, dst: ShardingType) -> str | Non
     target = NamedSharding(out.sharding.mesh, want)
     if not out.sharding.is_equivalent_to(target, len(dst.shape)):
         return f"output sharding {out.sharding.spec} differs from {want}"
+    if dst.unreduced:
+        return _check_pending_sum(out, expected, dst)
     for shard in out.addressable_shards:
         got = np.asarray(shard.data)
         if not np.array_equal(got, expected[shard.index]):
             return f"values differ on device {shard.device} (block {shard.index})"
+    return None
+
+
+def _check_pending_sum(out: Any, expected: np.ndarray, dst: ShardingType) -> str | None:
+    """``check_output`` of a pending sum: JAX gives no block index of an unreduced array, so the
+    blocks come from ``dst`` by device position, and each block's partials are summed over the
+    devices holding it. A block whose devices are not all addressable here (a group across
+    ``jax.distributed`` processes) is not checked by this process."""
+    positions = {d: i for i, d in enumerate(out.sharding.mesh.devices.reshape(-1))}
+    group = math.prod(dst.mesh.axis_size(a) for a in dst.sorted_unreduced())
+    sums: dict[tuple[tuple[int, int], ...], tuple[np.ndarray, int]] = {}
+    for shard in out.addressable_shards:
+        key = tuple(dst.block(positions[shard.device]))
+        total, n = sums.get(key, (np.zeros(dst.local_shape, np.float64), 0))
+        sums[key] = (total + np.asarray(shard.data, np.float64), n + 1)
+    for key, (total, n) in sums.items():
+        block = tuple(slice(a, b) for a, b in key)
+        if n == group and not np.array_equal(total.astype(expected.dtype), expected[block]):
+            return f"the partial sums of block {key} differ from the array's block"
     return None

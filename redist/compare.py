@@ -26,6 +26,8 @@ from redist.xla_side import MemoryStats, compile_with_log, measure_variant, xla_
 from spmd_types import Mesh, ShardingType
 
 SIDES = ("redist", "XLA out_shardings", "XLA reshard")
+"""The programs compared, in this order; ``XLA reshard`` is left out where JAX would abort the
+process on the move (``redist.xla_side.shardy_aborts``)."""
 """The programs compared, in the order printed: our plan, ``jit(identity, out_shardings=dst)``
 and ``jax.sharding.reshard`` under ``jit``."""
 

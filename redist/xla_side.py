@@ -108,11 +108,22 @@ def xla_programs(
 ) -> dict[str, tuple[Any, jax.sharding.Mesh]]:
     """The jitted functions of both variants with the mesh their input must live on."""
     spec = to_partition_spec(dst)
-    out_mesh = explicit_mesh if src.unreduced else auto_mesh
+    out_mesh = explicit_mesh if src.unreduced or dst.unreduced else auto_mesh  # Auto axes take no unreduced
     ident = jax.jit(_identity, out_shardings=NamedSharding(out_mesh, spec))
     target = NamedSharding(explicit_mesh, spec)
     reshard = jax.jit(lambda v: jax.sharding.reshard(v, target))
-    return {"out_shardings": (ident, out_mesh), "reshard": (reshard, explicit_mesh)}
+    programs = {"out_shardings": (ident, out_mesh), "reshard": (reshard, explicit_mesh)}
+    if shardy_aborts(src, dst):
+        del programs["reshard"]
+    return programs
+
+
+def shardy_aborts(src: ShardingType, dst: ShardingType) -> bool:
+    """Whether ``jax.sharding.reshard`` would abort the process on this move: with both sides
+    holding pending sums over axes the other lacks, Shardy's explicit-reshard export fails a CHECK
+    (jax 0.10.2: "Both input and output have unreduced axes that does not appear in the other"),
+    which no ``try`` can catch, so that program is not built."""
+    return bool(src.unreduced - dst.unreduced) and bool(dst.unreduced - src.unreduced)
 
 
 def measure_variant(

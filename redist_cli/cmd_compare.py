@@ -51,7 +51,11 @@ def run_compare(args: argparse.Namespace) -> int:
     for side in result.sides:
         con.print(_collectives(side))
         con.print()
-    con.print(f"time: median of {result.reps} interleaved rounds (each runs the three programs once, "
+    if len(result.sides) < 3:
+        con.print("XLA reshard: not run; jax.sharding.reshard aborts the process on a move whose source and "
+                  "destination both hold pending sums over axes the other lacks (a Shardy CHECK failure)")
+    count = {2: "two", 3: "three"}[len(result.sides)]
+    con.print(f"time: median of {result.reps} interleaved rounds (each runs the {count} programs once, "
               f"in rotating order); received bytes are read from the compiled HLO; "
               f"transfer lower bound {_kib(plan.lower_bound_bytes)} per device (mean)")
     wrong = [s.name for s in result.sides if s.values is not None]

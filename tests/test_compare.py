@@ -63,3 +63,33 @@ def test_cli_compare_prints_every_side_and_the_rounds(capsys: pytest.CaptureFixt
     assert busiest.count("49,152 B (48 KiB)") == 3
     assert main(["compare", SRC, DST, "--mesh", "x=2,y=4", "--reps", "0"]) == 2
     assert capsys.readouterr().err == "error: --reps 0: give at least 1 timed round\n"
+
+
+def test_a_pending_sum_destination_is_compared_and_its_sums_checked() -> None:
+    """XLA's programs get an Explicit mesh (JAX takes ``unreduced`` only there), and the values
+    check sums each block's partials: JAX gives no block index for an unreduced array."""
+    result = compare("f32[64@z,256,16]", "f32[64@z,256,16]{U:x}", Mesh({"x": 2, "y": 2, "z": 2}), reps=1)
+    assert all(side.values is None for side in result.sides)
+    assert [len(side.collectives.collectives) for side in result.sides] == [0, 0, 0]
+
+
+def test_the_pending_sum_check_sees_a_wrong_partial() -> None:
+    import jax
+
+    from redist.arrays import check_output, make_input
+    from spmd_types import parse
+
+    dst = parse("f32[8@z,4]{U:x}", Mesh({"x": 2, "z": 4}))
+    x, total = make_input(dst, dst.mesh.to_jax())
+    assert check_output(x, total, dst) is None
+    shards = [s.data + (1 if i == 0 else 0) for i, s in enumerate(x.addressable_shards)]
+    wrong = jax.make_array_from_single_device_arrays(x.shape, x.sharding, shards)
+    assert check_output(wrong, total, dst) is not None
+
+
+def test_xla_reshard_is_left_out_where_jax_would_abort(capsys: pytest.CaptureFixture[str]) -> None:
+    """Pending sums over x on one side and over y on the other: jax 0.10.2's reshard fails a
+    Shardy CHECK (the process aborts), so that program is not built and the CLI says so."""
+    rc = main(["compare", "f32[64@x,16]{U:y}", "f32[64,16@y]{U:x}", "--mesh", "x=4,y=2", "--reps", "1"])
+    out = capsys.readouterr().out
+    assert rc == 0 and "XLA reshard: not run" in out and "the two programs" in out

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from benchmarks.golden import golden_cases
-from benchmarks.studies.plan_ab import gloo_cost_model, load_moves, main, parse_steps
+from benchmarks.steps_text import parse_steps
+from benchmarks.studies.plan_ab import gloo_cost_model, load_moves, main
 from redist import redistribute
 from redist.errors import RedistError
 from redist.launch import without_gloo_logs
