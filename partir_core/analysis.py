@@ -7,8 +7,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from partir_core.decide import Lowered, lower
 from partir_core.ir import Program, trace
-from partir_core.lower import Lowered, lower
 from partir_core.propagate import Conflict, Propagator
 from partir_core.rules import Rule, rules_for
 from partir_core.tactics import Tactic, TacticRecord, apply_schedule

@@ -12,8 +12,8 @@ from dataclasses import replace
 from typing import Any, Protocol
 
 from partir_core.analysis import Analysis, analyze
+from partir_core.emit import compile_lowered
 from partir_core.explain import explain
-from partir_core.lower import compile_lowered
 from partir_core.pad import Padding, pad_inputs, slice_outputs
 from partir_core.simulate import Simulation, simulate
 from partir_core.tactics import Tactic

@@ -20,10 +20,9 @@ propagated once) and every evaluation is cached by the layout of every value.
 
 The default, ``method="beam"`` (``Beam``), costs every action alone, ranks the actions by that
 value, and extends the ``beam_width`` best states by their ``beam_fanout`` best-ranked actions
-depth by depth until a depth improves the best by under 1%. On the bundled GPT, Llama and MoE at the
-benchmark sizes it ends on its own after 71-75 costed schedules, with a schedule predicted faster
-than every hand strategy of ``partir_core.strategies``; measured, the profile's ranking holds on
-the Llama and the MoE but not on the GPT (``benchmarks/results/auto_search.md``).
+depth by depth until a depth improves the best by under 1%. How many schedules it costs on the
+bundled models, and how its picks compare with the hand strategies of ``partir_core.strategies``
+(predicted and measured): ``benchmarks/results/auto_search.md``.
 ``method="mcts"`` is single-player UCT (the root expanded fully first, deeper nodes ordered by
 their value at the root under progressive widening, values backed up as the maximum).
 ``"greedy"`` is the beam with width 1. ``benchmarks.auto --compare`` sets the methods against
@@ -50,8 +49,8 @@ from typing import Any, NamedTuple
 
 from partir_core import rules as _rules_mod
 from partir_core.auto_profile import CPU8, CostProfile, features
+from partir_core.decide import lower
 from partir_core.ir import Program, trace
-from partir_core.lower import lower
 from partir_core.propagate import Propagator
 from partir_core.rules import Rule
 from partir_core.search_space import Action, SearchSpace, State, build_space

@@ -25,7 +25,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from partir_core.lower import Lowered
+from partir_core.decide import Lowered
 from partir_core.simulate import Simulation, op_flops
 
 KINDS: dict[str, str] = {"all_reduce": "all_reduce", "all_reduce_slice": "all_reduce",
@@ -130,11 +130,8 @@ CPU8 = CostProfile(overhead_s=0.0, s_per_dot_flop=1.1131532968894993e-10, s_per_
                    latency_s=(4.806294761608877e-05, 0.00020960652877584715, 0.0005480820957319796, 0.0),
                    s_per_byte=1.5435336925299e-09)
 """Fitted by ``python -m benchmarks.auto --calibrate --models mlp transformer gpt --random 10 --runs 9``
-on 53 schedules (hand strategies and random ones; benchmarks/results/auto_calibration.md): 9.0
-GFLOP/s per device on matmuls, 0.5 G elements/s elementwise, per round 48 us (all-reduce),
-210 us (all-gather / reduce-scatter), 548 us (all-to-all), 0.65 GB/s. Spearman rank correlation of
-score and clock, before (one FLOP rate, the partitioner's cost model) -> after: MLP 0.88 -> 0.95,
-transformer 0.94 -> 0.97, GPT 0.93 -> 0.92."""
+on 53 schedules (hand strategies and random ones); the samples and the score's rank correlation
+with the clock, before and after the fit: benchmarks/results/auto_calibration.md."""
 
 
 def predict_s(low: Lowered, sim: Simulation, profile: CostProfile = CPU8) -> float:

@@ -12,10 +12,10 @@ from typing import Any
 
 import numpy as np
 
+from partir_core.decide import Lowered, Move, OpDecision
 from partir_core.errors import PartitionError
 from partir_core.ir import Value
 from partir_core.local import arg_value, needs_offset, run_local
-from partir_core.lower import Lowered, Move, OpDecision
 from partir_core.rules import COMBINERS
 from redist.simulate import scatter
 from redist.simulate import simulate as run_plan

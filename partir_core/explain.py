@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from partir_core.analysis import Analysis
+from partir_core.decide import Lowered, Move
 from partir_core.ir import Value
-from partir_core.lower import Lowered, Move
 from partir_core.propagate import Layout
 from partir_core.simulate import simulate
 

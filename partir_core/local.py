@@ -1,12 +1,13 @@
 """Running one op on a device's blocks when the block's position matters.
 
-Most ops run unchanged on local shards (``rules.local_params``). A few need the offset of the
-device's block along a dimension: ``iota`` (its values), a gather or scatter whose indexed
-dimension is sharded (each device handles only the indices in its block: a masked lookup whose
-zeros the pending sum fills, or a scatter that drops the others), and ``argmax``/``argmin`` over
-a sharded dimension (local indices become global ones before the all-reduce picks the winner).
-Both executors (the ``shard_map`` emitter and the NumPy reference) call ``run_local`` with their
-own way of reading a block offset, so the index arithmetic exists once.
+Most ops run unchanged on local shards, their size params localised (``rules.LOCAL_FORMS``). A
+few need the offset of the device's block along a dimension: ``iota`` (its values), a gather or
+scatter whose indexed dimension is sharded (each device handles only the indices in its block:
+a masked lookup whose zeros the pending sum fills, or a scatter that drops the others), and
+``argmax``/``argmin`` over a sharded dimension (local indices become global ones before the
+all-reduce picks the winner). Both executors (the ``shard_map`` emitter and the NumPy reference)
+call ``run_local`` with their own way of reading a block offset, so the index arithmetic exists
+once.
 """
 
 from __future__ import annotations

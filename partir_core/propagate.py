@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from partir_core.control import sites
 from partir_core.ir import Op, Program, Value
@@ -132,6 +133,13 @@ def layout_from_factors(mesh: Mesh, rule: Rule, dims: Dims, shape: Sequence[int]
     return tuple(out)
 
 
+class Agreement(NamedTuple):
+    """What one op's tensors agree on: axes per factor, and the value each factor's axes came from."""
+
+    proposal: dict[int, tuple[Axis, ...]]
+    source: dict[int, int]
+
+
 class Propagator:
     """Holds the layouts of all values and runs sweeps; ``pinned`` values never change."""
 
@@ -151,12 +159,29 @@ class Propagator:
         return ins + outs if forward else outs + ins
 
     def _visit(self, op: Op, rule: Rule, forward: bool) -> set[int]:
-        """One op: agree on axes per factor, then refine every tensor towards them.
+        """One op: agree on axes per factor, then refine every tensor towards them."""
+        tensors = self._tensors(op, rule, forward)
+        agreed, current = self._propose(op, rule, tensors)
+        changed: set[int] = set()
+        if not agreed.proposal:
+            return changed
+        for (v, dims), fa in zip(tensors, current):
+            if v.id in self.pinned or fa is None:
+                continue
+            cur = self._refine(op, rule, v, dims, fa, agreed)
+            if cur != self.layouts[v.id]:
+                self.layouts[v.id] = cur
+                changed.add(v.id)
+        return changed
+
+    def _propose(self, op: Op, rule: Rule, tensors: Sequence[tuple[Value, Dims]]
+                 ) -> tuple[Agreement, list[dict[int, tuple[Axis, ...]] | None]]:
+        """What the op's tensors agree on, and each tensor's own axes per factor (None where its
+        layout does not fit the rule).
 
         A factor's proposal is the longest of its tensors' axes when they are prefixes of one
         another (a refinement); tensors whose axes differ otherwise are a conflict, recorded,
         and the first one seen wins the proposal."""
-        tensors = self._tensors(op, rule, forward)
         proposal: dict[int, tuple[Axis, ...]] = {}
         source: dict[int, int] = {}
         current: list[dict[int, tuple[Axis, ...]] | None] = []
@@ -174,35 +199,35 @@ class Propagator:
                         proposal[f], source[f] = axes, v.id
                 elif p[:len(axes)] != axes and (self._site, f) not in self.conflicts:
                     self.conflicts[(self._site, f)] = Conflict(op.index, op.name, f, p, axes, (source[f], v.id))
-        changed: set[int] = set()
-        if not proposal:
-            return changed
-        for (v, dims), fa in zip(tensors, current):
-            if v.id in self.pinned or fa is None:
+        return Agreement(proposal, source), current
+
+    def _refine(self, op: Op, rule: Rule, v: Value, dims: Dims, fa: dict[int, tuple[Axis, ...]],
+                agreed: Agreement) -> Layout:
+        """``v``'s layout with every dimension refined towards the agreed axes of its factors,
+        except where that would reuse an axis another of its dimensions holds (a conflict)."""
+        cur = list(self.layouts[v.id])
+        for d, fs in enumerate(dims):
+            if not fs:
                 continue
-            cur = list(self.layouts[v.id])
-            for d, fs in enumerate(dims):
-                if not fs:
-                    continue
-                per = []
-                for f in fs:
-                    c, p = fa.get(f, ()), proposal.get(f, ())
-                    per.append(p if p[:len(c)] == c else c)
-                want = compose(self.mesh, per, [rule.factors[f].size for f in fs])
-                if want is None or want == cur[d]:
-                    continue
-                others = [a for k, axes in enumerate(cur) if k != d for a in axes]
-                if clashes(self.mesh, want, others):  # blocked: the value uses those axes on another dim
-                    f = next(f for f in fs if proposal.get(f, ()) != fa.get(f, ()))
-                    if (self._site, f) not in self.conflicts and f in source:
-                        self.conflicts[(self._site, f)] = Conflict(
-                            op.index, op.name, f, proposal[f], fa.get(f, ()), (source[f], v.id))
-                    continue
-                cur[d] = want
-            if tuple(cur) != self.layouts[v.id]:
-                self.layouts[v.id] = tuple(cur)
-                changed.add(v.id)
-        return changed
+            per = [p if p[:len(c)] == c else c
+                   for c, p in ((fa.get(f, ()), agreed.proposal.get(f, ())) for f in fs)]
+            want = compose(self.mesh, per, [rule.factors[f].size for f in fs])
+            if want is None or want == cur[d]:
+                continue
+            others = [a for k, axes in enumerate(cur) if k != d for a in axes]
+            if clashes(self.mesh, want, others):  # blocked: the value uses those axes on another dim
+                self._blocked(op, v, fs, fa, agreed)
+                continue
+            cur[d] = want
+        return tuple(cur)
+
+    def _blocked(self, op: Op, v: Value, fs: Sequence[int], fa: dict[int, tuple[Axis, ...]],
+                 agreed: Agreement) -> None:
+        """Record the conflict of a refinement ``v`` cannot take (first one per site and factor)."""
+        f = next(f for f in fs if agreed.proposal.get(f, ()) != fa.get(f, ()))
+        if (self._site, f) not in self.conflicts and f in agreed.source:
+            self.conflicts[(self._site, f)] = Conflict(
+                op.index, op.name, f, agreed.proposal[f], fa.get(f, ()), (agreed.source[f], v.id))
 
     def run(self, max_sweeps: int = 64) -> set[int]:
         """Sweep forward then backward until a fixpoint; returns the values whose layout changed."""

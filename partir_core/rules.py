@@ -1,4 +1,6 @@
-"""Per-primitive sharding rules: how each dimension of each operand relates to the results.
+"""Per-primitive tables, one per facet, side by side: the sharding rule of each primitive
+(``RULES``: how each dimension of each operand relates to the results; propagation and the
+lowering read it) and its local form (``LOCAL_FORMS``: the params that change on local shards).
 
 A rule lists **factors** (as in Shardy's ``OpShardingRule``): independent index ranges of the
 computation. Every tensor dimension is a sequence of factors (major to minor; a reshape splits or
@@ -16,10 +18,11 @@ merges them). A factor is
 A gather's indexed operand dimension is a ``contract`` factor: each device looks up only the
 indices in its block, writes zeros elsewhere, and the pending sum finishes it (the Megatron masked
 embedding lookup); a scatter-add's indexed dimension passes to the result, each device adding only
-the updates whose index falls in its block. ``local_index`` gives such ops their block offset.
+the updates whose index falls in its block. ``local.run_local`` gives such ops their block offset.
 
 Given axes for every factor, each primitive runs unchanged on local shards once its shape
-parameters are localised (``local_params``); ``iota`` also needs its block offset.
+parameters are localised (its ``LOCAL_FORMS`` entry, read by ``local_params``); ``iota`` also
+needs its block offset (``local.run_local``).
 
 Unreduced operands: ``linearity="all"`` ops (add, transpose, reduce_sum...) are linear in the
 operands at ``linear`` positions together, so pending sums pass through when those operands share
@@ -454,16 +457,52 @@ def _random_bits(op: Op) -> Rule:
 
 
 RuleFn = Callable[[Op], Rule]
-RULES: dict[str, RuleFn] = {name: _elementwise for name in _ELEMENTWISE}
+"""Builds the rule of one op (its factors depend on the op's shapes and params)."""
+
+Shape = tuple[int, ...]
+LocalForm = Callable[[Op, Sequence[Shape], Sequence[Shape]], dict[str, Any]]
+"""(op, local operand shapes, local result shapes) -> the params whose values change locally."""
 
 
 def _linear(lin: tuple[int, ...], kind: Linearity) -> RuleFn:
     return lambda op: _elementwise(op, lin, kind)
 
 
-RULES.update({n: _linear(lin, Linearity.ALL) for n, lin in _LINEAR_ALL.items()})
-RULES.update({n: _linear(lin, Linearity.ONE) for n, lin in _LINEAR_ONE.items()})
-RULES.update({
+# -- local forms: the params that change when an op runs on local shards --------------------------
+
+def _out_shape(key: str) -> LocalForm:
+    """The result's shape, named ``key``, becomes the local one."""
+    return lambda op, ins, outs: {key: tuple(outs[0])}
+
+
+def _reshape_local(op: Op, ins: Sequence[Shape], outs: Sequence[Shape]) -> dict[str, Any]:
+    return {"new_sizes": tuple(outs[0]), "dimensions": None}
+
+
+def _random_bits_local(op: Op, ins: Sequence[Shape], outs: Sequence[Shape]) -> dict[str, Any]:
+    return {"shape": tuple(outs[0][len(ins[0]):])}  # the shape after the key array's own dims
+
+
+def _slice_sizes_local(op: Op, ins: Sequence[Shape], outs: Sequence[Shape]) -> dict[str, Any]:
+    """gather, dynamic_slice: a dimension taken whole is taken whole locally."""
+    glob = op.inputs[0].shape
+    return {"slice_sizes": tuple(ins[0][d] if s == glob[d] else s for d, s in enumerate(op.params["slice_sizes"]))}
+
+
+def _slice_local(op: Op, ins: Sequence[Shape], outs: Sequence[Shape]) -> dict[str, Any]:
+    """slice: a dimension taken whole ends at the local block's end."""
+    glob = op.inputs[0].shape
+    return {"limit_indices": tuple(
+        ins[0][d] if (hi == glob[d] and lo == 0) else hi
+        for d, (lo, hi) in enumerate(zip(op.params["start_indices"], op.params["limit_indices"])))}
+
+
+# -- the tables: one entry per primitive and facet ---------------------------------------------------
+
+RULES: dict[str, RuleFn] = {
+    **{name: _elementwise for name in _ELEMENTWISE},
+    **{n: _linear(lin, Linearity.ALL) for n, lin in _LINEAR_ALL.items()},
+    **{n: _linear(lin, Linearity.ONE) for n, lin in _LINEAR_ONE.items()},
     "convert_element_type": _convert, "select_n": _select_n, "broadcast_in_dim": _broadcast_in_dim,
     "reshape": _reshape, "transpose": _transpose, "dot_general": _dot_general,
     "reduce_sum": _reduce(CONTRACT, True), "reduce_max": _reduce(COMBINE, False),
@@ -478,10 +517,20 @@ RULES.update({
     "dynamic_update_slice": _dynamic_update_slice, "iota": _iota, "gather": _gather,
     "scatter-add": lambda op: _scatter(op, True), "scatter_add": lambda op: _scatter(op, True),
     "scatter": lambda op: _scatter(op, False), "bitcast_convert_type": _bitcast,
-})
-RULES.update({name: _replicate for name in _RANDOM})
-RULES["random_bits"] = _random_bits
-RULES.update({name: _replicate for name in STRUCTURED})  # placeholders: layouts come from ties
+    **{name: _replicate for name in _RANDOM},
+    "random_bits": _random_bits,
+    **{name: _replicate for name in STRUCTURED},  # placeholders: layouts come from ties
+}
+"""Propagation facet: primitive -> its sharding rule's builder (``rule_for`` reads it)."""
+
+LOCAL_FORMS: dict[str, LocalForm] = {
+    "broadcast_in_dim": _out_shape("shape"), "iota": _out_shape("shape"), "reshape": _reshape_local,
+    "random_bits": _random_bits_local, "gather": _slice_sizes_local, "dynamic_slice": _slice_sizes_local,
+    "slice": _slice_local,
+}
+"""Local-form facet: primitive -> the params that change on local shards (``local_params`` reads
+it). A primitive with no entry runs on its blocks with its params unchanged; one with an entry
+has a rule in ``RULES`` too (tests/test_partir_rules.py holds that)."""
 
 
 def _keys_whole(op: Op, rule: Rule) -> Rule:
@@ -492,7 +541,6 @@ def _keys_whole(op: Op, rule: Rule) -> Rule:
         return rule
     factors = tuple(Factor(f.size, NOSHARD) if i in keyed else f for i, f in enumerate(rule.factors))
     return Rule(factors, rule.operands, rule.results, rule.linear, rule.linearity)
-
 
 
 def rule_for(op: Op, unknown: str = "error", where: str = "") -> Rule:
@@ -530,28 +578,13 @@ def _body_name(prim: str, k: int) -> str:
 
 # -- localisation: the primitive's parameters for local shapes ------------------------------------
 
-def local_params(op: Op, in_local: Sequence[tuple[int, ...]], out_local: Sequence[tuple[int, ...]]) -> dict[str, Any]:
-    """JAX parameters for running ``op`` on local shards of the given shapes."""
+def local_params(op: Op, in_local: Sequence[Shape], out_local: Sequence[Shape]) -> dict[str, Any]:
+    """JAX parameters for running ``op`` on local shards of the given shapes: its local form's
+    changes (``LOCAL_FORMS``), and no sharding annotation (``shard_map`` places the blocks)."""
     p = dict(op.params)
-    name = op.name
-    if name == "broadcast_in_dim":
-        p["shape"] = tuple(out_local[0])
-    elif name == "reshape":
-        p["new_sizes"] = tuple(out_local[0])
-        p["dimensions"] = None
-    elif name == "iota":
-        p["shape"] = tuple(out_local[0])
-    elif name == "random_bits":  # the shape after the key array's own dims
-        p["shape"] = tuple(out_local[0][len(in_local[0]):])
-    elif name in ("gather", "dynamic_slice"):
-        glob = op.inputs[0].shape
-        p["slice_sizes"] = tuple(
-            in_local[0][d] if s == glob[d] else s for d, s in enumerate(p["slice_sizes"]))
-    elif name == "slice":
-        glob = op.inputs[0].shape
-        p["limit_indices"] = tuple(
-            in_local[0][d] if (hi == glob[d] and lo == 0) else hi
-            for d, (lo, hi) in enumerate(zip(p["start_indices"], p["limit_indices"])))
+    form = LOCAL_FORMS.get(op.name)
+    if form is not None:
+        p.update(form(op, in_local, out_local))
     for key in ("sharding", "out_sharding"):
         if key in p:
             p[key] = None

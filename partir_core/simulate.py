@@ -32,8 +32,8 @@ import re
 from collections import Counter
 from dataclasses import dataclass, replace
 
+from partir_core.decide import Lowered, Move, OpDecision
 from partir_core.ir import Program, Value
-from partir_core.lower import Lowered, Move, OpDecision
 from partir_core.rules import COMBINERS
 from redist import CostModel, Plan
 from redist.profile import default_cost_model
@@ -72,10 +72,8 @@ def default_backend() -> str:
 
 RANDOM_BITS_WORK = 30.0
 """Elementwise-op equivalents of one element of ``random_bits``: a threefry hash is 20 rounds of
-add/rotate/xor plus key injections; on this backend (XLA:CPU, one device) 262,144 random words
-took 4.0-4.6 ms against 0.13 ms for a fused multiply-add over as many floats (about 30x), as
-long as a 1024x256x256 matmul. Counted as 1, the dropout masks of a replicated residual stream
-(MP) hid a third of MP's local work from the predicted time."""
+add/rotate/xor plus key injections, so counting it as one op hides most of a dropout mask's work
+from the predicted time. The timing behind the figure: docs/design.md section 10, "Simulator"."""
 
 
 @dataclass(frozen=True)
@@ -140,7 +138,7 @@ class Simulation:
 
     @property
     def comm_time_s(self) -> float:
-        """Communication time under the planning model (``lower.PARTITIONER_COST_MODEL``)."""
+        """Communication time under the planning model (``decide.PARTITIONER_COST_MODEL``)."""
         return sum(c.time_s * c.repeat for c in self.collectives)
 
     @property

@@ -6,6 +6,7 @@ it checks the rules and local parameters independently of the shard_map emitter.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -18,11 +19,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from jax import lax
 
+from partir_core.decide import lower
 from partir_core.emulate import emulate
 from partir_core.ir import trace
-from partir_core.lower import lower
 from partir_core.propagate import Propagator
-from partir_core.rules import RULES, rule_for
+from partir_core.rules import LOCAL_FORMS, RULES, local_params, rule_for
 from spmd_types import Mesh
 
 pytestmark = pytest.mark.jax
@@ -122,3 +123,38 @@ def test_rule_local_plus_redistribution_equals_global(name: str) -> None:
         _check(fn, xs, tactics)
 
     run()
+
+
+SHAPE_PARAMS = ("shape", "new_sizes", "slice_sizes", "limit_indices")
+"""Params that hold a global size: an op carrying one cannot run on local shards unchanged."""
+
+
+def _more_primitives(x: jax.Array, i: jax.Array) -> Any:
+    """Primitives with a local form that no case above traces (slice, dynamic_slice, random bits)."""
+    bits = jax.random.bits(jax.random.key(0), (8, 4))
+    return x[2:6] * 2.0, lax.dynamic_slice(x, (i[0], 0), (4, 4)), bits
+
+
+def test_every_local_form_has_a_rule_and_every_shape_param_a_local_form() -> None:
+    """The two per-primitive tables stay consistent: a local form belongs to a primitive with a
+    rule, and every traced primitive whose params hold a global size has a local form (else it
+    would run on its blocks with the whole array's size); every local form is exercised here."""
+    assert set(LOCAL_FORMS) <= set(RULES), sorted(set(LOCAL_FORMS) - set(RULES))
+    programs = [trace(fn, *_inputs(shapes)) for fn, shapes, _ in CASES.values()]
+    programs.append(trace(_more_primitives, *_inputs([(8, 4), _idx(1, 4)])))
+    seen = {op.name: op for p in programs for op in p.ops}
+    sized = sorted(n for n, op in seen.items() if any(k in op.params for k in SHAPE_PARAMS))
+    assert sized and all(n in LOCAL_FORMS for n in sized), [n for n in sized if n not in LOCAL_FORMS]
+    assert set(LOCAL_FORMS) <= set(seen), sorted(set(LOCAL_FORMS) - set(seen))
+
+
+def test_local_params_localise_sizes_and_drop_sharding_annotations() -> None:
+    """A reshape's new sizes become the local ones and its sharding annotation is dropped
+    (``shard_map`` places the blocks); an op with no local form keeps its params."""
+    program = trace(lambda x: jnp.transpose(x.reshape(4, 2, 4), (2, 0, 1)), np.ones((8, 4), F32))
+    reshape, transpose = program.ops
+    annotated = dataclasses.replace(reshape, params={**reshape.params, "sharding": "annotated"})
+    params = local_params(annotated, [(4, 4)], [(2, 2, 4)])
+    assert params == {"new_sizes": (2, 2, 4), "dimensions": None, "sharding": None}
+    assert "transpose" not in LOCAL_FORMS
+    assert local_params(transpose, [(2, 2, 4)], [(4, 2, 2)]) == transpose.params

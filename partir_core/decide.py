@@ -1,4 +1,4 @@
-"""Lowering: decide how each op runs on local shards, then emit one ``shard_map`` program.
+"""Deciding: how each op of a traced program runs on local shards, and which moves feed it.
 
 For every op the lowering picks axes for the rule's factors. Candidates: follow the result's
 propagated layout (taking contracting factors from the operands), follow the operands, or follow
@@ -11,25 +11,24 @@ asks for a reduced type and ``redist`` chooses all-reduce or reduce-scatter.
 
 Structured ops (``scan``, ``while``, ``cond``) take their carries, consts and stacked slices in
 the layouts propagation tied to their bodies (without pending sums); each body is lowered as its
-own program with those input and output types, and the op is emitted as the same loop or switch
-around the bodies' local programs, so a collective inside a body runs once per iteration.
+own program with those input and output types.
 
-The decisions (``OpDecision``s and ``Move``s) are plain data: the simulator reads the same objects the
-emitter executes, so predicted and emitted collectives cannot drift apart.
+The decisions (``OpDecision``s and ``Move``s, gathered in ``Lowered``) are plain data and nothing
+here traces JAX: the emitter (``emit``), the simulator and the NumPy emulator all read the same
+objects, so predicted and emitted collectives cannot drift apart.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from partir_core.errors import PartitionError
 from partir_core.ir import Atom, Const, Op, Program, Value, is_key
-from partir_core.local import arg_value, run_local
 from partir_core.propagate import Layout, clashes, factor_axes, layout_from_factors
-from partir_core.rules import COMBINE, COMBINERS, CONTRACT, NOSHARD, PASS, Linearity, Rule
+from partir_core.rules import COMBINE, CONTRACT, NOSHARD, Linearity, Rule
 from redist import CostModel, Plan, redistribute
 from redist.cost import KindCost
 from spmd_types import Axis, Mesh, ShardingType, ShardingTypeError, SubAxis
@@ -86,18 +85,9 @@ _KINDS = ("all_reduce", "all_reduce_slice", "all_gather", "reduce_scatter", "all
 PARTITIONER_COST_MODEL = CostModel(latency_s=10e-6, objective="alpha-beta", kind_costs=tuple(
     (k, KindCost(10e-6, 0.0, 50e9)) for k in _KINDS))
 """A compiler wants the fastest move, not the fewest bytes at any latency (a scalar loss must not
-become a many-round exchange to save a byte): inside programs redist minimises estimated time.
-Each collective in a compiled step pays a launch and a synchronisation: 10 us per collective
-whatever its group (XLA:CPU runs collectives in process; the measured profile's per-kind
-overheads do not grow with the group), plus bytes at 50 GB/s. Why not the ring's latency per
-round: at 10 us a round, an all-reduce of a 1 KB LayerNorm gradient over 8 devices cost 60 us
-against 20 us over 2, so Megatron-SP's backward all-reduced each full activation (2x the bytes
-of a reduce-scatter) to keep the small gradient's all-reduce on ``data`` alone. Why not 5 us: a
-Megatron all-reduce of 1 MB over ``model`` became an all-reduce over half the batch plus an
-all-gather (fewer bytes, one more collective), which ran slower than XLA's single all-reduce.
-Why not the measured profile itself (``redist.profile.default_cost_model``): its per-kind fits
-are noisy enough to pick reduce-scatter + all-to-all pairs over one collective (GPT SP: 12
-all-to-alls); the simulator prices the chosen moves with it instead (``Simulation.predict_s``)."""
+become a many-round exchange to save a byte): inside programs redist minimises estimated time,
+10 us per collective whatever its group plus bytes at 50 GB/s. Why these two constants and not
+the measured profile: docs/design.md section 10, "Lowering"."""
 
 
 @memo(Scope.TYPE, maxsize=65536)
@@ -430,119 +420,4 @@ def lower(program: Program, mesh: Mesh, rules: Sequence[Rule], layouts: dict[int
                    tuple(out_types))
 
 
-# -- emitting the shard_map program ---------------------------------------------------------------
-
-def _run_scan(step: OpDecision, args: list[Any]) -> list[Any]:
-    from jax import lax
-
-    p = step.op.params
-    c, k = int(p["num_consts"]), int(p["num_carry"])
-    body = body_fn(step.bodies[0])
-    consts = args[:c]
-
-    def f(carry: tuple[Any, ...], x: tuple[Any, ...]) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
-        outs = body(*consts, *carry, *x)
-        return tuple(outs[:k]), tuple(outs[k:])
-
-    carry, ys = lax.scan(f, tuple(args[c:c + k]), tuple(args[c + k:]), length=int(p["length"]),
-                         reverse=bool(p["reverse"]), unroll=p["unroll"])
-    return list(carry) + list(ys)
-
-
-def _run_while(step: OpDecision, args: list[Any]) -> list[Any]:
-    from jax import lax
-
-    p = step.op.params
-    cn, bn = int(p["cond_nconsts"]), int(p["body_nconsts"])
-    cond, body = body_fn(step.bodies[0]), body_fn(step.bodies[1])
-    cc, bc = args[:cn], args[cn:cn + bn]
-    out = lax.while_loop(lambda x: cond(*cc, *x)[0], lambda x: tuple(body(*bc, *x)), tuple(args[cn + bn:]))
-    return list(out)
-
-
-def _run_cond(step: OpDecision, args: list[Any]) -> list[Any]:
-    from jax import lax
-
-    branches = [body_fn(b) for b in step.bodies]
-    return list(lax.switch(args[0], branches, *args[1:]))
-
-
-_RUN_STRUCTURED: dict[str, Callable[[OpDecision, list[Any]], list[Any]]] = {
-    "scan": _run_scan, "while": _run_while, "cond": _run_cond}
-
-
-def _run_op(step: OpDecision, args: list[Any]) -> list[Any]:
-    import jax.numpy as jnp
-    from jax import lax
-
-    if step.bodies:
-        return _RUN_STRUCTURED[step.op.name](step, args)
-    op = step.op
-
-    def offset(t: ShardingType, d: int) -> Any:
-        block = jnp.zeros((), jnp.int32)
-        for a in t.dims[d]:
-            name, pre, size = t.mesh.span(a)
-            digit = lax.axis_index(name) // (t.mesh.axis_size(name) // (pre * size)) % size
-            block = block * size + digit
-        return block * t.local_shape[d]
-
-    outs = run_local(op, step.in_types, step.out_types, args, offset, step.combine)
-    if step.combine:
-        axes = tuple(step.combine)
-        kind = COMBINERS[op.name]
-        if op.name in ("argmax", "argmin"):
-            val = arg_value(op, args[0])
-            best = lax.pmax(val, axes) if kind == "max" else lax.pmin(val, axes)
-            big = jnp.iinfo(outs[0].dtype).max
-            outs[0] = lax.pmin(jnp.where(val == best, outs[0], big), axes)
-        else:
-            outs[0] = lax.pmax(outs[0], axes) if kind == "max" else lax.pmin(outs[0], axes)
-    return outs
-
-
-def body_fn(low: Lowered) -> Callable[..., tuple[Any, ...]]:
-    """The per-device program: every op on local shards, redist's local plans in between."""
-    from redist.executor import apply_local
-
-    def body(*xs: Any) -> tuple[Any, ...]:
-        env: dict[tuple[int, ShardingType], Any] = {}
-        for v, t, x in zip(low.program.inputs, low.in_types, xs):
-            env[(v.id, t)] = x
-        for cid, arr in low.program.consts.items():
-            env[(cid, low.const_types[cid])] = arr
-        for st in low.steps:
-            for mv in st.moves:
-                env[(mv.value, mv.dst)] = apply_local(mv.plan, env[(mv.value, mv.src)])
-            args = [env[(a.id, t)] if isinstance(a, Value) and t is not None else a.array()  # type: ignore[union-attr]
-                    for a, t in zip(st.op.inputs, st.in_types)]
-            for v, t, o in zip(st.op.outputs, st.out_types, _run_op(st, args)):
-                env[(v.id, t)] = o
-        for mv in low.out_moves:
-            env[(mv.value, mv.dst)] = apply_local(mv.plan, env[(mv.value, mv.src)])
-        return tuple(env[(v.id, t)] if isinstance(v, Value) else _literal(v, t)
-                     for v, t in zip(low.program.outputs, low.out_types))
-
-    return body
-
-
-def _literal(c: Const, t: ShardingType) -> Any:
-    import jax.numpy as jnp
-
-    return jnp.asarray(c.array())
-
-
-def compile_lowered(low: Lowered, jmesh: Any = None) -> Callable[..., Any]:
-    """A jitted callable on flat input leaves (laid out by ``in_types``) -> flat output leaves."""
-    import jax
-
-    from spmd_types.jax_interop import to_partition_spec
-
-    jmesh = jmesh if jmesh is not None else low.mesh.to_jax()
-    in_specs = tuple(to_partition_spec(t) for t in low.in_types)
-    out_specs = tuple(to_partition_spec(t) for t in low.out_types)
-    fn = jax.shard_map(body_fn(low), mesh=jmesh, in_specs=in_specs, out_specs=out_specs, check_vma=False)
-    return jax.jit(fn)
-
-
-__all__ = ["Lowered", "Move", "OpDecision", "compile_lowered", "lower", "plan_move", "PASS"]
+__all__ = ["PARTITIONER_COST_MODEL", "Lowered", "Move", "OpDecision", "lower", "plan_move", "whole_axes"]
