@@ -9,13 +9,14 @@ while tracing, so only placed arrays take this path.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import jax
 import numpy as np
 from jax.sharding import NamedSharding
 
-from redist.cross_exec import Runner, runner
+from redist.cross_exec import runner_for
 from redist.cross_mesh import CrossMeshPlan, cross_mesh_plan
 from spmd_types.jax_placement import placement_of_sharding
 from spmd_types.memo import Scope, memo
@@ -53,9 +54,10 @@ def cross_mesh_reshard(x: jax.Array, dst: Any) -> jax.Array:
 
 
 @memo(Scope.TYPE, maxsize=1024)
-def _entry(sharding: NamedSharding, shape: tuple[int, ...], dtype: Any, dst: NamedSharding) -> Runner:
+def _entry(sharding: NamedSharding, shape: tuple[int, ...], dtype: Any,
+           dst: NamedSharding) -> Callable[[jax.Array, NamedSharding], jax.Array]:
     plan = plan_between(placement_of_sharding(sharding, shape, dtype), placement_of_sharding(dst, shape, dtype))
-    return runner(plan)
+    return runner_for(plan)
 
 
 __all__ = ["cross_mesh_reshard", "on_other_devices", "plan_between"]

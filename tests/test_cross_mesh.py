@@ -22,12 +22,23 @@ from jax.sharding import NamedSharding, PartitionSpec
 import redist
 from proofs import VerificationError
 from proofs.cross_mesh import verify_cross_mesh
-from redist import CrossMeshPlan, IncompatibleTypesError, cross_mesh_plan, redistribute, run_cross_mesh
+from redist import (
+    CrossMeshPlan,
+    ExecutionError,
+    IncompatibleTypesError,
+    cross_direct,
+    cross_mesh_plan,
+    redistribute,
+    run_cross_mesh,
+)
+from redist.cross_exec import Transport, runner_for, transport_for
+from redist.cross_host import host_runner
 from spmd_types import IndivisibleDimensionError, Mesh, ShardingType, parse
 from spmd_types.jax_placement import placement_of, placement_of_sharding, to_named_sharding
 from spmd_types.placement import DuplicateDeviceError, Placement, PlacementError, UnknownDeviceError
 
 NAMES = ("a", "b", "c")
+TRANSPORTS = (Transport.UNION, Transport.DIRECT, Transport.HOST)
 
 
 @st.composite
@@ -127,14 +138,15 @@ def test_moves_on_8_devices_give_numpy_slices_on_every_destination_device(move: 
     g = (np.arange(math.prod(src.type.shape)) % 251).astype(dtype).reshape(src.type.shape)
     x = jax.device_put(g, to_named_sharding(src))
     plan = cross_mesh_plan(src, dst)
-    y = run_cross_mesh(plan, x)
     want = jax.device_put(x, to_named_sharding(dst))
-    assert y.sharding.is_equivalent_to(want.sharding, g.ndim) and y.dtype == g.dtype
     blocks = reference_blocks(dst.type)
-    by_dev = {s.device.id: np.asarray(s.data) for s in y.addressable_shards}
-    assert sorted(by_dev) == sorted(dst.devices)
-    for q, d in enumerate(dst.devices):
-        np.testing.assert_array_equal(by_dev[d], g[blocks[q]])
+    for transport in TRANSPORTS:
+        y = run_cross_mesh(plan, x, transport=transport)
+        assert y.sharding.is_equivalent_to(want.sharding, g.ndim) and y.dtype == g.dtype
+        by_dev = {s.device.id: np.asarray(s.data) for s in y.addressable_shards}
+        assert sorted(by_dev) == sorted(dst.devices)
+        for q, d in enumerate(dst.devices):
+            np.testing.assert_array_equal(by_dev[d], g[blocks[q]], err_msg=f"{transport} on device {d}")
 
 
 UNEVEN = [  # blocks that cut each other off-centre: pieces of several sizes in one round (clamped windows)
@@ -147,12 +159,13 @@ UNEVEN = [  # blocks that cut each other off-centre: pieces of several sizes in 
 ]
 
 
+@pytest.mark.parametrize("transport", TRANSPORTS)
 @pytest.mark.parametrize("case", range(len(UNEVEN)))
-def test_uneven_cuts_give_numpy_slices(case: int) -> None:
+def test_uneven_cuts_give_numpy_slices(case: int, transport: Transport) -> None:
     st_, sm, sd, dt, dm, dd = UNEVEN[case]
     src, dst = Placement.parse(st_, Mesh(sm), sd), Placement.parse(dt, Mesh(dm), dd)
     g = np.arange(math.prod(src.type.shape), dtype=np.float32).reshape(src.type.shape)
-    y = run_cross_mesh(cross_mesh_plan(src, dst), jax.device_put(g, to_named_sharding(src)))
+    y = run_cross_mesh(cross_mesh_plan(src, dst), jax.device_put(g, to_named_sharding(src)), transport=transport)
     for q, d in enumerate(dst.devices):
         (shard,) = [s for s in y.addressable_shards if s.device.id == d]
         np.testing.assert_array_equal(np.asarray(shard.data), g[reference_blocks(dst.type)[q]])
@@ -229,6 +242,66 @@ def test_replicated_sources_spread_the_sends() -> None:
     dst = Placement(parse("f32[64@x]", Mesh({"x": 4})), (4, 5, 6, 7))
     sent = cross_mesh_plan(src, dst).sent_bytes()
     assert [sent[g] for g in (0, 1, 2, 3)] == [64, 64, 64, 64]
+
+
+# -- the transports: the plan's pieces and nothing else ------------------------------------------------
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_direct_copies_move_exactly_the_plans_messages(case: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every array handed to the batched copy, caught on its way: its holder, its target and its
+    bytes are one of the plan's messages, in order, so each device receives the plan's bytes."""
+    s, d = CASES[case]
+    g = np.arange(64 * 32, dtype=np.float32).reshape(64, 32)
+    x = jax.device_put(g, s)
+    plan = cross_mesh_plan(placement_of(x), placement_of_sharding(d, g.shape, g.dtype))
+    seen: list[tuple[int, int, int]] = []
+
+    def spy(arrays: list[Any], devices: Any) -> list[Any]:
+        seen.extend((next(iter(a.devices())).id, t.id, a.nbytes) for a, t in zip(arrays, devices))
+        return real(arrays, devices)
+
+    real = cross_direct.send
+    monkeypatch.setattr(cross_direct, "send", spy)
+    y = run_cross_mesh(plan, x, d, transport="direct")
+    assert seen == [(m.sender, m.receiver, plan.piece_bytes(m)) for m in plan.messages]
+    got = dict.fromkeys(plan.union, 0)
+    for _, r, n in seen:
+        got[r] += n
+    assert got == plan.recv_bytes() == plan.lower_bound_bytes()
+    for a in y.addressable_shards:
+        np.testing.assert_array_equal(np.asarray(a.data), g[a.index])
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_host_copies_write_exactly_the_plans_pieces(case: str) -> None:
+    """Each destination block is written from the plan's pieces, each cell once: the writes from
+    other devices are the plan's messages, byte for byte, and a block that is the receiver's
+    own whole source block is kept, not written."""
+    s, d = CASES[case]
+    plan = cross_mesh_plan(placement_of_sharding(s, (64, 32), "float32"), placement_of_sharding(d, (64, 32), "float32"))
+    r = host_runner(plan)
+    recv = dict.fromkeys(plan.union, 0)
+    for g, keep, writes in r.blocks:
+        cells = sum(math.prod(sl.stop - sl.start for sl in w.put) for w in writes)
+        assert cells == math.prod(plan.dst.type.local_shape)  # the block, each cell once (pieces are disjoint)
+        for w in writes:
+            if w.sender != g:
+                recv[g] += math.prod(sl.stop - sl.start for sl in w.put) * 4
+        assert not keep or (len(writes) == 1 and writes[0].sender == g)
+    assert recv == plan.recv_bytes()
+
+
+def test_auto_copies_in_one_process_and_bad_transports_are_typed_errors() -> None:
+    s, d = CASES["pipeline"]
+    plan = cross_mesh_plan(placement_of_sharding(s, (64, 32), "float32"), placement_of_sharding(d, (64, 32), "float32"))
+    assert transport_for(plan) is Transport.HOST  # 8 CPU devices of this process
+    assert runner_for(plan, "union") is not runner_for(plan, "host")
+    x = jax.device_put(np.ones((64, 32), np.float32), s)
+    with pytest.raises(ExecutionError, match="transport='pigeon' is not one of"):
+        run_cross_mesh(plan, x, transport="pigeon")
+    with pytest.raises(ExecutionError, match="out_sharding is on devices"):
+        run_cross_mesh(plan, x, s)
 
 
 # -- the device order that minimises traffic ---------------------------------------------------------
