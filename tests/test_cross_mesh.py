@@ -292,6 +292,20 @@ def test_host_copies_write_exactly_the_plans_pieces(case: str) -> None:
     assert recv == plan.recv_bytes()
 
 
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_donating_the_source_after_a_host_move_leaves_the_result_intact(case: str) -> None:
+    """Host copies may place views of the source's buffers: a later donation of the source must
+    not reach the result (JAX then copies instead of reusing the buffer)."""
+    s, d = CASES[case]
+    g = np.arange(64 * 32, dtype=np.float32).reshape(64, 32)
+    x = jax.device_put(g, s)
+    y = run_cross_mesh(cross_mesh_plan(placement_of(x), placement_of_sharding(d, g.shape, g.dtype)), x, d,
+                       transport="host")
+    jax.block_until_ready(jax.jit(lambda a: a * 0 - 1, donate_argnums=0)(x))
+    for a in y.addressable_shards:
+        np.testing.assert_array_equal(np.asarray(a.data), g[a.index])
+
+
 def test_auto_copies_in_one_process_and_bad_transports_are_typed_errors() -> None:
     s, d = CASES["pipeline"]
     plan = cross_mesh_plan(placement_of_sharding(s, (64, 32), "float32"), placement_of_sharding(d, (64, 32), "float32"))
