@@ -46,18 +46,22 @@ def plan_between(src: Placement, dst: Placement) -> CrossMeshPlan:
     return cross_mesh_plan(src, dst)
 
 
-def cross_mesh_reshard(x: jax.Array, dst: Any) -> jax.Array:
+def cross_mesh_reshard(x: jax.Array, dst: Any, note: Callable[[CrossMeshPlan], None] | None = None) -> jax.Array:
     """``x`` moved onto ``dst``'s mesh and laid out as ``dst`` (a ``NamedSharding`` for which
-    ``on_other_devices(x, dst)`` holds) by a cross-mesh plan; the plan's runner is cached per
-    (sharding, shape, dtype, destination), so a repeated call reads no placement."""
-    return _entry(x.sharding, x.shape, x.dtype, dst)(x, dst)
+    ``on_other_devices(x, dst)`` holds) by a cross-mesh plan, which ``note`` is given first
+    (``redist.record()``'s log); the plan and its runner are cached per (sharding, shape, dtype,
+    destination), so a repeated call reads no placement."""
+    plan, run = _entry(x.sharding, x.shape, x.dtype, dst)
+    if note is not None:
+        note(plan)
+    return run(x, dst)
 
 
 @memo(Scope.TYPE, maxsize=1024)
 def _entry(sharding: NamedSharding, shape: tuple[int, ...], dtype: Any,
-           dst: NamedSharding) -> Callable[[jax.Array, NamedSharding], jax.Array]:
+           dst: NamedSharding) -> tuple[CrossMeshPlan, Callable[[jax.Array, NamedSharding], jax.Array]]:
     plan = plan_between(placement_of_sharding(sharding, shape, dtype), placement_of_sharding(dst, shape, dtype))
-    return runner_for(plan)
+    return plan, runner_for(plan)
 
 
 __all__ = ["cross_mesh_reshard", "on_other_devices", "plan_between"]

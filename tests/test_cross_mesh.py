@@ -213,6 +213,19 @@ def test_reshard_and_redistribute_move_between_meshes(case: str) -> None:
     check_plan(plan)
 
 
+def test_record_lists_moves_between_meshes_with_their_plans() -> None:
+    s, d = CASES["trainer_to_sampler"]
+    x = jax.device_put(np.ones((64, 32), np.float32), s)
+    with redist.record() as log:
+        redist.reshard(x, d)
+        redist.reshard(x, d)  # cached: recorded again
+    want = cross_mesh_plan(placement_of(x), placement_of_sharding(d, x.shape, x.dtype))
+    assert log.cross_mesh == [want, want] and log.plans == [] and log.delegated == []
+    (e, _) = log.entries
+    assert (e.src, e.dst) == (str(want.src), str(want.dst))
+    assert str(log) == f"{want}\n{want}" and "round 3:" in str(log)
+
+
 def test_reshard_moves_pytrees_and_keys_between_meshes() -> None:
     s, d = CASES["trainer_to_sampler"]
     g = np.arange(64 * 32, dtype=np.float32).reshape(64, 32)
