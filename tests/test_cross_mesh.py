@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
+import re
 from typing import Any
 
 import jax
@@ -34,8 +35,15 @@ from redist import (
 from redist.cross_exec import Transport, runner_for, transport_for
 from redist.cross_host import host_runner
 from spmd_types import IndivisibleDimensionError, Mesh, ShardingType, parse
+from spmd_types.errors import MeshError, TypeSyntaxError, UnknownAxisError
 from spmd_types.jax_placement import placement_of, placement_of_sharding, to_named_sharding
-from spmd_types.placement import DuplicateDeviceError, Placement, PlacementError, UnknownDeviceError
+from spmd_types.placement import (
+    DuplicateDeviceError,
+    Placement,
+    PlacementError,
+    PlacementSyntaxError,
+    UnknownDeviceError,
+)
 
 NAMES = ("a", "b", "c")
 TRANSPORTS = (Transport.UNION, Transport.DIRECT, Transport.HOST)
@@ -350,6 +358,54 @@ def test_best_device_order_is_optimal_over_every_order(move: tuple[Placement, Pl
     given_recv = sum(cross_mesh_plan(src, dst).recv_bytes().values())
     assert sum(got.plan.recv_bytes().values()) == best == given_recv - got.saved_bytes
     assert sorted(got.placement.devices) == sorted(dst.devices)
+
+
+# -- placements as text -------------------------------------------------------------------------------
+
+
+@given(moves(16), st.sampled_from([(), ("R", 0)]))
+def test_placement_text_round_trips(move: tuple[Placement, Placement], extra: tuple[Any, ...]) -> None:
+    for p in move:
+        if extra and p.mesh.names:  # a reduced axis: the type's own {R:..} group before ' on '
+            used = {a for d in p.type.dims for a in d}
+            free = [n for n in p.mesh.names if n not in used]
+            if free:
+                p = Placement(ShardingType(p.type.shape, "f32", [tuple(d) for d in p.type.dims], p.mesh,
+                                           reduced=[free[0]]), p.devices)
+        text = str(p)
+        assert Placement.parse(text) == p
+        head = text.rsplit(" at devices ", 1)[0]
+        spaced = f"  {head}  at  devices ( {', '.join(map(str, p.devices))}, ) "  # spaces, a tuple's parentheses
+        assert Placement.parse(spaced) == p
+
+
+@pytest.mark.parametrize(("text", "error", "match"), [
+    ("f32[8@x] at devices [0,1]", PlacementSyntaxError, "expected ' on {mesh}'"),
+    ("f32[8@x] on {x=2} at [0,1]", PlacementSyntaxError, "expected 'at devices"),
+    ("f32[8@x] on {x=2} at devices [0,a]", PlacementSyntaxError, "device id 'a' is not an integer >= 0 at column 33"),
+    ("f32[8@x] on {x=2} at devices [0,1)", PlacementSyntaxError, "expected 'at devices"),
+    ("f32[8@x on {x=2} at devices [0,1]", TypeSyntaxError, "column 8"),
+    ("f32[8@x] on {x2} at devices [0,1]", MeshError, "'x2'"),
+    ("f32[8@w] on {x=2} at devices [0,1]", UnknownAxisError, "w"),
+    ("f32[8@x] on {x=2} at devices [0]", PlacementError, "2 positions but 1"),
+    ("f32[8@x] on {x=2} at devices [3,3]", DuplicateDeviceError, "device 3"),
+])
+def test_bad_placement_text_is_a_typed_error_naming_the_part(text: str, error: type, match: str) -> None:
+    with pytest.raises(error, match=re.escape(match) if "column" in match or "'" in match else match):
+        Placement.parse(text)
+
+
+def test_redist_plan_takes_two_placements(capsys: pytest.CaptureFixture[str]) -> None:
+    from redist_cli.main import main
+
+    src, dst = "f32[64@x,32] on {x=4} at devices [0,1,2,3]", "f32[64,32@y] on {y=4} at devices [2,3,4,5]"
+    assert main(["plan", src, dst]) == 0
+    out = capsys.readouterr().out
+    plan = cross_mesh_plan(Placement.parse(src), Placement.parse(dst))
+    assert out.startswith(str(plan) + "\n") and "proved: delivery, recv, memory" in out
+    assert f"cross-mesh move {src}\n" in out
+    assert main(["plan", src, "f32[64@x,32]"]) == 2 and "two placements" in capsys.readouterr().err
+    assert main(["plan", src, dst, "--mesh", "x=4"]) == 2 and "--mesh apply to a move on one mesh" in capsys.readouterr().err
 
 
 # -- errors -------------------------------------------------------------------------------------------
