@@ -265,6 +265,27 @@ def test_replicated_sources_spread_the_sends() -> None:
     assert [sent[g] for g in (0, 1, 2, 3)] == [64, 64, 64, 64]
 
 
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_under_jit_a_move_to_other_devices_is_jaxs_reshard_as_the_howto_says(case: str) -> None:
+    """docs/howto/cross-mesh.md, 'Under jax.jit': a destination mesh of the same axis names and
+    sizes leaves the array on the source's devices; any other raises JAX's ValueError when the
+    jitted function is called; ``out_shardings`` on other devices always raises."""
+    s, d = CASES[case]
+    g = np.arange(64 * 32, dtype=np.float32).reshape(64, 32)
+    x = jax.device_put(g, s)
+    if dict(s.mesh.shape) == dict(d.mesh.shape):
+        for move in (redist.reshard, jax.sharding.reshard):
+            y = jax.jit(lambda a, move=move: move(a, d))(x)  # type: ignore[misc]
+            assert y.sharding.device_set == s.device_set and y.sharding.is_equivalent_to(NamedSharding(s.mesh, d.spec), 2)
+            np.testing.assert_array_equal(np.asarray(y), g)
+    else:
+        for move in (redist.reshard, jax.sharding.reshard):
+            with pytest.raises(ValueError, match="Length of device assignment"):
+                jax.jit(lambda a, move=move: move(a, d))(x)  # type: ignore[misc]
+    with pytest.raises(ValueError, match="incompatible devices for jitted computation"):
+        jax.jit(lambda a: a * 1, out_shardings=d)(x)
+
+
 # -- the transports: the plan's pieces and nothing else ------------------------------------------------
 
 
