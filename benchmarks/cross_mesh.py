@@ -15,7 +15,9 @@ default transport: host copies on CPU devices), the two other transports of ``ru
 (``direct``: device buffers cut and copied between devices; ``union``: one program over the
 union of the devices, the multi-process transport), and ``one ppermute``: a bare one-round
 ``shard_map`` of one ``ppermute`` of the whole source block over the same union of devices,
-the floor of any program that moves data in rounds. The
+the floor of any program that moves data in rounds; and ``device_put`` and ``redist.reshard``
+again on a fresh array each round (placed before the round, untimed): called on the same ``x``,
+``device_put`` re-slices a host copy of ``x`` that JAX keeps after the first call. The
 table gives medians and the median of per-round ratios with its ~95% interval; bytes and peak
 are the plan's (received bytes summed over devices, its lower bound, the largest buffer per
 device and everything the union program holds at once per device); ``jax.device_put``'s copies run
@@ -83,7 +85,8 @@ def run_case(case: Case, mib: float, reps: int) -> dict[str, Any]:
     rows = max(8, int(mib * 2**20 / 4 / 1024) // 8 * 8)
     shape = (rows, 1024)
     src, dst = sharding(*case.src), sharding(*case.dst)
-    x = jax.device_put(np.arange(rows * 1024, dtype=np.float32).reshape(shape), src)
+    g = np.arange(rows * 1024, dtype=np.float32).reshape(shape)
+    x = jax.device_put(g, src)
     ours, theirs = redist.reshard(x, dst), jax.device_put(x, dst)
     for a, b in zip(ours.addressable_shards, theirs.addressable_shards):
         assert a.device == b.device and np.array_equal(np.asarray(a.data), np.asarray(b.data)), case.name
@@ -101,13 +104,17 @@ def run_case(case: Case, mib: float, reps: int) -> dict[str, Any]:
         "direct": lambda: direct(x, dst),
         "union": lambda: union(x, dst),
         "one ppermute": lambda: floor(glob),
+        "device_put (fresh x)": lambda: jax.device_put(fresh["device_put"], dst),
+        "redist.reshard (fresh x)": lambda: redist.reshard(fresh["reshard"], dst),
     }
-    for fn in sides.values():  # warm
-        timed(fn)
+    fresh: dict[str, jax.Array] = {}
     times: dict[str, list[float]] = {k: [] for k in sides}
-    for r in range(reps):
-        for name in balanced_order(list(sides), r):
-            times[name].append(timed(sides[name]))
+    for r in range(-1, reps):  # round -1 warms every side
+        fresh.update(jax.block_until_ready({k: jax.device_put(g, src) for k in ("device_put", "reshard")}))
+        for name in balanced_order(list(sides), max(r, 0)):
+            t = timed(sides[name])
+            if r >= 0:
+                times[name].append(t)
     return {"case": case.name, "shape": shape, "bytes": rows * 1024 * 4, "times": times, "plan": plan}
 
 
@@ -142,11 +149,14 @@ def report(results: list[dict[str, Any]], argv: Sequence[str], seconds: float) -
              "with ~95% interval (> 1: slower than `device_put`).", "",
              f"`redist.reshard` runs the default transport (`{_auto_name(results)}` here); `direct` and `union` "
              "are the other two run by `run_cross_mesh(..., transport=...)` (docs/design.md 8.4).", "",
+             "`fresh x`: each round on an array placed just before (not timed), as a training step's new "
+             "weights would be: `device_put` cannot reuse the host copy of `x` JAX keeps after its first call.", "",
              "| case | shape | MiB | device_put us | A/A us | redist.reshard us | direct us | union us "
              "| one ppermute us | A/A ratio | reshard / device_put | direct / device_put | union / device_put "
+             "| fresh x: device_put us | fresh x: reshard us | fresh x: reshard / device_put "
              "| rounds | recv B (all devices) | lower bound B | peak buffer B/device "
              "| larger block B | union program holds B/device |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         t, p = r["times"], r["plan"]
         recv, lb = sum(p.recv_bytes().values()), sum(p.lower_bound_bytes().values())
@@ -155,6 +165,8 @@ def report(results: list[dict[str, Any]], argv: Sequence[str], seconds: float) -
                      f"{_us(t['union'])} | {_us(t['one ppermute'])} | "
                      f"{_ci(t['device_put (A/A)'], t['device_put'])} | {_ci(t['redist.reshard'], t['device_put'])} | "
                      f"{_ci(t['direct'], t['device_put'])} | {_ci(t['union'], t['device_put'])} | "
+                     f"{_us(t['device_put (fresh x)'])} | {_us(t['redist.reshard (fresh x)'])} | "
+                     f"{_ci(t['redist.reshard (fresh x)'], t['device_put (fresh x)'])} | "
                      f"{p.rounds} | {recv} | {lb} | {p.peak_bytes()} | {p.memory_bound_bytes} | {p.transient_bytes()} |")
     return "\n".join(lines) + "\n"
 
