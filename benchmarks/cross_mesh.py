@@ -93,8 +93,8 @@ def run_case(case: Case, mib: float, reps: int) -> dict[str, Any]:
     plan = plan_between(placement_of(x), placement_of_sharding(dst, shape, x.dtype))
     floor, glob = one_round(plan, x)
     direct, union = runner_for(plan, "direct"), runner_for(plan, "union")
-    for r in (direct, union):
-        y = r(x, dst)
+    for run in (direct, union):
+        y = run(x, dst)
         assert all(np.array_equal(np.asarray(a.data), np.asarray(b.data))
                    for a, b in zip(y.addressable_shards, theirs.addressable_shards)), case.name
     sides: dict[str, Callable[[], Any]] = {
