@@ -348,6 +348,25 @@ def test_donating_the_source_after_a_host_move_leaves_the_result_intact(case: st
         np.testing.assert_array_equal(np.asarray(a.data), g[a.index])
 
 
+@pytest.mark.parametrize("transport", ["host", "direct"])
+def test_a_kept_block_is_the_source_buffer_as_with_device_put(transport: str) -> None:
+    """Devices 0-2 keep their blocks: the result holds the source's buffers there, as
+    ``jax.device_put`` does, so donating the source deletes the result too, for both alike."""
+    s = _named((4,), ("x",), [0, 1, 2, 3], "x")
+    d = _named((4,), ("x",), [0, 1, 2, 7], "x")
+    g = np.arange(64, dtype=np.float32)
+    plan = cross_mesh_plan(placement_of_sharding(s, g.shape, g.dtype), placement_of_sharding(d, g.shape, g.dtype))
+    assert [c.sender for c in plan.local] == [0, 1, 2] and [(m.sender, m.receiver) for m in plan.messages] == [(3, 7)]
+    for move in (lambda a: run_cross_mesh(plan, a, d, transport=transport), lambda a: jax.device_put(a, d)):
+        x = jax.device_put(g, s)
+        y = move(x)
+        np.testing.assert_array_equal(np.asarray(y), g)
+        y = move(x := jax.device_put(g, s))
+        jax.block_until_ready(jax.jit(lambda a: a * 0 - 1, donate_argnums=0)(x))
+        with pytest.raises(RuntimeError, match="deleted"):
+            np.asarray(y)
+
+
 def test_auto_copies_in_one_process_and_bad_transports_are_typed_errors() -> None:
     s, d = CASES["pipeline"]
     plan = cross_mesh_plan(placement_of_sharding(s, (64, 32), "float32"), placement_of_sharding(d, (64, 32), "float32"))
