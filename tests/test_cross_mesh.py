@@ -12,6 +12,7 @@ import itertools
 import math
 import re
 from typing import Any
+from unittest import mock
 
 import jax
 import numpy as np
@@ -149,7 +150,13 @@ def test_moves_on_8_devices_give_numpy_slices_on_every_destination_device(move: 
     want = jax.device_put(x, to_named_sharding(dst))
     blocks = reference_blocks(dst.type)
     for transport in TRANSPORTS:
-        y = run_cross_mesh(plan, x, transport=transport)
+        with mock.patch.object(cross_direct, "send", wraps=cross_direct.send) as sent:
+            y = run_cross_mesh(plan, x, transport=transport)
+        if transport is Transport.DIRECT:  # the copies are the plan's messages, byte for byte
+            copies = [(next(iter(a.devices())).id, t.id, a.nbytes) for c in sent.call_args_list for a, t in zip(*c.args)]
+            assert copies == [(m.sender, m.receiver, plan.piece_bytes(m)) for m in plan.messages]
+        else:
+            assert not sent.called
         assert y.sharding.is_equivalent_to(want.sharding, g.ndim) and y.dtype == g.dtype
         by_dev = {s.device.id: np.asarray(s.data) for s in y.addressable_shards}
         assert sorted(by_dev) == sorted(dst.devices)
