@@ -66,7 +66,7 @@ def _is_whole(start: Sequence[int], size: Sequence[int], shape: Sequence[int]) -
 class DirectRunner:
     """A plan made ready to run as copies: per message its sender and whether it is cut (and
     where), per destination block its parts. ``sends`` lists ``(sender, receiver, shape)`` of
-    every array the call hands to ``jax.device_put``: the plan's messages, in order."""
+    every array the call hands to ``send``: the plan's messages, in order."""
 
     def __init__(self, plan: CrossMeshPlan) -> None:
         if not plan.src.type.rank:
@@ -77,7 +77,7 @@ class DirectRunner:
                 raise UnknownDeviceError(f"device {g} of the move does not exist; available ids: {sorted(devs)}")
         self.plan = plan
         self.dtype: Any = numpy_dtype(plan.src.type.dtype)
-        src_local, dst_local = plan.src.type.local_shape, plan.dst.type.local_shape
+        src_local = plan.src.type.local_shape
         cuts: dict[int, list[Slices]] = {}
         self.payload: list[tuple[int, int | None]] = []  # (sender, index in its cut outputs or None: whole)
         self.sends: list[tuple[int, int, tuple[int, ...]]] = []
@@ -91,7 +91,7 @@ class DirectRunner:
             self.sends.append((m.sender, m.receiver, tuple(size)))
         self.cutters = tuple((g, _cutter(tuple(sl))) for g, sl in cuts.items())
         self.targets = tuple(devs[m.receiver] for m in plan.messages)
-        self.blocks = tuple(block_parts(plan, q, dst_local) for q in range(len(plan.dst.devices)))
+        self.blocks = block_parts(plan)
         self.assemblers = tuple(None if b.whole else _assembler(b.shape, tuple((p.take, p.put) for p in b.parts))
                                 for b in self.blocks)
 
@@ -110,8 +110,8 @@ class DirectRunner:
 def send(arrays: list[Any], devices: Sequence[Any]) -> list[Any]:
     """Every message in one batched copy: the runtime call ``jax.device_put`` itself ends in
     (``batched_copy_array_to_devices_with_sharding``) where this JAX has it, which skips
-    ``device_put``'s per-leaf Python work (about half its time on 4 small arrays, see
-    docs/design.md 8.4); else ``jax.device_put`` of the list onto the list of devices."""
+    ``device_put``'s per-leaf Python work (docs/design.md 8.4); else ``jax.device_put`` of the
+    list onto the list of devices."""
     if _BATCHED_COPY is None:
         return list(jax.device_put(arrays, devices))
     lists, shardings, semantics = _route(tuple(devices))
@@ -138,18 +138,19 @@ def _route(devices: tuple[Any, ...]) -> tuple[list[Any], list[SingleDeviceShardi
     return [s._internal_device_list for s in shardings], shardings, [_REUSE] * len(devices)
 
 
-def block_parts(plan: CrossMeshPlan, q: int, dst_local: tuple[int, ...]) -> Block:
-    """Destination position ``q``'s parts: its local copies, then its messages."""
-    src_local = plan.src.type.local_shape
-    parts: list[Part] = []
-    pieces: list[tuple[bool, int, Piece]] = [(True, -1, p) for p in plan.local if p.dst_pos == q]
-    pieces += [(False, i, m) for i, m in enumerate(plan.messages) if m.dst_pos == q]
+def block_parts(plan: CrossMeshPlan) -> tuple[Block, ...]:
+    """Per destination position, its parts: its local copies, then its messages (one pass)."""
+    src_local, dst_local = plan.src.type.local_shape, plan.dst.type.local_shape
+    parts: list[list[Part]] = [[] for _ in plan.dst.devices]
+    pieces: list[tuple[bool, int, Piece]] = [(True, -1, p) for p in plan.local]
+    pieces += [(False, i, m) for i, m in enumerate(plan.messages)]
     for local, i, p in pieces:
         s0, t0, size = plan.piece_offsets(p)
         take = None if not local or _is_whole(s0, size, src_local) else _slices(s0, size)
-        parts.append(Part(local, i, take, _slices(t0, size), p.sender, _slices(s0, size)))
-    whole = len(parts) == 1 and parts[0].take is None and parts[0].put == _slices([0] * len(dst_local), dst_local)
-    return Block(plan.dst.devices[q], dst_local, tuple(parts), whole)
+        parts[p.dst_pos].append(Part(local, i, take, _slices(t0, size), p.sender, _slices(s0, size)))
+    whole = _slices([0] * len(dst_local), dst_local)
+    return tuple(Block(g, dst_local, tuple(ps), len(ps) == 1 and ps[0].take is None and ps[0].put == whole)
+                 for g, ps in zip(plan.dst.devices, parts))
 
 
 @memo(Scope.PROGRAM, maxsize=1024)

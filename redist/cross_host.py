@@ -55,10 +55,9 @@ class HostRunner:
         self.aval = jax.core.ShapedArray(plan.src.type.shape, self.dtype)
         self.devices = [devs[g] for g in plan.dst.devices]
         self.blocks: list[tuple[int, bool, tuple[Write, ...]]] = []
-        for q, g in enumerate(plan.dst.devices):
-            b = block_parts(plan, q, self.shape)
+        for b in block_parts(plan):
             writes = tuple(Write(p.sender, _sl(p.cut), _sl(p.put)) for p in b.parts)
-            self.blocks.append((g, b.whole and b.parts[0].local, writes))
+            self.blocks.append((b.device, b.whole and b.parts[0].local, writes))
         self.senders = frozenset(w.sender for _, keep, ws in self.blocks if not keep for w in ws)
 
     def __call__(self, x: jax.Array, out_sharding: NamedSharding) -> jax.Array:
