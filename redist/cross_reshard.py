@@ -2,9 +2,10 @@
 
 ``redist.reshard(x, NamedSharding(other_mesh, spec))`` where ``other_mesh`` lists other devices
 than ``x``'s mesh (a subset, a disjoint set, a superset, or the same devices in another order)
-plans the move with ``cross_mesh_plan`` (cached per pair of placements) and runs it with
-``run_cross_mesh`` (docs/design.md section 8.4). Under ``jax.jit`` the device lists are unknown
-while tracing, so only placed arrays take this path.
+plans the move with ``cross_mesh_plan`` (cached per pair of placements) and runs it by the
+default transport of ``run_cross_mesh``: copies in one process, the union program across
+processes (docs/design.md section 8.4). Under ``jax.jit`` the device lists are unknown while
+tracing, so only placed arrays take this path (docs/howto/cross-mesh.md says what JAX does there).
 """
 
 from __future__ import annotations
