@@ -8,14 +8,19 @@ simulated CPU devices (docs/design.md section 8.4):
   to ``{model=4}`` on devices 4-7, ``[n,m@model]``;
 - ``resize_8_to_4`` and ``resize_4_to_8``: ``[n@x,m]`` on 8 devices to 4 and back.
 
-Per case and size three callables run on the same input, interleaved in a balanced order
+Per case and size these callables run on the same input, interleaved in a balanced order
 (``benchmarks.paired.balanced_order``), one call and ``block_until_ready`` each per round:
-``device_put``, ``device_put (A/A)`` (the control: the same again), ``redist.reshard``, and
-``one ppermute``: a bare one-round ``shard_map`` of one ``ppermute`` of the whole source block
-over the same union of devices, the floor of any program that moves data in rounds. The
+``device_put``, ``device_put (A/A)`` (the control: the same again), ``redist.reshard`` (the
+default transport: host copies on CPU devices), the two other transports of ``run_cross_mesh``
+(``direct``: device buffers cut and copied between devices; ``union``: one program over the
+union of the devices, the multi-process transport), and ``one ppermute``: a bare one-round
+``shard_map`` of one ``ppermute`` of the whole source block over the same union of devices,
+the floor of any program that moves data in rounds; and ``device_put`` and ``redist.reshard``
+again on a fresh array each round (placed before the round, untimed): called on the same ``x``,
+``device_put`` re-slices a host copy of ``x`` that JAX keeps after the first call. The
 table gives medians and the median of per-round ratios with its ~95% interval; bytes and peak
 are the plan's (received bytes summed over devices, its lower bound, the largest buffer per
-device and everything the executor holds at once per device); ``jax.device_put``'s copies run
+device and everything the union program holds at once per device); ``jax.device_put``'s copies run
 outside any program, so its bytes and memory are not measured here. Values are checked once per
 case against ``device_put``'s. Wall clock on the machine at hand; no test asserts it.
 """
@@ -43,7 +48,7 @@ from jax.sharding import NamedSharding, PartitionSpec  # noqa: E402
 
 import redist  # noqa: E402
 from benchmarks.paired import balanced_order, paired_ratio  # noqa: E402
-from redist.cross_exec import AXIS, runner  # noqa: E402
+from redist.cross_exec import AXIS, runner, runner_for, transport_for  # noqa: E402
 from redist.cross_reshard import plan_between  # noqa: E402
 from spmd_types.jax_placement import placement_of, placement_of_sharding  # noqa: E402
 
@@ -80,24 +85,36 @@ def run_case(case: Case, mib: float, reps: int) -> dict[str, Any]:
     rows = max(8, int(mib * 2**20 / 4 / 1024) // 8 * 8)
     shape = (rows, 1024)
     src, dst = sharding(*case.src), sharding(*case.dst)
-    x = jax.device_put(np.arange(rows * 1024, dtype=np.float32).reshape(shape), src)
+    g = np.arange(rows * 1024, dtype=np.float32).reshape(shape)
+    x = jax.device_put(g, src)
     ours, theirs = redist.reshard(x, dst), jax.device_put(x, dst)
     for a, b in zip(ours.addressable_shards, theirs.addressable_shards):
         assert a.device == b.device and np.array_equal(np.asarray(a.data), np.asarray(b.data)), case.name
     plan = plan_between(placement_of(x), placement_of_sharding(dst, shape, x.dtype))
     floor, glob = one_round(plan, x)
+    direct, union = runner_for(plan, "direct"), runner_for(plan, "union")
+    for run in (direct, union):
+        y = run(x, dst)
+        assert all(np.array_equal(np.asarray(a.data), np.asarray(b.data))
+                   for a, b in zip(y.addressable_shards, theirs.addressable_shards)), case.name
     sides: dict[str, Callable[[], Any]] = {
         "device_put": lambda: jax.device_put(x, dst),
         "device_put (A/A)": lambda: jax.device_put(x, dst),
         "redist.reshard": lambda: redist.reshard(x, dst),
+        "direct": lambda: direct(x, dst),
+        "union": lambda: union(x, dst),
         "one ppermute": lambda: floor(glob),
+        "device_put (fresh x)": lambda: jax.device_put(fresh["device_put"], dst),
+        "redist.reshard (fresh x)": lambda: redist.reshard(fresh["reshard"], dst),
     }
-    for fn in sides.values():  # warm
-        timed(fn)
+    fresh: dict[str, jax.Array] = {}
     times: dict[str, list[float]] = {k: [] for k in sides}
-    for r in range(reps):
-        for name in balanced_order(list(sides), r):
-            times[name].append(timed(sides[name]))
+    for r in range(-1, reps):  # round -1 warms every side
+        fresh.update(jax.block_until_ready({k: jax.device_put(g, src) for k in ("device_put", "reshard")}))
+        for name in balanced_order(list(sides), max(r, 0)):
+            t = timed(sides[name])
+            if r >= 0:
+                times[name].append(t)
     return {"case": case.name, "shape": shape, "bytes": rows * 1024 * 4, "times": times, "plan": plan}
 
 
@@ -130,18 +147,32 @@ def report(results: list[dict[str, Any]], argv: Sequence[str], seconds: float) -
              f"load average {os.getloadavg()[0]:.1f} after; the one-process table took {seconds:.0f} s.", "",
              "Times: medians of call + `block_until_ready`; ratios: median of per-round ratios to `device_put` "
              "with ~95% interval (> 1: slower than `device_put`).", "",
-             "| case | shape | MiB | device_put us | A/A us | redist.reshard us | one ppermute us | A/A ratio "
-             "| reshard / device_put | rounds | recv B (all devices) | lower bound B | peak buffer B/device "
-             "| larger block B | executor holds B/device |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             f"`redist.reshard` runs the default transport (`{_auto_name(results)}` here); `direct` and `union` "
+             "are the other two run by `run_cross_mesh(..., transport=...)` (docs/design.md 8.4).", "",
+             "`fresh x`: each round on an array placed just before (not timed), as a training step's new "
+             "weights would be: `device_put` cannot reuse the host copy of `x` JAX keeps after its first call.", "",
+             "| case | shape | MiB | device_put us | A/A us | redist.reshard us | direct us | union us "
+             "| one ppermute us | A/A ratio | reshard / device_put | direct / device_put | union / device_put "
+             "| fresh x: device_put us | fresh x: reshard us | fresh x: reshard / device_put "
+             "| rounds | recv B (all devices) | lower bound B | peak buffer B/device "
+             "| larger block B | union program holds B/device |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         t, p = r["times"], r["plan"]
         recv, lb = sum(p.recv_bytes().values()), sum(p.lower_bound_bytes().values())
         lines.append(f"| {r['case']} | {list(r['shape'])} | {r['bytes'] / 2**20:.2f} | {_us(t['device_put'])} | "
-                     f"{_us(t['device_put (A/A)'])} | {_us(t['redist.reshard'])} | {_us(t['one ppermute'])} | "
+                     f"{_us(t['device_put (A/A)'])} | {_us(t['redist.reshard'])} | {_us(t['direct'])} | "
+                     f"{_us(t['union'])} | {_us(t['one ppermute'])} | "
                      f"{_ci(t['device_put (A/A)'], t['device_put'])} | {_ci(t['redist.reshard'], t['device_put'])} | "
+                     f"{_ci(t['direct'], t['device_put'])} | {_ci(t['union'], t['device_put'])} | "
+                     f"{_us(t['device_put (fresh x)'])} | {_us(t['redist.reshard (fresh x)'])} | "
+                     f"{_ci(t['redist.reshard (fresh x)'], t['device_put (fresh x)'])} | "
                      f"{p.rounds} | {recv} | {lb} | {p.peak_bytes()} | {p.memory_bound_bytes} | {p.transient_bytes()} |")
     return "\n".join(lines) + "\n"
+
+
+def _auto_name(results: list[dict[str, Any]]) -> str:
+    return transport_for(results[0]["plan"]).value if results else "auto"
 
 
 # -- across two processes ------------------------------------------------------------------------------

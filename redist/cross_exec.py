@@ -1,4 +1,6 @@
-"""Running a ``CrossMeshPlan``: one jitted program over the union of the two device sets.
+"""Running a ``CrossMeshPlan``: by copies in one process (``redist.cross_host`` on CPU devices,
+``redist.cross_direct`` elsewhere), or as one jitted program over the union of the two device
+sets, the only way across processes (``Transport``; docs/design.md 8.4).
 
 The union is a 1-D mesh (axis ``u``, the source's devices first). Each union device passes in its
 source block (a zero block where it has none) and gets back a destination block; the program is a
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from enum import Enum
 from typing import Any
 
 import jax
@@ -23,6 +26,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
+from redist.cross_direct import direct_runner
+from redist.cross_host import host_runner
 from redist.cross_mesh import CrossMeshPlan, Piece
 from redist.errors import ExecutionError
 from spmd_types.dtypes import numpy_dtype
@@ -33,10 +38,54 @@ from spmd_types.placement import UnknownDeviceError
 AXIS = "u"
 
 
-def run_cross_mesh(plan: CrossMeshPlan, x: jax.Array, out_sharding: NamedSharding | None = None) -> jax.Array:
+class Transport(Enum):
+    """How a plan's pieces travel (the pieces, hence the bytes each device receives, are the
+    plan's either way; docs/design.md section 8.4)."""
+
+    AUTO = "auto"
+    """Where this process addresses every device of the move: ``HOST`` on CPU devices, else
+    ``DIRECT``; otherwise ``UNION``."""
+    DIRECT = "direct"
+    """Device buffers cut on their devices and copied between devices (``redist.cross_direct``):
+    one process only."""
+    HOST = "host"
+    """CPU devices only, whose memory is host memory: each destination block written once by
+    NumPy from views of its holders' blocks (``redist.cross_host``): one process only."""
+    UNION = "union"
+    """One program over the union of the devices: also across ``jax.distributed`` processes."""
+
+
+def transport_for(plan: CrossMeshPlan, transport: Transport | str = Transport.AUTO) -> Transport:
+    """``transport`` resolved: ``AUTO`` becomes ``DIRECT`` when every device of ``plan.union``
+    belongs to this process, else ``UNION``.
+
+    Raises:
+        ExecutionError: an unknown transport, or ``DIRECT`` for a move over another process's devices.
+    """
+    try:
+        t = Transport(transport)
+    except ValueError:
+        raise ExecutionError(f"transport={transport!r} is not one of {[m.value for m in Transport]}") from None
+    mine = {int(d.id): d for d in jax.local_devices()}
+    local = all(g in mine for g in plan.union)
+    if t in (Transport.DIRECT, Transport.HOST) and not local:
+        raise ExecutionError(f"transport={t.value!r} copies buffers within one process, but devices "
+                             f"{sorted(set(plan.union) - set(mine))} of the move belong to other processes: use "
+                             f"'union' or 'auto'")
+    if t is not Transport.AUTO:
+        return t
+    if not local:
+        return Transport.UNION
+    return Transport.HOST if all(mine[g].platform == "cpu" for g in plan.union) else Transport.DIRECT
+
+
+def run_cross_mesh(plan: CrossMeshPlan, x: jax.Array, out_sharding: NamedSharding | None = None,
+                   transport: Transport | str = Transport.AUTO) -> jax.Array:
     """``x`` (placed as ``plan.src``) moved to ``plan.dst``: the result is laid out as
     ``out_sharding`` where given (a ``NamedSharding`` whose mesh is ``plan.dst``'s, e.g. the one a
-    caller asked for, reduced axes included), else as ``plan.dst``'s own.
+    caller asked for, reduced axes included), else as ``plan.dst``'s own. ``transport`` picks how
+    the plan's pieces travel (``Transport``; default: direct copies when this process addresses
+    every device of the move, else one program over the union of the devices).
 
     Example:
         >>> import jax, numpy as np, redist
@@ -51,14 +100,28 @@ def run_cross_mesh(plan: CrossMeshPlan, x: jax.Array, out_sharding: NamedShardin
         ([4, 5, 6, 7], True)
 
     Raises:
-        ExecutionError: ``x`` is not placed as ``plan.src``, or is a scalar.
+        ExecutionError: ``x`` is not placed as ``plan.src``, or is a scalar, or
+            ``out_sharding`` is on other devices than ``plan.dst``, or ``transport`` is unknown,
+            ``"direct"`` or ``"host"`` over another process's devices, or ``"host"`` off CPU.
         UnknownDeviceError: a device of either placement does not exist in this process.
     """
     have = placement_of(x)
     if have.type.without_reduced() != plan.src.type.without_reduced() or have.devices != plan.src.devices:
         raise ExecutionError(f"x is placed as {have}; the plan's source is {plan.src}")
     ns = out_sharding if out_sharding is not None else to_named_sharding(plan.dst)
-    return runner(plan)(x, ns)
+    ids = tuple(int(d.id) for d in np.asarray(ns.mesh.devices).reshape(-1))
+    if ids != plan.dst.devices:
+        raise ExecutionError(f"out_sharding is on devices {ids}; the plan's destination is on {plan.dst.devices}")
+    return runner_for(plan, transport)(x, ns)
+
+
+@memo(Scope.TYPE, maxsize=512)
+def runner_for(plan: CrossMeshPlan, transport: Transport | str = Transport.AUTO) -> Callable[[jax.Array, NamedSharding], jax.Array]:
+    """The runner of ``plan`` by ``transport`` (resolved by ``transport_for``; cached)."""
+    t = transport_for(plan, transport)
+    if t is Transport.DIRECT:
+        return direct_runner(plan)
+    return host_runner(plan) if t is Transport.HOST else runner(plan)
 
 
 class Runner:
@@ -166,18 +229,7 @@ def _stage(plan: CrossMeshPlan, r: int) -> _Stage | None:
 
 def _offsets(plan: CrossMeshPlan, p: Piece) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The piece's start in its source block, its start in its destination block, its size."""
-    ext = np.array(plan.cell_extent)
-    lo = np.array([b[0] for b in p.box]) * ext
-    size = np.array([b[1] - b[0] for b in p.box]) * ext
-    sb = _block_start(plan.src.type, p.src_pos)
-    db = _block_start(plan.dst.type, p.dst_pos)
-    return lo - sb, lo - db, size
-
-
-def _block_start(t: Any, position: int) -> np.ndarray:
-    from spmd_types.layout import block_bounds
-
-    return block_bounds(t)[position, :, 0]
+    return tuple(np.array(v, dtype=np.int64) for v in plan.piece_offsets(p))  # type: ignore[return-value]
 
 
 def _run_stage(st: _Stage, a: Any, out: Any, idx: Any) -> Any:
@@ -215,4 +267,4 @@ def window_elements(plan: CrossMeshPlan) -> int:
     return max((math.prod(plan.round_window(r)) for r in range(-1, plan.rounds)), default=0)
 
 
-__all__ = ["run_cross_mesh", "window_elements"]
+__all__ = ["Transport", "run_cross_mesh", "runner_for", "transport_for", "window_elements"]

@@ -84,6 +84,16 @@ class CrossMeshPlan:
     def piece_bytes(self, p: Piece) -> int:
         return box_cells(p.box) * math.prod(self.cell_extent) * self.src.type.itemsize
 
+    def piece_offsets(self, p: Piece) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+        """Elements: the piece's start in its source block, its start in its destination block,
+        and its size per dimension (the executors' static slices)."""
+        ext = self.cell_extent
+        lo = [b[0] * e for b, e in zip(p.box, ext)]
+        size = tuple((b[1] - b[0]) * e for b, e in zip(p.box, ext))
+        sb = block_bounds(self.src.type)[p.src_pos, :, 0].tolist()
+        db = block_bounds(self.dst.type)[p.dst_pos, :, 0].tolist()
+        return (tuple(a - b for a, b in zip(lo, sb)), tuple(a - b for a, b in zip(lo, db)), size)
+
     def recv_bytes(self) -> dict[int, int]:
         """Bytes each device receives from other devices (local copies excluded)."""
         out = dict.fromkeys(self.union, 0)

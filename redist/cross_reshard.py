@@ -2,20 +2,22 @@
 
 ``redist.reshard(x, NamedSharding(other_mesh, spec))`` where ``other_mesh`` lists other devices
 than ``x``'s mesh (a subset, a disjoint set, a superset, or the same devices in another order)
-plans the move with ``cross_mesh_plan`` (cached per pair of placements) and runs it with
-``run_cross_mesh`` (docs/design.md section 8.4). Under ``jax.jit`` the device lists are unknown
-while tracing, so only placed arrays take this path.
+plans the move with ``cross_mesh_plan`` (cached per pair of placements) and runs it by the
+default transport of ``run_cross_mesh``: copies in one process, the union program across
+processes (docs/design.md section 8.4). Under ``jax.jit`` the device lists are unknown while
+tracing, so only placed arrays take this path (docs/howto/cross-mesh.md says what JAX does there).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import jax
 import numpy as np
 from jax.sharding import NamedSharding
 
-from redist.cross_exec import Runner, runner
+from redist.cross_exec import runner_for
 from redist.cross_mesh import CrossMeshPlan, cross_mesh_plan
 from spmd_types.jax_placement import placement_of_sharding
 from spmd_types.memo import Scope, memo
@@ -45,17 +47,22 @@ def plan_between(src: Placement, dst: Placement) -> CrossMeshPlan:
     return cross_mesh_plan(src, dst)
 
 
-def cross_mesh_reshard(x: jax.Array, dst: Any) -> jax.Array:
+def cross_mesh_reshard(x: jax.Array, dst: Any, note: Callable[[CrossMeshPlan], None] | None = None) -> jax.Array:
     """``x`` moved onto ``dst``'s mesh and laid out as ``dst`` (a ``NamedSharding`` for which
-    ``on_other_devices(x, dst)`` holds) by a cross-mesh plan; the plan's runner is cached per
-    (sharding, shape, dtype, destination), so a repeated call reads no placement."""
-    return _entry(x.sharding, x.shape, x.dtype, dst)(x, dst)
+    ``on_other_devices(x, dst)`` holds) by a cross-mesh plan, which ``note`` is given first
+    (``redist.record()``'s log); the plan and its runner are cached per (sharding, shape, dtype,
+    destination), so a repeated call reads no placement."""
+    plan, run = _entry(x.sharding, x.shape, x.dtype, dst)
+    if note is not None:
+        note(plan)
+    return run(x, dst)
 
 
 @memo(Scope.TYPE, maxsize=1024)
-def _entry(sharding: NamedSharding, shape: tuple[int, ...], dtype: Any, dst: NamedSharding) -> Runner:
+def _entry(sharding: NamedSharding, shape: tuple[int, ...], dtype: Any,
+           dst: NamedSharding) -> tuple[CrossMeshPlan, Callable[[jax.Array, NamedSharding], jax.Array]]:
     plan = plan_between(placement_of_sharding(sharding, shape, dtype), placement_of_sharding(dst, shape, dtype))
-    return runner(plan)
+    return plan, runner_for(plan)
 
 
 __all__ = ["cross_mesh_reshard", "on_other_devices", "plan_between"]

@@ -67,6 +67,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from redist.api import redistribute
 from redist.cost import CostModel
+from redist.cross_mesh import CrossMeshPlan  # cross-mesh hook (recorded moves)
 from redist.cross_reshard import cross_mesh_reshard, on_other_devices  # cross-mesh hook
 from redist.errors import ExecutionError, IncompatibleTypesError
 from redist.executor import _executable, _retyped, apply_local, run_plan
@@ -100,8 +101,9 @@ def plan_for(src: ShardingType, dst: ShardingType, cost_model: CostModel | None 
 
 
 class Recorded(NamedTuple):
-    """One move ``reshard`` made: the source and destination as text, and the plan it ran
-    (``None`` where the move went to ``jax.sharding.reshard``, see the module docstring).
+    """One move ``reshard`` made: the source and destination as text, and the plan it ran: a
+    ``Plan``, a ``CrossMeshPlan`` for a move onto another device list, or ``None`` where the
+    move went to ``jax.sharding.reshard`` (see the module docstring).
 
     Examples:
         >>> import jax, numpy as np, redist
@@ -117,12 +119,13 @@ class Recorded(NamedTuple):
 
     src: str
     dst: str
-    plan: Plan | None
+    plan: Plan | CrossMeshPlan | None
 
 
 class Recording:
     """What ``reshard`` did inside a ``with redist.record() as log:`` block, in call order:
-    ``entries`` (every ``Recorded`` move), ``plans`` (ours), ``delegated`` (JAX's).
+    ``entries`` (every ``Recorded`` move), ``plans`` (ours on one device list),
+    ``cross_mesh`` (ours onto another device list), ``delegated`` (JAX's).
 
     Examples:
         >>> import jax, numpy as np, redist
@@ -143,7 +146,12 @@ class Recording:
     @property
     def plans(self) -> list[tuple[ShardingType, ShardingType, Plan]]:
         """(source type, destination type, plan) of every move our plans made."""
-        return [(e.plan.src, e.plan.dst, e.plan) for e in self.entries if e.plan is not None]
+        return [(e.plan.src, e.plan.dst, e.plan) for e in self.entries if isinstance(e.plan, Plan)]
+
+    @property
+    def cross_mesh(self) -> list[CrossMeshPlan]:
+        """The plans of every move onto another device list (``redist.cross_mesh_plan``)."""
+        return [e.plan for e in self.entries if isinstance(e.plan, CrossMeshPlan)]
 
     @property
     def delegated(self) -> list[Recorded]:
@@ -185,9 +193,11 @@ def record() -> Iterator[Recording]:
         _RECORDINGS.remove(log)
 
 
-def _note(plan: Plan | None, src: Any = None, dst: Any = None) -> None:
+def _note(plan: Plan | CrossMeshPlan | None, src: Any = None, dst: Any = None) -> None:
     """Log a move to every open ``record()`` block (``src`` and ``dst``: the abstract value and
     the JAX destination of a move handed to ``jax.sharding.reshard``)."""
+    if not _RECORDINGS:
+        return
     if plan is None:
         mesh = ",".join(f"{n}={k}" for n, k in dst.mesh.shape.items())
         entry = Recorded(str(src), f"{dst.spec} on mesh {{{mesh}}}", None)
@@ -439,7 +449,7 @@ def _reshard_leaf(x: Any, dst: Any, cost_model: CostModel | None) -> Any:
         x = _placed(x, dst)
         xmesh = _aval_mesh(x)
         if on_other_devices(x, dst):  # cross-mesh hook: another device list (redist/cross_reshard.py)
-            return cross_mesh_reshard(x, dst)
+            return cross_mesh_reshard(x, dst, _note)
         _check_devices(x, dst)
         empty = 0 in x.shape  # nothing to move, and no sharding type has a zero-size dimension
         viewed = _view_on(x, dst) if xmesh != ds.mesh and not empty else None

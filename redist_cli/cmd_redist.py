@@ -3,7 +3,9 @@
 ``redist plan SRC DST --mesh x=2,y=4 [--slow-axes x] [--draw] [--picture plan.png] [--dims 1,2]``
 prints the plan (each step in words, with its bytes and collectives) and its measures against their
 bounds (docs/design.md section 4), and optionally draws it. Plans come from types, so it needs no
-devices; ``--autotune`` times the best plans on the mesh's devices.
+devices; ``--autotune`` times the best plans on the mesh's devices. Given two placements
+(``'f32[8@x] on {x=2} at devices [0,1]'``) it prints the move between meshes and its certificate
+(docs/design.md section 8.4).
 
 ``redist demo`` (the README's first command) plans showcase redistributions on ``{x=2,y=4}``, runs
 each as one compiled program on 8 simulated CPU devices, checks every device's block against the
@@ -35,9 +37,11 @@ DEMO_CASES: tuple[tuple[str, str, str], ...] = (
 
 def register(sub: Any, handlers: dict[str, Any]) -> None:
     p = sub.add_parser("plan", help="plan the collectives that move an array between two layouts, step by step")
-    p.add_argument("src", help="source type, e.g. 'f32[512@(x,y),128]'")
-    p.add_argument("dst", help="destination type, e.g. 'f32[512,128@(y,x)]'")
-    p.add_argument("--mesh", required=True, help="the mesh, e.g. x=2,y=4")
+    p.add_argument("src", help="source type, e.g. 'f32[512@(x,y),128]', or a placement for a move between "
+                               "meshes, e.g. 'f32[512@x,128] on {x=4} at devices [0,1,2,3]'")
+    p.add_argument("dst", help="destination type, e.g. 'f32[512,128@(y,x)]', or a placement, e.g. "
+                               "'f32[512,128@y] on {y=4} at devices [4,5,6,7]'")
+    p.add_argument("--mesh", default=None, help="the mesh of the two types, e.g. x=2,y=4 (placements name their own)")
     p.add_argument("--objective", choices=("measured", "bytes", "alpha-beta"), default="measured",
                    help="measured: least time under the backend's measured profile (default); bytes: least "
                         "received bytes first, at the transfer lower bound; alpha-beta: least time under the "
@@ -179,9 +183,53 @@ def _check_autotune(args: argparse.Namespace, mesh: Any) -> str | None:
     return devices.missing(mesh.size, "redist plan --autotune")
 
 
+def _placements(args: argparse.Namespace) -> str | None:
+    """Why two placements cannot be planned with these flags, or None; placements carry their
+    meshes and devices, so ``--mesh`` and the single-mesh flags do not apply."""
+    flags = [f for f, on in (("--mesh", args.mesh is not None), ("--slow-axes", bool(args.slow_axes)),
+                             ("--draw", args.draw), ("--picture", args.picture), ("--dims", args.dims),
+                             ("--autotune", args.autotune is not None)) if on]
+    if flags:
+        return f"{', '.join(flags)} apply to a move on one mesh; placements name their own meshes and devices"
+    return None
+
+
+def run_cross_mesh_plan(args: argparse.Namespace) -> int:
+    """``redist plan`` of two placements: the cross-mesh plan and its certificate (exit status 1
+    where a property is undecided; a refuted one raises ``VerificationError``)."""
+    problem = _placements(args)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
+    from proofs.cross_mesh import verify_cross_mesh
+    from redist import cross_mesh_plan
+    from spmd_types.placement import Placement
+
+    plan = cross_mesh_plan(Placement.parse(args.src), Placement.parse(args.dst))
+    print(plan)
+    print()
+    cert = verify_cross_mesh(plan)
+    print(cert)
+    return 0 if cert.ok else 1
+
+
+def is_placement(text: str) -> bool:
+    """Whether ``text`` is placement text (``TYPE on {MESH} at devices [IDS]``) rather than a type."""
+    return " on " in text or " at devices" in text
+
+
 def run_plan_command(args: argparse.Namespace) -> int:
     from spmd_types import Mesh, parse
 
+    if is_placement(args.src) or is_placement(args.dst):
+        if not (is_placement(args.src) and is_placement(args.dst)):
+            print("error: give two placements ('TYPE on {MESH} at devices [IDS]') for a move between meshes, or "
+                  "two types and --mesh for a move on one mesh", file=sys.stderr)
+            return 2
+        return run_cross_mesh_plan(args)
+    if args.mesh is None:
+        print("error: --mesh is required for two types (e.g. --mesh x=2,y=4)", file=sys.stderr)
+        return 2
     mesh = Mesh.parse(args.mesh)
     problem = _check_autotune(args, mesh) if args.autotune is not None else None
     if problem:

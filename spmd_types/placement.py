@@ -10,13 +10,14 @@ meshes needs to know (docs/design.md section 2.7). Plain data: no JAX here (``ja
 from __future__ import annotations
 
 import operator
+import re
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
 
-from spmd_types.errors import MeshError
+from spmd_types.errors import MeshError, TypeSyntaxError
 from spmd_types.mesh import Mesh
 from spmd_types.types import ShardingType, parse_type
 
@@ -69,6 +70,28 @@ class UnknownDeviceError(PlacementError):
     """
 
 
+class PlacementSyntaxError(TypeSyntaxError, PlacementError):
+    """Placement text that does not parse; carries the 1-based column of the problem.
+
+    Example:
+
+    ```pycon
+    >>> from spmd_types.placement import Placement, PlacementSyntaxError
+    >>> try:
+    ...     Placement.parse("f32[8@x] on {x=2} at [0,1]")
+    ... except PlacementSyntaxError as e:
+    ...     print(str(e).splitlines()[0])
+    expected 'at devices [ids]' after the mesh, e.g. 'at devices [0,1]' at column 18
+
+    ```
+    """
+
+
+_TEXT = re.compile(r"(?P<type>\S.*?)\s+on\s+(?P<mesh>\{[^}]*\})(?P<rest>.*)", re.S)
+_DEVICES = re.compile(r"\s+at\s+devices\s+(?P<open>[\[(])(?P<ids>[^\])]*)(?P<close>[\])])\s*", re.S)
+_ID = re.compile(r"\s*([0-9]+)\s*")
+
+
 @dataclass(frozen=True)
 class Placement:
     """A layout ``type`` whose mesh position ``p`` is the physical device ``devices[p]``.
@@ -80,7 +103,7 @@ class Placement:
     >>> from spmd_types.placement import Placement
     >>> p = Placement(parse("f32[8@x,4]", Mesh({"x": 2})), (6, 4))
     >>> print(p)
-    f32[8@x,4] on {x=2} at devices (6, 4)
+    f32[8@x,4] on {x=2} at devices [6,4]
     >>> p.holder_of_position(1), p.position_of(6)
     (4, 0)
 
@@ -137,13 +160,63 @@ class Placement:
         return np.array(self.devices, dtype=np.int64)
 
     def __str__(self) -> str:
-        return f"{self.type} on {self.mesh} at devices {self.devices}"
+        """``TYPE on MESH at devices [IDS]``, which ``Placement.parse`` reads back."""
+        return f"{self.type} on {self.mesh} at devices [{','.join(map(str, self.devices))}]"
 
     @staticmethod
-    def parse(text: str, mesh: Mesh | str, devices: Sequence[int]) -> Placement:
-        """The placement of type text on ``mesh`` over ``devices``."""
-        m = Mesh.coerce(mesh)
-        return Placement(parse_type(text, m), tuple(devices))
+    def parse(text: str, mesh: Mesh | str | None = None, devices: Sequence[int] | None = None) -> Placement:
+        """The placement ``str(p)`` writes, ``f32[8@x,4] on {x=2} at devices [6,4]`` (spaces
+        free, ``(6, 4)`` also read); or, given ``mesh`` and ``devices``, type text alone on them.
+
+        Example:
+
+        ```pycon
+        >>> from spmd_types.placement import Placement
+        >>> p = Placement.parse("f32[8@x,16@y] on {x=2,y=2} at devices [4,5,6,7]")
+        >>> Placement.parse(str(p)) == p, p.holder_of_position(3)
+        (True, 7)
+
+        ```
+
+        :raises PlacementSyntaxError: text not of the form ``TYPE on {MESH} at devices [IDS]``,
+            with the column of the offending part.
+        :raises ShardingTypeError: a subclass for a type that does not parse or fit the mesh
+            (``TypeSyntaxError`` with its column), or a mesh that does not parse (``MeshError``).
+        :raises PlacementError: device ids that do not fit the mesh.
+        """
+        if mesh is not None or devices is not None:
+            if mesh is None or devices is None:
+                raise PlacementError("give both mesh and devices with type text, or neither with placement text")
+            return Placement(parse_type(text, Mesh.coerce(mesh)), tuple(devices))
+        return _parse_text(text)
+
+
+def _parse_text(text: object) -> Placement:
+    """``TYPE on {MESH} at devices [IDS]`` -> a placement (docstring of ``Placement.parse``)."""
+    if not isinstance(text, str):
+        raise PlacementError(f"placement text must be a string, got {type(text).__name__}")
+    m = _TEXT.fullmatch(text.strip())
+    lead = len(text) - len(text.lstrip())
+    if m is None:
+        col = lead + 1 + len(text.strip())
+        raise PlacementSyntaxError("expected ' on {mesh}' after the type, e.g. 'f32[8@x] on {x=2} at devices [0,1]'",
+                                   text, col)
+    mesh = Mesh.parse(m["mesh"])
+    t = parse_type(m["type"], mesh)
+    rest_col = lead + m.start("rest") + 1
+    d = _DEVICES.fullmatch(m["rest"])
+    if d is None or "([".index(d["open"]) != ")]".index(d["close"]):
+        raise PlacementSyntaxError("expected 'at devices [ids]' after the mesh, e.g. 'at devices [0,1]'", text, rest_col)
+    ids: list[int] = []
+    body = d["ids"].strip().rstrip(",") if d["open"] == "(" else d["ids"]
+    col = rest_col + d.start("ids")
+    for item in body.split(",") if body.strip() else []:
+        n = _ID.fullmatch(item)
+        if n is None:
+            raise PlacementSyntaxError(f"device id {item.strip()!r} is not an integer >= 0", text, col)
+        ids.append(int(n[1]))
+        col += len(item) + 1
+    return Placement(t, tuple(ids))
 
 
 def _ids(devices: object) -> tuple[int, ...]:
@@ -161,4 +234,4 @@ def _ids(devices: object) -> tuple[int, ...]:
     return tuple(out)
 
 
-__all__ = ["DuplicateDeviceError", "Placement", "PlacementError", "UnknownDeviceError"]
+__all__ = ["DuplicateDeviceError", "Placement", "PlacementError", "PlacementSyntaxError", "UnknownDeviceError"]
