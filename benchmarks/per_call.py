@@ -11,8 +11,9 @@ often), one call each per round, ``--reps`` rounds rounded up to whole periods:
 - ``redist.reshard``: ``redist.reshard(x, dst)`` (the cached eager fast path);
 - ``plan(x)``: the plan called on the array;
 - ``executable``: the compiled executable ``plan(x)`` runs (``redist.executor._executable``),
-  called directly, and ``executable (A/A)``: the same again, the control for the
-  ``plan(x) - executable`` column.
+  called directly as a user calls it (``Compiled.__call__``; ``plan(x)`` calls the C++ function
+  that forwards to), and ``executable (A/A)``: the same again, the control for the
+  ``plan(x) - executable`` column. ``benchmarks.studies.per_call_path`` takes that column apart.
 
 A third table times the Python side of our two entry points alone (``python_side``), which is
 what the fast paths remove and what the wall-clock tables can only bound on a shared machine.
