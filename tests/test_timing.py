@@ -66,3 +66,22 @@ def test_interleaved_runs_calls_each_program_once_a_round_in_the_balanced_order(
     assert rounds == [balanced_order("abc", r) for r in range(6)]
     t = time_interleaved(prog("x"), None, prog("o"), None, reps=3, warmup=0)
     assert t.reps == 3 and log[-6:] == list("xooxxo")
+
+
+def test_calibration_samples_run_in_the_balanced_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``redist calibrate`` and autotuning time their plans in the same order (each call followed
+    by the empty program): only the calls are faked, the loop is ``calibrate.samples``'s own."""
+    from types import SimpleNamespace
+
+    import redist.calibrate as cal
+
+    log: list[Any] = []
+    monkeypatch.setattr(cal, "compile_plan", lambda plan: plan.name)
+    monkeypatch.setattr(cal, "_empty", lambda t: "empty")
+    monkeypatch.setattr(cal, "_input", lambda t: None)
+    monkeypatch.setattr(cal, "_call", lambda fn, x: (log.append(fn), (0.0, 1.0))[1])
+    monkeypatch.setattr(cal, "_sample", lambda plan, seconds: plan.name)
+    plans = [SimpleNamespace(name=n, src=SimpleNamespace(mesh="m")) for n in "abc"]
+    assert cal.samples(plans, reps=6, warmup=0, clock="own") == list("abc")  # type: ignore[arg-type]
+    assert log[1::2] == ["empty"] * 18
+    assert [log[0::2][3 * r: 3 * r + 3] for r in range(6)] == [balanced_order("abc", r) for r in range(6)]
