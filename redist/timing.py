@@ -6,8 +6,9 @@ Why balanced (``balanced_order``, a Williams design) rather than a plain rotatio
 keeps the cyclic order, so a program always runs right after the same neighbour and inherits its
 cache footprint (docs/design.md 8.3). The ratio of medians is robust to the occasional
 descheduled run. This module is the one interleaving timer: ``redist compare``, the benchmark
-harness (``benchmarks.harness.round_robin_times``) and ``benchmarks.per_call`` all run
-``schedule``'s rounds.
+harness (``benchmarks.harness.round_robin_times``) and ``benchmarks.per_call`` run
+``schedule``'s rounds, and ``redist calibrate`` and autotuning (``calibrate.samples``) call their
+plans in ``balanced_order``.
 """
 
 from __future__ import annotations
