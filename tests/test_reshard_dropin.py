@@ -432,6 +432,28 @@ def test_plan_call_runs_the_cached_executable() -> None:
     same(plan(x), jax.jit(plan)(x))
 
 
+def test_plan_x_runs_the_same_compiled_program_by_a_short_path(capsys: pytest.CaptureFixture[str]) -> None:
+    """``plan(x)`` calls the very executable ``redist.executor._executable`` compiled (its C++
+    function), and a warm call adds 4 function calls to it, as ``cProfile`` counts them
+    (``Plan.__call__``, the runner, two dictionary lookups and an ``id``, less
+    ``Compiled.__call__``). Reading ``x.sharding``, ``x.shape`` and ``x.dtype`` instead
+    would add their three Python properties. The study runs at its smallest size."""
+    from benchmarks.per_call import CASES
+    from benchmarks.studies import per_call_path
+    from redist.executor import _by_plan, _executable
+
+    x = arange((64, 64), NamedSharding(mesh(), P("x")))
+    plan = redistribute("f32[64@x,64]", "f32[64,64]", "x=2,y=4")
+    plan(x).block_until_ready()
+    exe = _executable(plan, x.sharding, x.shape, x.dtype)
+    held = _by_plan()[id(plan)]
+    assert held[0] is plan and held[1][(x.sharding, x.shape, x.dtype)] is exe._call  # type: ignore[attr-defined]
+    gather = [c for c in CASES if c.name == "gather"]
+    assert [per_call_path.python_calls(c) for c in gather] == [4]
+    assert per_call_path.main(["--reps", "2", "--cases", "gather"]) == 0
+    assert "| gather |" in capsys.readouterr().out
+
+
 def test_the_per_call_benchmark_runs_and_leaves_the_caches_real(capsys: pytest.CaptureFixture[str]) -> None:
     """At its smallest size (no figure is asserted: the benchmark is for the clock)."""
     from benchmarks import per_call
