@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchmarks.paired import balanced_order, period
+from redist.timing import balanced_order, period, schedule
 
 # -- the command line ------------------------------------------------------------------------------
 
@@ -117,19 +117,18 @@ def thunk(prog: Any, x: Any) -> Callable[[], Any]:
 
 
 def round_robin_times(fns: dict[str, Callable[[], Any]], seconds: float, min_reps: int = 15) -> dict[str, list[float]]:
-    """Seconds of each call of each thunk, run in ``balanced_order`` (each runs after each other one
-    equally often) until ``seconds`` pass, at least ``min_reps`` rounds, and whole periods of it."""
+    """Seconds of each call of each thunk, run in ``redist.timing.schedule``'s balanced rounds (each
+    runs after each other one equally often) until ``seconds`` pass, at least ``min_reps`` rounds,
+    and whole periods of it."""
     names = list(fns)
     times: dict[str, list[float]] = {n: [] for n in names}
     for n in names:
         fns[n]().block_until_ready()
-    start, i = time.perf_counter(), 0
-    while i < min_reps or time.perf_counter() - start < seconds or i % period(len(names)):
-        for n in balanced_order(names, i):
+    for order in schedule(len(names), min_reps, seconds, whole_periods=True):
+        for j in order:
             t = time.perf_counter()
-            fns[n]().block_until_ready()
-            times[n].append(time.perf_counter() - t)
-        i += 1
+            fns[names[j]]().block_until_ready()
+            times[names[j]].append(time.perf_counter() - t)
     return times
 
 
@@ -153,5 +152,5 @@ def geomean(v: Sequence[float]) -> float:
     return math.exp(sum(math.log(x) for x in v) / len(v)) if v else math.nan
 
 
-__all__ = ["Clock", "at_least", "command_line", "geomean", "header", "machine", "round_robin",
-           "round_robin_times", "suite_parser", "thunk", "with_control", "write_results"]
+__all__ = ["Clock", "at_least", "balanced_order", "command_line", "geomean", "header", "machine", "period",
+           "round_robin", "round_robin_times", "suite_parser", "thunk", "with_control", "write_results"]

@@ -4,8 +4,8 @@ Why pairs: on a shared 2-core machine the time of one call drifts with load (oth
 socket threads, the 4-8 simulated devices of each process). Timing one side in a block and the
 other in the next charges a slow phase to one of them; a ratio of two medians taken over the
 same rounds still mixes their spreads. Running both sides in every repetition, in a balanced
-order (A B, B A, ...: ``balanced_order``), and taking the median of the per-repetition ratios
-cancels what a repetition's phase adds to both. ``median_ci`` gives the distribution-free
+order (A B, B A, ...: ``redist.timing.balanced_order``, re-exported here), and taking the median
+of the per-repetition ratios cancels what a repetition's phase adds to both. ``median_ci`` gives the distribution-free
 confidence interval of that median (order statistics), so a report can say whether a ratio is
 distinguishable from 1.0x at all.
 """
@@ -15,11 +15,10 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Sequence
-from typing import NamedTuple, TypeVar
+from typing import NamedTuple
 
 from redist.coordination import spans
-
-T = TypeVar("T")
+from redist.timing import balanced_order, period
 
 Z95 = 1.959963984540054
 """The two-sided 95% normal quantile: the interval's ranks lie ``Z95 * sqrt(n) / 2`` around ``n / 2``."""
@@ -36,43 +35,6 @@ class MedianCI(NamedTuple):
     def excludes(self, value: float) -> bool:
         """Whether ``value`` lies outside the interval: the median differs from it at ~95%."""
         return value < self.lo or value > self.hi
-
-
-def balanced_order(names: Sequence[T], rep: int) -> list[T]:
-    """The order in which repetition ``rep`` runs ``names``: row ``rep`` of a Williams design (a
-    Latin square balanced for the previous call), cycling. Over ``period(len(names))`` repetitions
-    each side runs in each position equally often and right after each other side equally often,
-    so neither the first call's cold start nor a neighbour's cache footprint favours one side. A
-    plain rotation keeps the cyclic order, so a side always runs after the same neighbour: in the
-    named speed run the bytes objective's program, always timed right after the same program under
-    the default objective, read a geometric mean of 0.96x its time on the 29 cases where both
-    objectives plan the same steps (up to 0.83x)."""
-    n = len(names)
-    if n == 0:
-        return []
-    k = rep % period(n)
-    row = [(x + k) % n for x in _williams_row(n)]
-    return [names[i] for i in (row[::-1] if k >= n else row)]
-
-
-def period(n: int) -> int:
-    """Repetitions after which ``balanced_order`` has balanced ``n`` sides: ``n`` rows of the
-    Williams square, and their reverses too where ``n`` is odd (1 for no sides: nothing to balance)."""
-    return max(1, n if n % 2 == 0 else 2 * n)
-
-
-def _williams_row(n: int) -> list[int]:
-    """``0, 1, n-1, 2, n-2, ...``: its cyclic shifts differ pairwise in every adjacent difference,
-    so over them each ordered pair of sides is adjacent once (``n`` even; with the reversed shifts,
-    twice, ``n`` odd)."""
-    row, lo, hi = [0], 1, n - 1
-    while len(row) < n:
-        row.append(lo)
-        lo += 1
-        if len(row) < n:
-            row.append(hi)
-            hi -= 1
-    return row
 
 
 def median_ci(xs: Sequence[float], z: float = Z95) -> MedianCI:

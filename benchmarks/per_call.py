@@ -3,15 +3,17 @@ and ``plan(x)`` against calling the same compiled executable directly.
 
 ``python -m benchmarks.per_call [--reps N] [--out DIR]``. For each small case (arrays of a few
 KiB, where the Python side of a call matters most) five callables run on the same input,
-interleaved in a balanced order (``benchmarks.paired.balanced_order``: each after each other
-equally often), one call each per round, ``--reps`` rounds:
+interleaved in a balanced order (``redist.timing.schedule``: each after each other equally
+often), one call each per round, ``--reps`` rounds rounded up to whole periods:
 
 - ``jax``: ``jax.sharding.reshard(x, dst)``, and ``jax (A/A)``: the same again, the control (the
   difference between the two is the noise floor of the table);
 - ``redist.reshard``: ``redist.reshard(x, dst)`` (the cached eager fast path);
 - ``plan(x)``: the plan called on the array;
 - ``executable``: the compiled executable ``plan(x)`` runs (``redist.executor._executable``),
-  called directly.
+  called directly as a user calls it (``Compiled.__call__``; ``plan(x)`` calls the C++ function
+  that forwards to), and ``executable (A/A)``: the same again, the control for the
+  ``plan(x) - executable`` column. ``benchmarks.studies.per_call_path`` takes that column apart.
 
 A third table times the Python side of our two entry points alone (``python_side``), which is
 what the fast paths remove and what the wall-clock tables can only bound on a shared machine.
@@ -43,9 +45,9 @@ from jax.sharding import NamedSharding  # noqa: E402
 import redist  # noqa: E402
 from benchmarks.harness import Clock, command_line, header, suite_parser, write_results  # noqa: E402
 from benchmarks.markdown import md_table  # noqa: E402
-from benchmarks.paired import balanced_order, period  # noqa: E402
 from redist.executor import _executable  # noqa: E402
 from redist.hlo import parse_collectives  # noqa: E402
+from redist.timing import schedule  # noqa: E402
 from spmd_types import Mesh, parse  # noqa: E402
 from spmd_types.jax_interop import to_partition_spec  # noqa: E402
 
@@ -63,7 +65,7 @@ CASES = (
     Case("transpose_2d", "f32[64@x,64@y]", "f32[64@y,64@x]"),
 )
 MESH = Mesh({"x": 2, "y": 4})
-ARMS = ("jax", "jax (A/A)", "redist.reshard", "plan(x)", "executable")
+ARMS = ("jax", "jax (A/A)", "redist.reshard", "plan(x)", "executable", "executable (A/A)")
 
 
 class Row(NamedTuple):
@@ -85,7 +87,8 @@ def _callables(case: Case) -> tuple[dict[str, Callable[[], Any]], bool]:
     ours = jax.jit(lambda a: redist.reshard(a, ns)).lower(x).compile().as_text() or ""
     same = parse_collectives(theirs).kinds() == parse_collectives(ours).kinds()
     fns = {"jax": lambda: jax.sharding.reshard(x, ns), "jax (A/A)": lambda: jax.sharding.reshard(x, ns),
-           "redist.reshard": lambda: redist.reshard(x, ns), "plan(x)": lambda: plan(x), "executable": lambda: exe(x)}
+           "redist.reshard": lambda: redist.reshard(x, ns), "plan(x)": lambda: plan(x), "executable": lambda: exe(x),
+           "executable (A/A)": lambda: exe(x)}
     return fns, same
 
 
@@ -97,9 +100,8 @@ def measure(case: Case, reps: int) -> Row:
             f().block_until_ready()
     dispatch: dict[str, list[float]] = {n: [] for n in names}
     total: dict[str, list[float]] = {n: [] for n in names}
-    rounds = -(-reps // period(len(names))) * period(len(names))
-    for i in range(rounds):
-        for n in balanced_order(names, i):
+    for order in schedule(len(names), reps, whole_periods=True):
+        for n in (names[j] for j in order):
             t0 = time.perf_counter()
             y = fns[n]()
             t1 = time.perf_counter()
@@ -143,7 +145,7 @@ def _us(s: float) -> str:
 def report(rows: Sequence[Row], python: Sequence[dict[str, float]], command: str, reps: int,
            load: tuple[float, float], wall_s: float) -> str:
     head = ["case", "move", "same program", *(f"{a} us" for a in ARMS),
-            "reshard - jax us", "plan(x) - executable us", "A/A us"]
+            "reshard - jax us", "jax A/A us", "plan(x) - executable us", "executable A/A us"]
     out = header("Per-call cost of the eager entry points", command, load, wall_s, f"{reps} rounds a case")
     for what, of in (("Dispatch (the call returning), medians", lambda r: r.dispatch_s),
                      ("Call and wait (`block_until_ready`), medians", lambda r: r.total_s)):
@@ -153,7 +155,8 @@ def report(rows: Sequence[Row], python: Sequence[dict[str, float]], command: str
             m = of(r)
             table.append([r.case.name, f"`{r.case.src} -> {r.case.dst}`", "yes" if r.same_program else "no",
                           *(_us(m[a]) for a in ARMS), _us(m["redist.reshard"] - m["jax"]),
-                          _us(m["plan(x)"] - m["executable"]), _us(m["jax (A/A)"] - m["jax"])])
+                          _us(m["jax (A/A)"] - m["jax"]), _us(m["plan(x)"] - m["executable"]),
+                          _us(m["executable (A/A)"] - m["executable"])])
         out += md_table(head, table) + [""]
     out += ["## The Python side alone (executables swapped for the identity; best of 5 x 2000 calls)", ""]
     out += md_table(["case", "redist.reshard us", "plan(x) us"],

@@ -51,6 +51,7 @@ from redist.steps import (
     Step,
 )
 from redist.synth import synthesize
+from redist.timing import balanced_order
 from spmd_types import Axis, Mesh, ShardingType, parse
 from spmd_types.dtypes import numpy_dtype
 from spmd_types.jax_interop import to_partition_spec
@@ -257,8 +258,8 @@ def sample(plan: Plan, reps: int) -> Sample:
 
 
 def samples(plans: Sequence[Plan], reps: int, warmup: int = 1, clock: str = "span") -> list[Sample]:
-    """The plans' samples, timed together: ``reps`` rounds, each calling every plan once (order
-    reversed every other round), each call paired with the empty program right before it; a sample
+    """The plans' samples, timed together: ``reps`` rounds, each calling every plan once (in
+    ``redist.timing.balanced_order``), each call paired with the empty program right after it; a sample
     is the median of its pairs' differences. Why together: on a shared machine the load changes
     over seconds, and kinds timed one after another were misranked (docs/design.md 4.4). Every
     process runs the same calls in the same order; ``clock`` (``redist.coordination.CLOCKS``) says
@@ -277,8 +278,7 @@ def samples(plans: Sequence[Plan], reps: int, warmup: int = 1, clock: str = "spa
             _call(base, x)
     calls: list[tuple[list[tuple[float, float]], list[tuple[float, float]]]] = [([], []) for _ in plans]
     for r in range(reps):
-        order = range(len(progs)) if r % 2 == 0 else reversed(range(len(progs)))
-        for i in order:
+        for i in balanced_order(range(len(progs)), r):
             fn, base, x = progs[i]
             calls[i][0].append(_call(fn, x))
             calls[i][1].append(_call(base, x))

@@ -893,9 +893,16 @@ def run_plan(plan: Plan, x: Any) -> jax.Array:
 
     The fast path: the checks and the compiled executable are cached per (plan object, input
     sharding, shape, dtype), so a repeated call costs two dictionary lookups plus the executable's
-    dispatch (docs/design.md 8.3; ``python -m benchmarks.per_call``). The key holds the dtype object
-    itself: ``str(x.dtype)`` runs NumPy's Python, most of the lookup's cost."""
-    if type(x) is not _ARRAY_IMPL and not isinstance(x, jax.Array):  # the type test first: isinstance is an ABC's
+    dispatch, through the C++ function ``Compiled.__call__`` forwards to: right after a blocking
+    wait each Python frame costs microseconds (docs/design.md 8.3; ``python -m benchmarks.per_call``).
+    The key holds the dtype object itself (``str(x.dtype)`` runs NumPy's Python) and, on an
+    ``ArrayImpl``, is read from the aval and the sharding slot, not three Python properties."""
+    if type(x) is _ARRAY_IMPL:
+        aval = x.aval
+        key = (x._sharding, aval.shape, aval.dtype)
+    elif isinstance(x, jax.Array):  # the type test first: isinstance is an ABC's
+        key = (x.sharding, x.shape, x.dtype)
+    else:
         raise ExecutionError(f"expected a jax.Array laid out as {plan.src}, got {type(x).__name__}")
     table = _by_plan()
     held = table.get(id(plan))
@@ -903,10 +910,12 @@ def run_plan(plan: Plan, x: Any) -> jax.Array:
         if len(table) >= 1024:
             table.clear()
         held = table[id(plan)] = (plan, {})
-    key = (x.sharding, x.shape, x.dtype)
     run = held[1].get(key)
     if run is None:
-        run = held[1][key] = _executable(plan, *key)
+        compiled = _executable(plan, *key)
+        out = compiled(x)  # the first call makes a Compiled's C++ fast path (JAX 0.10.2: ``_call``)
+        held[1][key] = getattr(compiled, "_call", None) or compiled
+        return out
     return run(x)
 
 

@@ -9,17 +9,21 @@ what through JAX's own ``reshard`` (docs/design.md section 8.3):
   (names, sizes and axis types; eagerly also the same devices). On a mesh mixing Auto and
   Explicit axes (``jax.sharding.auto_axes`` regions included) the plan moves the Explicit axes
   and leaves the Auto ones to XLA, as JAX does. PRNG key arrays are moved as their key data
-  (``jax.random.key_data``, trailing dimension unsharded) and wrapped again. Eagerly, a
-  destination on another all-Explicit mesh over the same device list, where every device's block
-  of ``x`` is its block of one type on that mesh (``same_blocks``): ``x`` is seen as that type
-  (the same buffers) and our plan moves it there;
+  (``jax.random.key_data``, trailing dimension unsharded) and wrapped again. A destination on
+  another all-Explicit mesh over the same device list, where every device's block of ``x`` is its
+  block of one type on that mesh (``same_blocks``): ``x`` is seen as that type and our plan moves
+  it there. Eagerly the device lists are the arrays'; under ``jax.jit`` only where ``jax.set_mesh``
+  holds a concrete mesh (jit refuses arguments on other devices than it, so it names the
+  tracer's) whose axes are the tracer's: the view is then JAX's ``reshard`` to that type, which
+  XLA compiles to no collective (every device keeps its block);
 - a cross-mesh plan (``redist/cross_reshard.py``): eagerly, a destination ``NamedSharding`` on a
   mesh over another device list (other devices, or the same in another order), which JAX's
   ``reshard`` refuses; the result is what ``jax.device_put(x, dst)`` gives;
 - JAX's ``reshard``: any other destination on another mesh (other axis names or sizes, other
-  axis types; under ``jax.jit`` every one, as the device lists are not known while tracing), a
-  value whose mesh has no Explicit axis, and a zero-size array (nothing moves). Its result, and
-  its errors, are JAX's own;
+  axis types, blocks that are no type there; under ``jax.jit`` also every one with no concrete
+  ``jax.set_mesh`` mesh over the tracer's axes, or inside a ``shard_map``, as the tracer's device
+  list is not known there), a value whose mesh has no Explicit axis, and a zero-size array
+  (nothing moves). Its result, and its errors, are JAX's own;
 - errors JAX raises for the destination (a spec naming an Auto or Manual axis, a PartitionSpec
   with no ``jax.set_mesh``, reduced or unreduced axes on a key array) are raised as typed errors
   that are ``ValueError`` s, as JAX's. A destination is read as JAX reads it: padded with ``None``
@@ -60,6 +64,7 @@ from jax._src import core as _jax_core
 from jax._src import dispatch as _jax_dispatch
 from jax._src.api_util import flatten_axis_resources
 from jax._src.array import ArrayImpl
+from jax._src.mesh import get_concrete_mesh
 from jax._src.sharding_impls import canonicalize_sharding
 from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
@@ -70,7 +75,7 @@ from redist.cost import CostModel
 from redist.cross_mesh import CrossMeshPlan  # cross-mesh hook (recorded moves)
 from redist.cross_reshard import cross_mesh_reshard, on_other_devices  # cross-mesh hook
 from redist.errors import ExecutionError, IncompatibleTypesError
-from redist.executor import _executable, _retyped, apply_local, run_plan
+from redist.executor import _by_plan, _executable, _retyped, apply_local, run_plan
 from redist.plan import Plan, register_runner
 from redist.profile import default_cost_model
 from redist.transpose import cotangent_move
@@ -322,7 +327,7 @@ def _view_on(x: Any, dst: Any) -> Any:
     """A placed array seen on the destination's mesh, or ``None``: where both meshes are concrete,
     all Explicit, over the same device list, and every device's block of ``x`` is its block of
     one type on the destination's mesh (``same_blocks``), the same buffers, no copy, laid out as
-    that type. Under ``jax.jit`` the device lists are not known, so nothing is viewed there."""
+    that type. Tracers are viewed by ``_traced_view``."""
     if isinstance(x, jax.core.Tracer) or not isinstance(dst, NamedSharding):
         return None
     have, want = x.sharding.mesh, dst.mesh
@@ -334,6 +339,30 @@ def _view_on(x: Any, dst: Any) -> Any:
         return None
     shards = [s.data for s in x.addressable_shards]
     return jax.make_array_from_single_device_arrays(x.shape, NamedSharding(want, to_partition_spec(t)), shards)
+
+
+def _traced_view(x: Any, dst: Any) -> Any:
+    """A tracer seen on the destination's mesh, or ``None``: under ``jax.jit`` the device list of a
+    tracer is known only as the context's (``jax.set_mesh``, read as ``get_concrete_mesh``, which
+    works while tracing), where the tracer's mesh is the context mesh. Where that list is the
+    destination mesh's, both all Explicit, and ``x``'s blocks are one type there (``same_blocks``),
+    JAX's ``reshard`` to that type relabels the value: every device keeps its block, so XLA
+    compiles it to no collective (tests/test_reshard_dropin.py counts them)."""
+    if not isinstance(x, jax.core.Tracer) or not isinstance(dst, NamedSharding):
+        return None
+    ctx, want = get_concrete_mesh(), dst.mesh
+    if ctx.empty or not isinstance(want, jax.sharding.Mesh) or ctx.abstract_mesh != _aval_mesh(x):
+        return None
+    if not (_explicit(ctx) and _explicit(want)) or _ids(ctx) != _ids(want):
+        return None
+    t = same_blocks(_source_type(x), Mesh.from_jax(want))
+    if t is None:
+        return None
+    return jax.sharding.reshard(x, NamedSharding(want.abstract_mesh, to_partition_spec(t)))
+
+
+def _ids(mesh: jax.sharding.Mesh) -> list[int]:
+    return [d.id for d in mesh.devices.flat]
 
 
 @memo(Scope.TYPE, maxsize=1024)
@@ -392,8 +421,9 @@ def reshard(x: Any, dst: Any, *, cost_model: CostModel | None = None) -> Any:
     Works eagerly and under ``jax.jit``, ``jax.grad`` / ``jax.vjp``, ``jax.jvp``, ``jax.vmap``,
     ``jax.lax.scan`` and ``jax.custom_vjp``, and inside ``shard_map`` (over its non-manual axes)
     and ``auto_axes`` / ``explicit_axes`` regions (over the Explicit axes). PRNG key arrays move
-    as their key data. A destination on another mesh goes through our plan eagerly where ``x``'s
-    blocks are a type there (same device list); over another device list by a cross-mesh plan
+    as their key data. A destination on another mesh goes through our plan where ``x``'s blocks
+    are a type there (same device list: under ``jax.jit`` known only from a ``jax.set_mesh``
+    mesh); over another device list by a cross-mesh plan
     (``redist.cross_mesh_plan``); else, like a value on a mesh without Explicit
     axes, to ``jax.sharding.reshard`` (module docstring; ``redist.record()`` shows which). Planning errors (a pending sum of
     ``bool``) and JAX's destination errors (an Auto axis in the spec: ``UnknownLayoutError``)
@@ -452,7 +482,8 @@ def _reshard_leaf(x: Any, dst: Any, cost_model: CostModel | None) -> Any:
             return cross_mesh_reshard(x, dst, _note)
         _check_devices(x, dst)
         empty = 0 in x.shape  # nothing to move, and no sharding type has a zero-size dimension
-        viewed = _view_on(x, dst) if xmesh != ds.mesh and not empty else None
+        viewed = None if xmesh == ds.mesh or empty else _traced_view(x, dst) if isinstance(
+            x, jax.core.Tracer) else _view_on(x, dst)
         if viewed is not None:  # another mesh over the same device list, where x's blocks are a type
             x, xmesh = viewed, ds.mesh
         if xmesh != ds.mesh or empty or all(t != jax.sharding.AxisType.Explicit for t in xmesh.axis_types):
@@ -509,12 +540,12 @@ def _fast_path(x: Any, dst: Any, cost_model: CostModel | None) -> Any:
     cost model). ``None`` where the slow path must decide (tracers, keys, other meshes)."""
     if type(x) is not _ARRAY_IMPL:
         return None
-    sharding = x.sharding
+    sharding, aval = x._sharding, x.aval  # not the Python properties x.sharding, x.shape...: run_plan
     if type(sharding) is not NamedSharding:
         return None
     ctx = jax.sharding.get_abstract_mesh() if isinstance(dst, PartitionSpec) else None
     try:
-        entry = _fast_entry(sharding, x.shape, x.dtype, x.weak_type, dst, ctx, cost_model)
+        entry = _fast_entry(sharding, aval.shape, aval.dtype, aval.weak_type, dst, ctx, cost_model)
     except (TypeError, ValueError):  # unhashable or wrong: the slow path says what is wrong with it
         return None
     if entry is None:
@@ -646,7 +677,26 @@ def _traced(x: Any, *, plan: Plan, amesh: Any) -> Any:
         lambda b: apply_local(plan, b), mesh=amesh, in_specs=_spec(plan.src), out_specs=_spec(plan.dst),
         axis_names=set(plan.src.mesh.names), check_vma=False,
     )
-    return body(x)
+    ctx = jax.sharding.get_abstract_mesh()
+    if ctx.empty or ctx == amesh:
+        return body(x)
+    return _on_viewed_mesh(x, plan, amesh)
+
+
+def _on_viewed_mesh(x: Any, plan: Plan, amesh: Any) -> Any:
+    """The plan's ``shard_map`` for a value viewed on another mesh over the context's device list
+    (``_traced_view``): over that mesh made concrete from the context's devices, as JAX lowers a
+    ``shard_map`` over an abstract mesh with the context's concrete mesh (whose axes are not the
+    plan's). Lowered outside any concrete mesh, the abstract mesh's own positions serve."""
+    conc = get_concrete_mesh()
+    mesh = amesh if conc.empty or conc.size != amesh.size else jax.sharding.Mesh(
+        conc.devices.reshape(amesh.axis_sizes), amesh.axis_names, axis_types=amesh.axis_types)
+    body = jax.shard_map(
+        lambda b: apply_local(plan, b), mesh=mesh, in_specs=_spec(plan.src), out_specs=_spec(plan.dst),
+        axis_names=set(plan.src.mesh.names), check_vma=False,
+    )
+    with jax.sharding.use_abstract_mesh(amesh):
+        return body(x)
 
 
 def _transpose(ct: Any, x: Any, *, plan: Plan, amesh: Any) -> Any:
@@ -686,8 +736,18 @@ mlir.register_lowering(reshard_p, mlir.lower_fun(_traced, multiple_results=False
 
 def _run(plan: Plan, x: Any) -> Any:
     """``plan(x)``: eagerly one compiled program; a tracer (under jit, grad, vmap...) goes through
-    the ``redist_reshard`` primitive, so plans compose with JAX transformations."""
-    if type(x) is not _ARRAY_IMPL and isinstance(x, jax.core.Tracer):
+    the ``redist_reshard`` primitive, so plans compose with JAX transformations. A warm eager call
+    finds its executable here, in ``run_plan``'s table under ``run_plan``'s key: a Python frame
+    fewer, which right after a blocking wait is microseconds (design 8.3); the rest, a first call
+    included, goes to ``run_plan``."""
+    if type(x) is _ARRAY_IMPL:
+        held = _by_plan().get(id(plan))
+        if held is not None and held[0] is plan:
+            aval = x.aval
+            run = held[1].get((x._sharding, aval.shape, aval.dtype))
+            if run is not None:
+                return run(x)
+    elif isinstance(x, jax.core.Tracer):
         return run_traced(plan, x)
     return run_plan(plan, x)
 

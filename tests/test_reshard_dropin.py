@@ -31,6 +31,7 @@ from redist.caches import clear_caches
 from redist.hlo import parse_collectives
 from spmd_types import ShardingTypeError
 from spmd_types.errors import RankMismatchError, UnknownLayoutError
+from spmd_types.jax_interop import to_partition_spec
 
 E, A = AxisType.Explicit, AxisType.Auto
 
@@ -289,26 +290,62 @@ OTHER_MESHES = [  # (source spec on x=2,y=4; destination mesh shape, names, spec
 @pytest.mark.parametrize("src,shape,names,spec,viewed", OTHER_MESHES)
 def test_a_destination_on_another_mesh(src: P, shape: tuple[int, int], names: tuple[str, str], spec: P,
                                        viewed: bool) -> None:
-    """Eagerly, where x's blocks are a type on the other mesh (same device list), x is seen as
-    that type, no copy, and our plan moves it there; otherwise, and under jax.jit, JAX's reshard."""
+    """Where x's blocks are a type on the other mesh (same device list), x is seen as that type, no
+    copy, and our plan moves it there: eagerly, and under jax.jit inside jax.set_mesh (the context
+    names the tracer's devices); otherwise, and under jax.jit with no mesh set, JAX's reshard."""
     x = arange((8, 8), NamedSharding(mesh(), src))
     other = NamedSharding(mesh((E, E), shape, names), spec)
     both_same(lambda r: r(x, other))
     both_same(lambda r: jax.jit(lambda a: r(a, other))(x))
     with jax.set_mesh(mesh()):
         both_same(lambda r: jax.jit(lambda a: r(a, other))(x))
+        ct = arange((8, 8), other)  # the cotangent goes back from the other mesh by the reverse move
+        both_same(lambda r: jax.jit(lambda a, c: jax.vjp(lambda v: r(v, other), a)[1](c))(x, ct))
     with redist.record() as log:
         redist.reshard(x, other)
         jax.jit(lambda a: redist.reshard(a, other))(x)
-    assert len(log.entries) == 2 and log.entries[1].plan is None
-    entry = log.entries[0]
-    assert (entry.plan is not None) == viewed
-    if viewed:
-        assert entry.plan.src.mesh.names == names and entry.dst == str(entry.plan.dst)
-    else:
-        assert entry.src == f"float32[8{'@x' if 'x' in str(src) else ''},8{'@y' if src == P('x', 'y') else ''}]"
-        full = P(*spec, *[None] * (2 - len(spec)))
-        assert entry.dst == f"{full} on mesh {{{names[0]}={shape[0]},{names[1]}={shape[1]}}}"
+        with jax.set_mesh(mesh()):
+            jax.jit(lambda a: redist.reshard(a, other))(x)
+    assert len(log.entries) == 3 and log.entries[1].plan is None
+    for entry in (log.entries[0], log.entries[2]):
+        assert (entry.plan is not None) == viewed
+        if viewed:
+            assert entry.plan.src.mesh.names == names and entry.dst == str(entry.plan.dst)
+        else:
+            assert entry.src == f"float32[8{'@x' if 'x' in str(src) else ''},8{'@y' if src == P('x', 'y') else ''}]"
+            full = P(*spec, *[None] * (2 - len(spec)))
+            assert entry.dst == f"{full} on mesh {{{names[0]}={shape[0]},{names[1]}={shape[1]}}}"
+    assert log.entries[0].plan == log.entries[2].plan  # the same plan eagerly and under jit
+
+
+@pytest.mark.parametrize("src,shape,names,spec", [c[:4] for c in OTHER_MESHES if c[4]])
+def test_a_view_under_jit_compiles_to_the_plans_collectives_alone(src: P, shape: tuple[int, int],
+                                                                   names: tuple[str, str], spec: P) -> None:
+    """The view onto the other mesh is a relabel: the compiled program holds exactly the collectives
+    of the plan on the destination mesh, and none at all where the view is the destination."""
+    x = arange((8, 8), NamedSharding(mesh(), src))
+    other = NamedSharding(mesh((E, E), shape, names), spec)
+    with jax.set_mesh(mesh()), redist.record() as log:
+        f = jax.jit(lambda a: redist.reshard(a, other))
+        hlo = f.lower(x).compile().as_text() or ""
+    (entry,) = log.entries
+    assert entry.plan is not None
+    assert Counter(parse_collectives(hlo).kinds()) == _expected_kinds(entry.plan)
+    view = NamedSharding(other.mesh, P(*to_partition_spec(entry.plan.src)))
+    with jax.set_mesh(mesh()):
+        alone = jax.jit(lambda a: redist.reshard(a, view)).lower(x).compile().as_text() or ""
+    assert parse_collectives(alone).kinds() == ()
+
+
+def test_under_jit_the_context_mesh_names_the_tracers_devices() -> None:
+    """Why the view under jax.jit trusts jax.set_mesh: jit refuses an argument on devices other
+    than the context mesh's, with JAX's reshard and with ours, whichever destination is asked."""
+    x = arange((8, 8), NamedSharding(mesh(), P("x", "y")))
+    order = np.array(jax.devices()[::-1]).reshape(2, 4)
+    reverse = jax.sharding.Mesh(order, ("x", "y"), axis_types=(E, E))
+    other = NamedSharding(jax.sharding.Mesh(order, ("y", "x"), axis_types=(E, E)), P("x", "y"))
+    with jax.set_mesh(reverse):
+        both_raise(lambda r: jax.jit(lambda a: r(a, other))(x), ValueError, "incompatible devices", typed=False)
 
 
 def test_other_devices_move_as_device_put_does() -> None:
@@ -393,6 +430,28 @@ def test_plan_call_runs_the_cached_executable() -> None:
     x = arange((8, 16), NamedSharding(mesh(), P("x", "y")))
     same(plan(x), jax.sharding.reshard(x, NamedSharding(mesh(), P("y", "x"))))
     same(plan(x), jax.jit(plan)(x))
+
+
+def test_plan_x_runs_the_same_compiled_program_by_a_short_path(capsys: pytest.CaptureFixture[str]) -> None:
+    """``plan(x)`` calls the very executable ``redist.executor._executable`` compiled (its C++
+    function), and a warm call adds 4 function calls to it, as ``cProfile`` counts them
+    (``Plan.__call__``, the runner, two dictionary lookups and an ``id``, less
+    ``Compiled.__call__``). Reading ``x.sharding``, ``x.shape`` and ``x.dtype`` instead
+    would add their three Python properties. The study runs at its smallest size."""
+    from benchmarks.per_call import CASES
+    from benchmarks.studies import per_call_path
+    from redist.executor import _by_plan, _executable
+
+    x = arange((64, 64), NamedSharding(mesh(), P("x")))
+    plan = redistribute("f32[64@x,64]", "f32[64,64]", "x=2,y=4")
+    plan(x).block_until_ready()
+    exe = _executable(plan, x.sharding, x.shape, x.dtype)
+    held = _by_plan()[id(plan)]
+    assert held[0] is plan and held[1][(x.sharding, x.shape, x.dtype)] is exe._call  # type: ignore[attr-defined]
+    gather = [c for c in CASES if c.name == "gather"]
+    assert [per_call_path.python_calls(c) for c in gather] == [4]
+    assert per_call_path.main(["--reps", "2", "--cases", "gather"]) == 0
+    assert "| gather |" in capsys.readouterr().out
 
 
 def test_the_per_call_benchmark_runs_and_leaves_the_caches_real(capsys: pytest.CaptureFixture[str]) -> None:
