@@ -7,7 +7,9 @@ state over ``data`` while pinning parameters whole; Z3 shards the parameters the
 ``model``; SP shards the sequence over ``model`` (Megatron-SP, with MP). On the Llama-style
 models MP shards the query heads of grouped-query attention (the KV heads follow: over the axis
 when it divides them, otherwise each replicated on its query group's devices) and SwiGLU's three
-matrices, and on the mixture of experts it splits every expert's SwiGLU the same way.
+matrices, and on the mixture of experts it splits every expert's SwiGLU the same way. EP (the
+mixture of experts only) is expert parallelism: the experts over ``data`` and the tokens sent to
+them by all-to-all (``ShardExperts``).
 ZeRO is defined on top of data parallelism, so ``Z2`` and ``Z3`` include BP.
 """
 
@@ -100,6 +102,9 @@ _PARTS = {"BP": bp, "MP": mp, "Z2": z2, "Z3": z3, "EMB": emb, "SP": sp, "VP": em
 def schedule(model: str, strategy: str) -> list[Tactic]:
     """The tactics of ``strategy`` (a name in ``STRATEGIES`` or parts joined by ``+``) for ``model``."""
     parts = STRATEGIES.get(strategy, strategy.split("+"))
+    # EP goes last: it moves ``data`` off the batch of the expert computation, which BP must have
+    # sharded first (applied before it, its layout would spread into the router instead)
+    parts = sorted(parts, key=lambda p: p == "EP")
     out: list[Tactic] = []
     for p in parts:
         if p not in _PARTS:

@@ -240,7 +240,9 @@ class ShardExperts:
     the expert dimension, so each device keeps its experts' weights in place and the lowering
     sends the tokens to them by all-to-all (and back before the combine) instead of gathering
     the weights. This is the one tactic that replaces axes an earlier one set, and only inside
-    the expert region; values outside it keep their layouts.
+    the expert region; values outside it keep their layouts. Apply it after the batch tactic:
+    applied first, the region's layout would spread by propagation into the dispatch and the
+    router, and the tokens would be gathered instead.
 
     Examples:
         >>> import jax.numpy as jnp, numpy as np

@@ -103,6 +103,7 @@ def test_ep_with_mp_on_data2_model4_equals_step(strategy: str) -> None:
 def test_ep_is_offered_for_the_mixture_only() -> None:
     assert {"BP+EP", "BP+MP+EP"} <= set(S.applicable("moe"))
     assert not any("EP" in s.split("+") for s in S.applicable("llama") + S.applicable("gpt"))
+    assert S.schedule("moe", "EP+BP") == S.schedule("moe", "BP+EP")  # EP follows the batch tactic
     with pytest.raises(KeyError, match="EP needs experts"):
         S.schedule("llama", "BP+EP")
 
