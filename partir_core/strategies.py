@@ -92,7 +92,8 @@ STRATEGIES: dict[str, list[str]] = {
     "BP": ["BP"], "MP": ["MP"], "Z2": ["BP", "Z2"], "Z3": ["BP", "Z3"], "EMB": ["EMB"],
     "BP+MP": ["BP", "MP"], "BP+MP+Z3": ["BP", "MP", "Z3"],
     "BP+MP+SP": ["BP", "MP", "SP"], "BP+MP+VP": ["BP", "MP", "VP"], "BP+MP+SP+VP": ["BP", "MP", "SP", "VP"],
-    "BP+EP": ["BP", "EP"], "BP+MP+EP": ["BP", "MP", "EP"],
+    "BP+EP": ["BP", "EP"], "BP+MP+EP": ["BP", "MP", "EP"], "BP+MP+SP+EP": ["BP", "MP", "SP", "EP"],
+    "BP+MP+Z3+EP": ["BP", "MP", "Z3", "EP"],
 }
 # vocabulary parallelism: the (tied) embedding table by rows over ``model``: masked lookups,
 # vocab-sharded logits, a loss by all-reduce(max), all-reduce(sum) and a masked label lookup

@@ -100,6 +100,32 @@ def test_ep_with_mp_on_data2_model4_equals_step(strategy: str) -> None:
     assert str(lay["params/blocks/w_up"]) == want
 
 
+def _expert_gathers(low) -> list[str]:  # type: ignore[no-untyped-def]
+    """Moves anywhere in the program (loop bodies too) that take ``data`` off an expert weight's
+    (or its gradient's) expert dimension: (layer, expert, in, out) stacked, (expert, in, out) sliced."""
+    out = []
+    for step in low.steps:
+        for body in step.bodies:
+            out += _expert_gathers(body)
+    for mv in low.moves():
+        t = mv.src
+        e = {3: 0, 4: 1}.get(len(t.shape))
+        if (e is not None and t.shape[e:] == (4, 16, 16) and "data" in t.dims[e] and "data" not in mv.dst.dims[e]):
+            out.append(f"{mv.src} -> {mv.dst} ({mv.reason})")
+    return out
+
+
+@pytest.mark.parametrize("strategy", ["BP+MP+SP+EP"] + ["BP+MP+Z3+EP", "BP+MP+EP"] * THOROUGH)
+def test_ep_composes_with_sp_and_z3_keeping_experts_in_place(strategy: str) -> None:
+    step, sim = _run("data=2,model=4", S.schedule("moe", strategy))
+    assert sim.counts().get("all_to_all", 0) + sim.counts().get("exchange_all_to_all", 0) == 6 * LAYERS
+    assert _expert_gathers(step.analysis.lowered) == []
+    rest = strategy.removeprefix("BP+").removesuffix("+EP")  # the same, the experts sharded by Shard after BP
+    fsdp, _ = _run("data=2,model=4", S.schedule("moe", "BP") + [Shard(S.EXPERTS, axis="data")]
+                   + S.schedule("moe", rest))
+    assert _expert_gathers(fsdp.analysis.lowered)  # the check can fail: the FSDP-style plan gathers
+
+
 def test_ep_is_offered_for_the_mixture_only() -> None:
     assert {"BP+EP", "BP+MP+EP"} <= set(S.applicable("moe"))
     assert not any("EP" in s.split("+") for s in S.applicable("llama") + S.applicable("gpt"))
