@@ -9,7 +9,8 @@ and temporary memory (XLA's memory analysis), and every program is timed in ever
 balanced order (``benchmarks.paired``): the speedup is the median of per-round ratios XLA ms /
 ours ms, beside an A/A pair (XLA's BP+EP program against a second compile of itself), which is
 what the machine's noise reads as. ``--small`` is the test-size model (seconds); the default is
-batch 16, sequence 64, d_model 128, ffn 256, 8 experts, 2 layers, f32, on ``{data=8}``.
+batch 16, sequence 64, d_model 128, ffn 256, 8 experts, 2 layers, f32, on ``{data=8}``;
+``--mesh data=2,model=4`` runs BP+MP+EP, its FSDP-style counterpart and BP+MP+SP+EP.
 """
 
 from __future__ import annotations
@@ -43,6 +44,13 @@ PLANS: dict[str, Callable[[], list[Any]]] = {
     "BP+EP": lambda: S.schedule("moe", "BP+EP"),
     "BP + experts sharded (FSDP-style)": lambda: S.schedule("moe", "BP") + [Shard(S.EXPERTS, axis="data")],
     "BP": lambda: S.schedule("moe", "BP"),
+}
+"""The plans on a mesh of ``data`` alone; with a ``model`` axis, ``PLANS_2D``."""
+PLANS_2D: dict[str, Callable[[], list[Any]]] = {
+    "BP+MP+EP": lambda: S.schedule("moe", "BP+MP+EP"),
+    "BP+MP + experts sharded (FSDP-style)": lambda: (S.schedule("moe", "BP") + [Shard(S.EXPERTS, axis="data")]
+                                                     + S.schedule("moe", "MP")),
+    "BP+MP+SP+EP": lambda: S.schedule("moe", "BP+MP+SP+EP"),
 }
 
 
@@ -87,11 +95,13 @@ def _fmt(counts: dict[str, int]) -> str:
 
 def run(sizes: dict[str, Any], reps: int, mesh: Mesh) -> str:
     model = M.moe(**sizes)
-    built = {name: sides(model, plan(), mesh) for name, plan in PLANS.items()}
+    plans = PLANS_2D if "model" in mesh.names else PLANS
+    first = next(iter(plans))
+    built = {name: sides(model, plan(), mesh) for name, plan in plans.items()}
     timers: dict[str, Callable[[], Any]] = {}
     for name, (ours, xla) in built.items():
         timers[f"{name}/ours"], timers[f"{name}/xla"] = ours.run, xla.run
-    timers["A/A"] = sides(model, PLANS["BP+EP"](), mesh)[1].run
+    timers["A/A"] = sides(model, plans[first](), mesh)[1].run
     names = sorted(timers)
     for f in timers.values():
         f()  # warm
@@ -110,18 +120,20 @@ def run(sizes: dict[str, Any], reps: int, mesh: Mesh) -> str:
         rows.append((name, _fmt(ours.counts), f"{ours.recv_bytes:,.0f}", f"{ours.temp_bytes:,}", _fmt(xla.counts),
                      f"{xla.recv_bytes:,.0f}", f"{xla.temp_bytes:,}", f"{median_ci(o).median * 1e3:.2f}",
                      f"{median_ci(x).median * 1e3:.2f}", f"{ci.median:.2f}x [{ci.lo:.2f}, {ci.hi:.2f}]"))
-    aa = median_ci([b / a for a, b in zip(times["BP+EP/xla"], times["A/A"])])
+    aa = median_ci([b / a for a, b in zip(times[f"{first}/xla"], times["A/A"])])
     sizes_txt = ", ".join(f"{k}={getattr(v, '__name__', v)}" for k, v in sizes.items())
     return "\n".join(md_table(head, rows) + [
-        "", f"MoE {sizes_txt} on {mesh}; {reps} interleaved rounds; A/A (XLA's BP+EP program against a second "
+        "", f"MoE {sizes_txt} on {mesh}; {reps} interleaved rounds; A/A (XLA's {first} program against a second "
         f"compile of itself): {aa.median:.2f}x [{aa.lo:.2f}, {aa.hi:.2f}]"])
 
 
 def main(argv: list[str] | None = None) -> None:
     p = suite_parser("moe_ep", __doc__, reps=(20, "interleaved rounds of every program"))
     p.add_argument("--small", action="store_true", help="the test-size MoE (seconds, not minutes)")
+    p.add_argument("--mesh", default="data=8", help="data=N, or data=N,model=M for the plans with MP")
     args = p.parse_args(argv)
-    print(run(SMALL if args.small else SIZES, args.reps, Mesh({"data": 8})))
+    mesh = Mesh({k: int(v) for k, v in (kv.split("=") for kv in args.mesh.split(","))})
+    print(run(SMALL if args.small else SIZES, args.reps, mesh))
 
 
 if __name__ == "__main__":
