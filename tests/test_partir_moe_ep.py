@@ -187,3 +187,18 @@ def test_bp_ep_needs_less_temp_memory_than_xla_given_the_same_shardings() -> Non
     ours, xla = sides(_model(8), S.schedule("moe", "BP+EP"), MESHES["data=8"])
     assert set(ours.counts) == {"all-to-all", "all-reduce"} and "all-gather" in xla.counts
     assert ours.temp_bytes < xla.temp_bytes and ours.recv_bytes < xla.recv_bytes
+
+
+def test_bp_ep_in_bf16_matches_loss_and_gradient_moments() -> None:
+    """The model's own bf16 activations (f32 master weights): each partial sum is rounded to bf16
+    before it is reduced, so the loss and Adam's first moments (the gradients) are compared at
+    bf16 precision, as tests/test_partir_llama.py does."""
+    m = M.moe(**{**SIZES, "dtype": jnp.bfloat16}, experts=8)  # type: ignore[arg-type]
+    step = partition(m.step, MESHES["data=8"], S.schedule("moe", "BP+EP"))
+    got = [np.asarray(x, np.float32) for x in jax.tree_util.tree_leaves(step(*m.args))]
+    ref = [np.asarray(x, np.float32) for x in jax.tree_util.tree_leaves(jax.jit(m.step)(*m.args))]
+    np.testing.assert_allclose(got[-1], ref[-1], rtol=1e-3)
+    n = len(jax.tree_util.tree_leaves(m.params))
+    for g, r in zip(got[n + 1:2 * n + 1], ref[n + 1:2 * n + 1]):
+        np.testing.assert_allclose(g, r, atol=3e-2 * float(np.abs(r).max()))
+    assert step.simulate().counts() == EP_COUNTS
