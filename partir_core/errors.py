@@ -157,8 +157,8 @@ class UnevenPrimitiveError(IndivisibleDimError):
     >>> import jax.numpy as jnp, numpy as np
     >>> from partir_core import Shard, partition
     >>> from spmd_types import Mesh
-    >>> running = partition(lambda x: jnp.cumsum(x, axis=0), Mesh({"data": 4}), [Shard("x", dim=0, axis="data")])
-    >>> running(np.ones((6, 2), np.float32))
+    >>> ordered = partition(lambda x: jnp.sort(x, axis=0), Mesh({"data": 4}), [Shard("x", dim=0, axis="data")])
+    >>> ordered(np.ones((6, 2), np.float32))
     Traceback (most recent call last):
     partir_core.errors.UnevenPrimitiveError: ...
 

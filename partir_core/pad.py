@@ -7,8 +7,10 @@ region is unspecified; every op whose true results would read it is made exact: 
 contractions over a padded dimension first select the reduction's identity there (0 for sums and
 dot products, -inf for max/argmax, so softmax, means and losses are exact: a mean divides by the
 true size already in the jaxpr), and operands of true size meeting padded ones are zero-padded.
-A primitive that reads across a padded dimension in any other way raises ``UnevenPrimitiveError``
-naming it. Outputs leave with their padded dimensions, sliced back by ``Partitioned``. The
+Cumulative ops (``cumsum``...) along a padded dimension are exact as they are, the padding being
+at the end (a reverse one selects the identity there first), and ``top_k`` along one selects
+-inf there. A primitive that reads across a padded dimension in any other way raises
+``UnevenPrimitiveError`` naming it. Outputs leave with their padded dimensions, sliced back by ``Partitioned``. The
 partitioned program (and every ``redist`` plan in it) sees only even shapes. See design.md 10.
 """
 
@@ -375,8 +377,33 @@ def _scan(eqn: Any, ins: list[_PV]) -> list[_PV]:
     raise _refuse("scan", sorted({d for q in carry for d in q}), "carries no stable padding")
 
 
+_CUMULATIVE = {"cumsum": 0.0, "cumprod": 1.0, "cummax": -np.inf, "cummin": np.inf, "cumlogsumexp": -np.inf}
+"""Cumulative primitives and the identity their padding takes when the scan runs through it."""
+
+
+def _cumulative(eqn: Any, a: _PV) -> list[_PV]:
+    """Along another dimension each row runs alone (aligned); along a padded one the padding is
+    at the end, so the true prefix is unchanged forwards, and a reverse scan, which starts in
+    the padding, first selects the identity there."""
+    axis, x = eqn.params["axis"], a.x
+    if axis in a.pads and eqn.params["reverse"]:
+        x = mask(x, axis, a.pads[axis], _CUMULATIVE[eqn.primitive.name])
+    return [_PV(o, dict(a.pads)) for o in _bind(eqn.primitive, [x], eqn.params)]
+
+
+def _top_k(eqn: Any, a: _PV) -> list[_PV]:
+    """Along a padded dimension the padding becomes -inf first, so the ``k`` largest (``k`` is at
+    most the true size) are true entries, ties going to the lower, true, index; the results'
+    ``k`` dimension is not padded. Other padded dimensions stay padded (each row runs alone)."""
+    axis, x = eqn.params.get("axis", np.ndim(a.x) - 1), a.x
+    if axis in a.pads:
+        x = mask(x, axis, a.pads[axis], -np.inf)
+    pads = {d: t for d, t in a.pads.items() if d != axis}
+    return [_PV(o, dict(pads)) for o in _bind(eqn.primitive, [x], eqn.params)]
+
+
 _UNARY: dict[str, Callable[[Any, _PV], list[_PV]]] = {
-    "slice": _slice,
+    "slice": _slice, "top_k": _top_k, **{n: _cumulative for n in _CUMULATIVE},
     "broadcast_in_dim": _broadcast, "transpose": _transpose, "reshape": _reshape,
     "squeeze": _squeeze, **{n: _reduce for n in _IDENTITY},
 }

@@ -7,13 +7,15 @@ state over ``data`` while pinning parameters whole; Z3 shards the parameters the
 ``model``; SP shards the sequence over ``model`` (Megatron-SP, with MP). On the Llama-style
 models MP shards the query heads of grouped-query attention (the KV heads follow: over the axis
 when it divides them, otherwise each replicated on its query group's devices) and SwiGLU's three
-matrices, and on the mixture of experts it splits every expert's SwiGLU the same way.
+matrices, and on the mixture of experts it splits every expert's SwiGLU the same way. EP (the
+mixture of experts only) is expert parallelism: the experts over ``data`` and the tokens sent to
+them by all-to-all (``ShardExperts``).
 ZeRO is defined on top of data parallelism, so ``Z2`` and ``Z3`` include BP.
 """
 
 from __future__ import annotations
 
-from partir_core.tactics import Pin, Shard, ShardParams, Tactic
+from partir_core.tactics import Pin, Shard, ShardExperts, ShardParams, Tactic
 
 MEGATRON: dict[str, dict[str, int]] = {
     "mlp": {"params/w1": 1, "params/w2": 0},
@@ -72,19 +74,38 @@ def emb(model: str) -> list[Tactic]:
     return [Shard("params/embed", dim=0, axis="model")]
 
 
+EXPERTS = {"params/blocks/w_gate": 1, "params/blocks/w_up": 1, "params/blocks/w_down": 1}
+"""The expert dimension of the mixture's stacked expert weights (layer, expert, in, out)."""
+
+
+def ep(model: str) -> list[Tactic]:
+    """Expert parallelism as GShard/Switch run it: the experts over ``data`` (each device holds
+    its experts' weights and optimizer state), tokens dispatched to them and combined back by
+    all-to-all. After BP it moves ``data`` from the batch to the expert dimension of the expert
+    computation (``ShardExperts``)."""
+    if model != "moe":
+        raise KeyError(f"EP needs experts; model {model!r} has none")
+    return [ShardExperts(EXPERTS, axis="data")]
+
+
 STRATEGIES: dict[str, list[str]] = {
     "BP": ["BP"], "MP": ["MP"], "Z2": ["BP", "Z2"], "Z3": ["BP", "Z3"], "EMB": ["EMB"],
     "BP+MP": ["BP", "MP"], "BP+MP+Z3": ["BP", "MP", "Z3"],
     "BP+MP+SP": ["BP", "MP", "SP"], "BP+MP+VP": ["BP", "MP", "VP"], "BP+MP+SP+VP": ["BP", "MP", "SP", "VP"],
+    "BP+EP": ["BP", "EP"], "BP+MP+EP": ["BP", "MP", "EP"], "BP+MP+SP+EP": ["BP", "MP", "SP", "EP"],
+    "BP+MP+Z3+EP": ["BP", "MP", "Z3", "EP"],
 }
 # vocabulary parallelism: the (tied) embedding table by rows over ``model``: masked lookups,
 # vocab-sharded logits, a loss by all-reduce(max), all-reduce(sum) and a masked label lookup
-_PARTS = {"BP": bp, "MP": mp, "Z2": z2, "Z3": z3, "EMB": emb, "SP": sp, "VP": emb}
+_PARTS = {"BP": bp, "MP": mp, "Z2": z2, "Z3": z3, "EMB": emb, "SP": sp, "VP": emb, "EP": ep}
 
 
 def schedule(model: str, strategy: str) -> list[Tactic]:
     """The tactics of ``strategy`` (a name in ``STRATEGIES`` or parts joined by ``+``) for ``model``."""
     parts = STRATEGIES.get(strategy, strategy.split("+"))
+    # EP goes last: it moves ``data`` off the batch of the expert computation, which BP must have
+    # sharded first (applied before it, its layout would spread into the router instead)
+    parts = sorted(parts, key=lambda p: p == "EP")
     out: list[Tactic] = []
     for p in parts:
         if p not in _PARTS:
@@ -97,7 +118,8 @@ def applicable(model: str) -> list[str]:
     out = []
     for s in STRATEGIES:
         parts = set(STRATEGIES[s])
-        if parts & {"SP", "VP"} and model not in SEQUENCE_MODELS or "EMB" in parts and model == "mlp":
+        if (parts & {"SP", "VP"} and model not in SEQUENCE_MODELS or "EMB" in parts and model == "mlp"
+                or "EP" in parts and model != "moe"):
             continue
         out.append(s)
     return out

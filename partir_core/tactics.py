@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from partir_core.control import stacked_inputs
 from partir_core.errors import AxisUsedTwiceError, IndivisibleDimError, TacticError, UnknownInputError
+from partir_core.experts import by_expert, expert_region
 from partir_core.ir import Program, Value, is_key
 from partir_core.propagate import Layout, Propagator, clashes
 from spmd_types import Axis, Mesh
@@ -229,7 +230,95 @@ class Pin:
                 ctx.prop.pinned.add(v.id)
 
 
-Tactic = Shard | ShardParams | Pin
+@dataclass(frozen=True)
+class ShardExperts:
+    """Expert parallelism (GShard/Switch): shard the expert dimension of the expert weights
+    ``target`` (name -> dimension) over ``axis`` and lay out the whole expert computation by
+    expert: the dispatched tokens, the expert activations, their cotangents, the weights'
+    gradients and optimizer state (``partir_core.experts.expert_region``). Where an earlier
+    tactic put ``axis`` on another dimension of those values (the batch, under BP), it moves to
+    the expert dimension, so each device keeps its experts' weights in place and the lowering
+    sends the tokens to them by all-to-all (and back before the combine) instead of gathering
+    the weights. This is the one tactic that replaces axes an earlier one set, and only inside
+    the expert region; values outside it keep their layouts. Apply it after the batch tactic:
+    applied first, the region's layout would spread by propagation into the dispatch and the
+    router, and the tokens would be gathered instead.
+
+    Examples:
+        >>> import jax.numpy as jnp, numpy as np
+        >>> from partir_core import Shard, ShardExperts, partition
+        >>> from spmd_types import Mesh
+        >>> def f(h, d, w):  # tokens (batch, seq, model), dispatch mask (batch, seq, expert, slot)
+        ...     xe = jnp.einsum("bsec,bsd->becd", d, h)  # each expert's slots
+        ...     return jnp.einsum("bsec,becf->bsf", d, jnp.tanh(jnp.einsum("becd,edf->becf", xe, w)))
+        >>> h, w = np.ones((4, 6, 8), np.float32), np.ones((2, 8, 8), np.float32)
+        >>> d = np.eye(6, dtype=np.float32)[np.arange(6) % 6].reshape(1, 6, 2, 3).repeat(4, 0)
+        >>> mesh = Mesh({"data": 2})
+        >>> tactics = [Shard({"h": 0, "d": 0}, axis="data"), ShardExperts({"w": 0}, axis="data")]
+        >>> p = partition(f, mesh, tactics)
+        >>> bool(np.allclose(p(h, d, w), f(h, d, w))), p.simulate().counts()  # tokens there and back
+        (True, {'all_to_all': 2})
+
+    Raises:
+        TacticError: an expert dimension that does not exist or a pinned weight.
+        IndivisibleDimError: the axis does not divide the number of experts.
+    """
+
+    targets: tuple[tuple[str, int], ...]
+    axis: tuple[str, ...]
+
+    def __init__(self, target: Mapping[str, int], axis: str | Sequence[str]) -> None:
+        if not axis:
+            raise TacticError(f"ShardExperts({dict(target)!r}) needs axis=...")
+        object.__setattr__(self, "targets", tuple((str(k), int(d)) for k, d in target.items()))
+        object.__setattr__(self, "axis", _axes(axis))
+
+    def __str__(self) -> str:
+        t = ", ".join(f"{n}:{d}" for n, d in self.targets)
+        return f"ShardExperts({t} over {','.join(self.axis)})"
+
+    def apply(self, ctx: _Ctx) -> None:
+        seeds = []
+        for name, dim in self.targets:
+            for path, v in matching(ctx.program, name):
+                if not -len(v.shape) <= dim < len(v.shape):
+                    raise TacticError(f"{path} has rank {len(v.shape)} (shape {list(v.shape)}); "
+                                      f"expert dimension {dim} does not exist")
+                if v.id in ctx.prop.pinned:
+                    raise TacticError(f"{path} is pinned by an earlier Pin tactic; its experts cannot be sharded")
+                seeds.append((v.id, dim % len(v.shape)))
+                _check_divides(ctx, path, v, dim % len(v.shape), self.axis)
+        region = expert_region(ctx.prop, seeds)
+        values = {v.id: v for v in ctx.program.values()}
+        paths = {v.id: p for p, v in zip(ctx.program.input_paths, ctx.program.inputs)}
+        moved = 0
+        for vid, dim in region.items():
+            if vid in ctx.prop.pinned:
+                continue
+            old = ctx.prop.layouts[vid]
+            new = by_expert(ctx.mesh, old, dim, self.axis)
+            if new == old:
+                continue
+            if values[vid].shape[dim] % math.prod(ctx.mesh.axis_size(a) for a in new[dim]):
+                continue  # already split over other axes the expert count cannot take as well
+            moved += any(a for d, ax in enumerate(old) if d != dim for a in ax if a in self.axis)
+            ctx.prop.layouts[vid] = new
+            if vid in paths:
+                ctx.set.append((paths[vid], new))
+        ctx.notes.append(f"expert region: {len(region)} values by expert over {','.join(self.axis)}; "
+                         f"{moved} moved the axis off another dimension (their tokens travel by all-to-all)")
+
+
+def _check_divides(ctx: _Ctx, path: str, v: Value, dim: int, axes: tuple[str, ...]) -> None:
+    cur = tuple(a for a in ctx.prop.layouts[v.id][dim] if a not in axes) + axes
+    k = math.prod(ctx.mesh.axis_size(a) for a in cur)
+    if v.shape[dim] % k:
+        raise IndivisibleDimError(f"{path} has {v.shape[dim]} experts (dimension {dim}), not divisible by {k} "
+                                  f"(axes {', '.join(f'{a}={ctx.mesh.axis_size(a)}' for a in cur)}); "
+                                  "choose an axis whose size divides the number of experts")
+
+
+Tactic = Shard | ShardParams | Pin | ShardExperts
 
 
 def apply_schedule(program: Program, mesh: Mesh, prop: Propagator,
@@ -237,7 +326,7 @@ def apply_schedule(program: Program, mesh: Mesh, prop: Propagator,
     """Apply tactics in order, propagating to a fixpoint after each one."""
     records = []
     for t in schedule:
-        if not isinstance(t, (Shard, ShardParams, Pin)):
+        if not isinstance(t, (Shard, ShardParams, Pin, ShardExperts)):
             raise TacticError(f"not a tactic: {t!r}")
         before = dict(prop.layouts)
         ctx = _Ctx(program, mesh, prop)

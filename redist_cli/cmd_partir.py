@@ -16,11 +16,13 @@ from typing import Any
 
 MODELS = ("mlp", "transformer", "gpt", "llama", "moe")
 """``partir_core.models.MODELS``, spelled here so ``redist --help`` imports no JAX (a test keeps them equal)."""
-PARTS = ("BP", "MP", "Z2", "Z3", "EMB", "SP", "VP")
+PARTS = ("BP", "MP", "Z2", "Z3", "EMB", "SP", "VP", "EP")
 """The parts a strategy joins with ``+`` (``partir_core.strategies``; a test keeps them equal)."""
-NEEDS = {"SP": ("gpt", "llama", "moe"), "VP": ("gpt", "llama", "moe"), "EMB": ("transformer", "gpt", "llama", "moe")}
+NEEDS = {"SP": ("gpt", "llama", "moe"), "VP": ("gpt", "llama", "moe"), "EMB": ("transformer", "gpt", "llama", "moe"),
+         "EP": ("moe",)}
 """The models a part applies to, where not every model (``partir_core.strategies.applicable``)."""
-AXIS = {"BP": "data", "Z2": "data", "Z3": "data", "MP": "model", "EMB": "model", "SP": "model", "VP": "model"}
+AXIS = {"BP": "data", "Z2": "data", "Z3": "data", "MP": "model", "EMB": "model", "SP": "model", "VP": "model",
+        "EP": "data"}
 """The mesh axis each part shards over."""
 
 
@@ -32,7 +34,8 @@ def register(sub: Any, handlers: dict[str, Any]) -> None:
     p.add_argument("--strategy", default="BP+MP", type=_strategy,
                    help="parts joined by +: BP (batch over data), MP (Megatron over model), Z2 (ZeRO-2 over data), Z3 "
                         "(ZeRO-3 over data), EMB (embedding rows over model; not mlp), SP (sequence over model; gpt, "
-                        "llama, moe), VP (vocabulary over model; gpt, llama, moe); e.g. BP+MP, BP+MP+Z3, BP+MP+SP+VP")
+                        "llama, moe), VP (vocabulary over model; gpt, llama, moe), EP (experts over data, tokens moved by "
+                        "all-to-all; moe); e.g. BP+MP, BP+MP+Z3, BP+MP+SP+VP, BP+EP")
     p.add_argument("--mesh", default="data=4,model=2", help="the mesh; the strategies name axes data and model")
     p.add_argument("--summary", action="store_true", help="only the simulator's summary line")
     p.add_argument("--run", action="store_true", help="also run it and compare with the unpartitioned step")
