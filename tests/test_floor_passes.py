@@ -66,8 +66,9 @@ def _sides(name: str) -> tuple[dict[str, HloCollectives], object]:
 RULES = [
     ("zero3_full_gather", [("bits-out", None)], [("bits-out", None)]),
     ("tp_allreduce", [("widen-in", None), ("bits-out", None)], [("widen-in", None), ("narrow-out", None)]),
-    ("tp_to_sp_reduce_scatter", [("split", (4, 4, 65536)), ("narrow-out", None)],
-     [("widen-in", None), ("narrow-out", None)]),
+    # ours: an exchange adding bf16 partials on arrival, ending in a permute of u16 bits (one
+    # bitcast pass over the result), where a reduce-scatter splits its operand and narrows f32
+    ("tp_to_sp_reduce_scatter", [("bits-out", None)], [("widen-in", None), ("narrow-out", None)]),
     ("hidden_gather", [("interleave", (1024, 4, 128))], [("interleave", (1024, 4, 128))]),
     ("sp_to_tp_gather_seq", [("interleave", (4, 4, 65536))], [("interleave", (4, 4, 65536))]),
     ("seq_to_hidden", [("all-to-all", (512, 4, 128))], [("all-to-all", (512, 4, 128))]),  # strided, bitcast in the join

@@ -96,8 +96,9 @@ def search_plans(src: ShardingType, dst: ShardingType, cm: CostModel, every: boo
     best = Best(src, dst, keep_slower=every)
     with gc_paused():
         exchange_plans(src, dst, cm, typed_plans(src, dst, cm, best, every), best)
-        if best.plan is None:  # pragma: no cover - the greedy plan or an exchange keeps within it
-            raise RedistError(f"no plan within the memory bound for {src} -> {dst}")
+        if best.plan is None:
+            src.mesh.check_enumerable("an exchange's per-device table")  # where only an exchange keeps within it
+            raise RedistError(f"no plan within the memory bound for {src} -> {dst}")  # pragma: no cover
         with_variants(best.plan, best)
     return best
 

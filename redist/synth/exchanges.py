@@ -33,12 +33,16 @@ from redist.synth.floors import (
 from redist.synth.ranking import Best, add_floor
 from redist.synth.variants import step_variants
 from spmd_types import ShardingType
+from spmd_types.mesh import MAX_ENUMERATED_DEVICES
 
 
 def exchange_plans(src: ShardingType, dst: ShardingType, cm: CostModel, prefixes: list[Plan], best: Best) -> None:
     """An ``Exchange`` to ``dst`` after each prefix, pruned by floors, cheapest first: any plan
     receives at least the source's lower bound, and an exchange costs at least one latency; then
-    the exchange's own optimistic (bytes, time), in the order of ``by_floor``."""
+    the exchange's own optimistic (bytes, time), in the order of ``by_floor``. None on a mesh past
+    ``MAX_ENUMERATED_DEVICES``: an exchange's floors and schedule read per-device tables."""
+    if src.mesh.size > MAX_ENUMERATED_DEVICES:
+        return
     floor_all = lower_bound_bytes(src, dst)
     ranked = [prefix for prefix in prefixes if _worth_an_exchange(prefix, dst, floor_all, cm, best)]
     for prefix in by_floor(ranked, dst, cm, best):
