@@ -28,12 +28,20 @@ their value at the root under progressive widening, values backed up as the maxi
 ``"greedy"`` is the beam with width 1. ``benchmarks.auto --compare`` sets the methods against
 each other on the same evaluation budget.
 
+Where the profile cannot separate the best few schedules (on the GPT it predicted the found
+schedule 1.6% faster than Megatron with sequence parallelism; it ran 13% slower), the clock
+chooses, as ``redist.autotune`` does for redistribution plans: ``measure_top`` (by default 3
+where the arguments are concrete arrays and the backend has the mesh's devices) of the best
+distinct schedules by score that fit the budget are compiled and timed interleaved
+(``partir_core.clock``), and the fastest median wins; the search keeps a quarter of
+``time_budget_s`` for that. ``measure_top=0`` is the simulator alone (deterministic).
+
 The result is a list of ordinary ``Shard`` tactics after the user's ``fixed`` ones: readable,
 editable, and ``partition(fn, mesh, result)`` (or ``result.schedule``) reproduces exactly the
 scored program. Example (docs/howto/partition.md)::
 
     result = auto(step, mesh, *args, memory_budget=2**30, seed=0, max_evaluations=200)
-    print(result.explain())
+    print(result.explain())              # the search, the schedule, what the clock measured
     partitioned = partition(step, mesh, result)
 """
 
@@ -480,6 +488,10 @@ def _progress(enabled: bool, budget_s: float) -> tuple[Any, Callable[[int, int],
 
 MEASURE_TOP = 3
 """How many of the best schedules by score the clock chooses among by default (where it can)."""
+MEASURE_MARGIN = 0.05
+"""How much faster than the best-scored candidate another must measure to replace it (as
+``redist.autotune``'s margin): near-identical schedules (the GPT's best three differ by one
+position-embedding tactic) measured up to 5% apart on the loaded CI machine."""
 SEARCH_SHARE = 0.75
 """The share of ``time_budget_s`` the search may use when the clock chooses: it leaves the rest
 for compiling and timing the candidates."""
@@ -489,7 +501,8 @@ def auto(step_fn: Callable[..., Any], mesh: Mesh, *args: Any, memory_budget: int
          time_budget_s: float = 120.0, fixed: Sequence[Tactic] = (), seed: int = 0,
          max_evaluations: int | None = None, profile: CostProfile = CPU8, memory_weight: float = 1.0,
          method: str = "beam", beam_width: int = 3, beam_fanout: int | None = 6, unknown: str = "error",
-         progress: bool = True, measure_top: int | None = None, timer: Timer | None = None) -> AutoResult:
+         progress: bool = True, measure_top: int | None = None, measure_margin: float = MEASURE_MARGIN,
+         timer: Timer | None = None) -> AutoResult:
     """Search a schedule for ``step_fn(*args)`` on ``mesh`` (see the module docstring).
 
     ``fixed`` tactics are applied first and kept; the search adds ``Shard`` tactics after them.
@@ -502,8 +515,10 @@ def auto(step_fn: Callable[..., Any], mesh: Mesh, *args: Any, memory_budget: int
 
     The clock chooses among the ``measure_top`` best distinct schedules by score that fit the
     budget: each is compiled as ``partition`` compiles it on the running backend and timed
-    interleaved (``partir_core.clock``), and the fastest median wins (``result.measurement``
-    records the candidates, their predicted and measured times and the winner). By default
+    interleaved (``partir_core.clock``), and the fastest median wins if it is more than
+    ``measure_margin`` (5%) faster than the best-scored one, which wins otherwise
+    (``result.measurement`` records the candidates, their predicted and measured times and the
+    winner). By default
     (``None``) that is ``MEASURE_TOP`` (3) when ``args`` are concrete arrays and the backend has
     the mesh's devices, and 0 otherwise. With measuring on, the search stops at ``SEARCH_SHARE``
     (3/4) of ``time_budget_s`` and compiling and timing use the rest (at least 5 rounds and two
@@ -533,11 +548,12 @@ def auto(step_fn: Callable[..., Any], mesh: Mesh, *args: Any, memory_budget: int
         True
 
     Raises:
-        PartitionError: an unknown ``method``, or a negative ``measure_top``.
+        PartitionError: an unknown ``method``, a negative ``measure_top`` or a ``measure_margin``
+            outside [0, 1).
         UnknownPrimitiveError: ``step_fn`` uses a primitive with no sharding rule (``unknown="error"``).
     """
     started = time.perf_counter()
-    top = _measure_top(measure_top, method, mesh, args, timer)
+    top = _measure_top(measure_top, measure_margin, method, mesh, args, timer)
     search_s = time_budget_s * SEARCH_SHARE if top else time_budget_s
     objective = Objective(profile, memory_budget, memory_weight)
     program = trace(step_fn, *args)
@@ -562,7 +578,8 @@ def auto(step_fn: Callable[..., Any], mesh: Mesh, *args: Any, memory_budget: int
     best, measured = search.best, None
     if top:
         clock = timer or ClockTimer(step_fn, mesh, tuple(args))
-        best, measured = _measure(evaluate, space, tuple(fixed), search.best, clock, started + time_budget_s)
+        best, measured = _measure(evaluate, space, tuple(fixed), search.best, clock, started + time_budget_s,
+                                  measure_margin)
     steps = []
     for k in range(1, len(best.actions) + 1):
         prefix = _replay(root, space, best.actions[:k])
@@ -571,13 +588,16 @@ def auto(step_fn: Callable[..., Any], mesh: Mesh, *args: Any, memory_budget: int
                       evaluate(root), tuple(steps), objective, space, stats, mesh, step_fn, measured)
 
 
-def _measure_top(measure_top: int | None, method: str, mesh: Mesh, args: Sequence[Any],
+def _measure_top(measure_top: int | None, margin: float, method: str, mesh: Mesh, args: Sequence[Any],
                  timer: Timer | None) -> int:
     """The checked arguments' number of candidates to time (the default where it is None)."""
     from partir_core.errors import PartitionError
 
     if method not in METHODS:
         raise PartitionError(f"unknown search method {method!r}; known: {', '.join(METHODS)}")
+    if not 0.0 <= margin < 1.0:
+        raise PartitionError(f"measure_margin must be in [0, 1) (the fraction faster a schedule must "
+                             f"measure to replace the best-scored one), got {margin}")
     if measure_top is None:
         return MEASURE_TOP if timer is not None or can_measure(mesh, args) else 0
     if measure_top < 0:
@@ -593,16 +613,28 @@ def candidates(evaluate: Evaluator, best: State) -> list[State]:
     return [best] + [st for _, _, st in evaluate.top if st.key != best.key][:evaluate.keep - 1]
 
 
+def pick(measured: Sequence[float | None], margin: float) -> int:
+    """The first fastest measured candidate if it is more than ``margin`` faster than the first
+    (the best-scored), else the first (None: not measured)."""
+    times = [(t, i) for i, t in enumerate(measured) if t is not None]
+    if not times:
+        return 0
+    t, fastest = min(times)
+    first = measured[0]
+    return fastest if first is None or t < first * (1.0 - margin) else 0
+
+
 def _measure(evaluate: Evaluator, space: SearchSpace, fixed: tuple[Tactic, ...], best: State, timer: Timer,
-             deadline: float) -> tuple[State, Measurement | None]:
-    """The fastest candidate on ``timer`` and what was measured (the best as it is with under two)."""
+             deadline: float, margin: float = MEASURE_MARGIN) -> tuple[State, Measurement | None]:
+    """The candidate ``timer`` chooses (``pick``) and what was measured (``best`` as it is with
+    under two candidates)."""
     states = candidates(evaluate, best)
     if len(states) < 2:
         return best, None
     t0 = time.perf_counter()
     times = list(timer([fixed + tuple(st.schedule(space)) for st in states], deadline))
     got: list[float | None] = [*times[:len(states)], *[None] * (len(states) - len(times))]
-    chosen = min((i for i, t in enumerate(got) if t is not None), key=lambda i: (got[i], i), default=0)
+    chosen = pick(got, margin)
     cands = tuple(Candidate(tuple(st.schedule(space)), evaluate(st), t) for st, t in zip(states, got))
     return states[chosen], Measurement(cands, chosen, time.perf_counter() - t0)
 

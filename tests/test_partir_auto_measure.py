@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from partir_core import Shard, auto, partition
 from partir_core import models as M
-from partir_core.auto import Beam, Evaluator, Objective, _measure, candidates, rules_of
+from partir_core.auto import MEASURE_MARGIN, Beam, Evaluator, Objective, _measure, candidates, pick, rules_of
 from partir_core.clock import ClockTimer, can_measure, compile_schedule
 from partir_core.errors import PartitionError
 from partir_core.ir import trace
@@ -127,10 +127,20 @@ def test_nothing_is_timed_when_no_schedule_fits_or_one_is_asked_for() -> None:
     assert not over.evaluation.fits(100) and one.schedule == _simulator_only().schedule
 
 
-def test_a_negative_measure_top_is_a_typed_error() -> None:
+def test_a_negative_measure_top_or_a_margin_out_of_range_is_a_typed_error() -> None:
     m = M.mlp()
     with pytest.raises(PartitionError, match="measure_top must be >= 0"):
         auto(m.step, MESH, *m.args, measure_top=-1, progress=False)
+    with pytest.raises(PartitionError, match="measure_margin must be in"):
+        auto(m.step, MESH, *m.args, measure_margin=1.0, progress=False)
+
+
+def test_a_candidate_must_beat_the_best_scored_by_the_margin() -> None:
+    r = _auto(M.mlp(), measure_top=3, timer=FakeTimer([1.0, 0.97, 0.98]))
+    assert r.measurement is not None and r.measurement.chosen == 0
+    assert r.schedule == _simulator_only().schedule
+    assert pick([1.0, 0.94, 0.9], 0.05) == 2 and pick([1.0, 0.96], 0.05) == 0 and pick([1.0, 0.96], 0.0) == 1
+    assert pick([None, 2.0, 1.0], 0.05) == 2 and pick([], 0.05) == 0
 
 
 def test_the_default_measures_only_concrete_arrays_on_enough_devices() -> None:
@@ -159,7 +169,7 @@ def test_the_clock_compiles_what_partition_runs_and_times_each_candidate() -> No
     assert r.measurement is not None and len(r.measurement.candidates) == 2
     measured = [c.measured_s for c in r.measurement.candidates]
     assert all(t is not None and t > 0 for t in measured)
-    assert r.measurement.chosen == min(range(2), key=lambda i: (measured[i], i))
+    assert r.measurement.chosen == pick(measured, MEASURE_MARGIN)
 
 
 @functools.cache
@@ -175,12 +185,14 @@ def _searched() -> tuple[Evaluator, SearchSpace, State]:
 
 
 @given(st.lists(st.floats(1e-6, 1.0), min_size=2, max_size=5))
-def test_the_first_fastest_measured_candidate_is_chosen(times: list[float]) -> None:
+def test_the_fastest_measured_candidate_is_chosen_past_the_margin(times: list[float]) -> None:
     evaluate, space, best = _searched()
     states = candidates(evaluate, best)
     assert len(states) == 5 and states[0] is best
     chosen, meas = _measure(evaluate, space, (), best, FakeTimer(times), time.perf_counter())
     assert meas is not None
     fastest = min(range(len(times)), key=lambda i: (times[i], i))
-    assert meas.chosen == fastest and chosen is states[fastest]
+    want = fastest if times[fastest] < times[0] * (1 - MEASURE_MARGIN) else 0
+    assert meas.chosen == want and chosen is states[want]
+    assert all(times[want] * (1 - MEASURE_MARGIN) <= t for t in times)  # none beat it by the margin
     assert [c.measured_s for c in meas.candidates] == times + [None] * (5 - len(times))
