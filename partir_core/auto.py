@@ -400,8 +400,9 @@ class Measurement:
 
 @dataclass(frozen=True, eq=False)
 class AutoResult:
-    """The schedule ``auto`` found (``fixed`` tactics first), what it is predicted to cost, and how
-    the search got there. ``schedule`` is a plain list of tactics: print it, edit it, reuse it.
+    """The schedule ``auto`` found (``fixed`` tactics first), what it is predicted to cost, how
+    the search got there and, where the clock chose, what it measured (``measurement``).
+    ``schedule`` is a plain list of tactics: print it, edit it, reuse it.
 
     Examples:
         >>> import jax.numpy as jnp, numpy as np
