@@ -412,7 +412,7 @@ class AutoResult:
         ...     return jnp.tanh(x @ w)
         >>> x, w = np.ones((64, 128), np.float32), np.ones((128, 256), np.float32)
         >>> mesh = Mesh({"data": 2, "model": 4})
-        >>> result = auto(f, mesh, x, w, seed=0, max_evaluations=8)
+        >>> result = auto(f, mesh, x, w, seed=0, max_evaluations=8, progress=False)
         >>> result.schedule == result.fixed + tuple(t for t, _ in result.steps)
         True
         >>> p = partition(f, mesh, result.schedule)
