@@ -33,7 +33,8 @@ schedule 1.6% faster than Megatron with sequence parallelism; it ran 13% slower)
 chooses, as ``redist.autotune`` does for redistribution plans: ``measure_top`` (by default 3
 where the arguments are concrete arrays and the backend has the mesh's devices) of the best
 distinct schedules by score that fit the budget are compiled and timed interleaved
-(``partir_core.clock``), and the fastest median wins; the search keeps a quarter of
+(``partir_core.clock``), and the fastest median wins if more than 5% faster than the
+best-scored one (``measure_margin``); the search keeps a quarter of
 ``time_budget_s`` for that. ``measure_top=0`` is the simulator alone (deterministic).
 
 The result is a list of ordinary ``Shard`` tactics after the user's ``fixed`` ones: readable,
@@ -380,7 +381,7 @@ class Candidate:
 @dataclass(frozen=True)
 class Measurement:
     """What the clock chose among: the best schedules by score that fit the budget (best score
-    first) and which one ran fastest. Measured on this machine: another may choose otherwise."""
+    first) and which one won (``pick``). Measured on this machine: another may choose otherwise."""
 
     candidates: tuple[Candidate, ...]
     chosen: int
@@ -519,10 +520,10 @@ def auto(step_fn: Callable[..., Any], mesh: Mesh, *args: Any, memory_budget: int
     interleaved (``partir_core.clock``), and the fastest median wins if it is more than
     ``measure_margin`` (5%) faster than the best-scored one, which wins otherwise
     (``result.measurement`` records the candidates, their predicted and measured times and the
-    winner). By default
-    (``None``) that is ``MEASURE_TOP`` (3) when ``args`` are concrete arrays and the backend has
-    the mesh's devices, and 0 otherwise. With measuring on, the search stops at ``SEARCH_SHARE``
-    (3/4) of ``time_budget_s`` and compiling and timing use the rest (at least 5 rounds and two
+    winner); with fewer than two candidates nothing is timed. By default (``None``) that is
+    ``MEASURE_TOP`` (3) when ``args`` are concrete arrays and the backend has the mesh's devices,
+    and 0 otherwise. With measuring on, the search stops at ``SEARCH_SHARE`` (3/4) of
+    ``time_budget_s`` and compiling and timing use the rest (at least 5 rounds and two
     candidates, so a search that used its whole share overruns by that). ``timer`` replaces the
     clock (a ``partir_core.clock.Timer``).
 
