@@ -11,6 +11,7 @@ its optimizer state: so every schedule that keeps all parameters whole is ruled 
 
 from __future__ import annotations
 
+import functools
 import os
 import random
 import statistics
@@ -22,22 +23,21 @@ os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 
 import jax  # noqa: E402
 
-from benchmarks.harness import suite_parser  # noqa: E402
+from benchmarks.harness import Clock, suite_parser, with_control  # noqa: E402
 from benchmarks.paired import balanced_order  # noqa: E402
 from benchmarks.partitioner import Side, bench_schedule  # noqa: E402
 from partir_core import Shard, auto, partition  # noqa: E402
 from partir_core import auto_profile as P  # noqa: E402
 from partir_core import models as M  # noqa: E402
 from partir_core import strategies as S  # noqa: E402
-from partir_core.api import fn_mesh  # noqa: E402
 from partir_core.auto import AutoResult, rules_of  # noqa: E402
+from partir_core.clock import Compiled, compile_schedule  # noqa: E402
 from partir_core.ir import trace  # noqa: E402
 from partir_core.propagate import Propagator  # noqa: E402
 from partir_core.search_space import State, build_space  # noqa: E402
 from partir_core.tactics import Tactic  # noqa: E402
 from redist.profile import spearman  # noqa: E402
 from spmd_types import Mesh  # noqa: E402
-from spmd_types.jax_interop import to_named_sharding  # noqa: E402
 
 SIZES: dict[str, dict[str, int]] = {
     "mlp": dict(batch=64, d_in=256, hidden=1024, classes=64),
@@ -168,14 +168,9 @@ def random_schedules(model: M.Model, mesh: Mesh, n: int, seed: int, longest: int
 
 
 def _compiled(model: M.Model, schedule: list[Tactic], mesh: Mesh) -> tuple[Any, list[Any], P.Features, float]:
-    step = partition(model.step, mesh, schedule)
-    a, fn = step._compiled(*model.args)
-    args = [jax.device_put(x, to_named_sharding(t, fn_mesh(mesh)))
-            for x, t in zip(jax.tree_util.tree_leaves(model.args), a.lowered.in_types)]
-    compiled = fn.lower(*args).compile()
-    jax.block_until_ready(compiled(*args))
-    sim = step.simulate()
-    return compiled, args, P.features(a.lowered, sim), P.legacy(4e9, sim)
+    done = compile_schedule(model.step, mesh, schedule, *model.args)
+    sim = done.step.simulate()
+    return done.run, done.args, P.features(done.analysis.lowered, sim), P.legacy(4e9, sim)
 
 
 def calibrate_model(name: str, mesh: Mesh, n_random: int, rounds: int, seed: int = 0) -> list[Sample]:
@@ -233,7 +228,8 @@ def compare(models: list[str], mesh: Mesh, budget_evals: int, fixed: str = "") -
         budget = tight_budget(model, mesh)
         for method in METHODS:
             r = auto(model.step, mesh, *model.args, memory_budget=budget, fixed=FIXED[fixed], seed=0,
-                     max_evaluations=budget_evals, time_budget_s=600, method=method, progress=False)
+                     max_evaluations=budget_evals, time_budget_s=600, method=method, progress=False,
+                     measure_top=0)
             h = r.stats.history
             cells = []
             for n in cols:
@@ -242,6 +238,54 @@ def compare(models: list[str], mesh: Mesh, budget_evals: int, fixed: str = "") -
             found = "; ".join(str(t) for t in r.found) or "(replicated)"
             out.append(f"| {name} | {method} | " + " | ".join(cells) + f" | {r.stats.seconds:.1f} | {found} |")
     return "\n".join(out)
+
+
+# -- the found schedule against every hand strategy that fits, in the same interleaved rounds ----------
+
+
+def _fitting_hands(model: M.Model, mesh: Mesh, budget: int | None) -> dict[str, list[Tactic]]:
+    """The hand strategies whose simulated peak fits ``budget``."""
+    out = {}
+    for name in S.applicable(model.name):
+        step = partition(model.step, mesh, S.schedule(model.name, name))
+        step.trace(*model.args)
+        if budget is None or step.simulate().peak_bytes <= budget:
+            out[name] = S.schedule(model.name, name)
+    return out
+
+
+def _call(c: Compiled) -> Any:
+    """One call of a compiled schedule, as the round robin times it (one output to wait on)."""
+    return jax.tree_util.tree_leaves(c())[0]
+
+
+def versus(name: str, mesh: Mesh, seconds: float, time_budget_s: float) -> str:
+    """``auto`` with its defaults (the clock chooses among its best schedules by score) on the tight
+    budget, then its schedule, the simulator's own pick (where the clock chose another) and every
+    hand strategy that fits, timed in the same rounds in ``balanced_order`` with an A/A control
+    (the found schedule timed twice): a markdown row."""
+    model = M.MODELS[name](**SIZES.get(name, {}))
+    budget = tight_budget(model, mesh)
+    clock = Clock()
+    r = auto(model.step, mesh, *model.args, memory_budget=budget, seed=0, time_budget_s=time_budget_s)
+    spent = clock.wall_s
+    print(r.explain().split("\n== search space")[0], flush=True)
+    schedules = {"auto": list(r.schedule)}
+    m = r.measurement
+    if m is not None and m.chosen != 0:
+        schedules["simulator's pick"] = list(r.fixed + m.candidates[0].found)
+    hands = _fitting_hands(model, mesh, budget)
+    built = {k: compile_schedule(model.step, mesh, sch, *model.args) for k, sch in {**schedules, **hands}.items()}
+    med, aa = with_control({k: functools.partial(_call, c) for k, c in built.items()}, "auto", seconds)
+    best = min(hands, key=lambda h: med[h])
+    others = ", ".join(f"{k} {v * 1e3:.2f}" for k, v in med.items() if k not in ("auto", best))
+    picked = "-" if m is None else f"{m.chosen + 1} of {len(m.candidates)}"
+    return (f"| {name} | {spent:.1f} | {picked} | {med['auto'] * 1e3:.2f} | {best} | {med[best] * 1e3:.2f} | "
+            f"{med['auto'] / med[best]:.3f} | {aa:.3f} | {others} |")
+
+
+VERSUS_HEAD = ("| model | auto s (search + clock) | clock's pick (by score) | auto ms | best hand | hand ms | "
+               "auto / hand | A/A | others ms |\n|---|---|---|---|---|---|---|---|---|")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -255,10 +299,16 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--compare", action="store_true", help="MCTS against beam and greedy search instead")
     p.add_argument("--evaluations", type=int, default=160, help="evaluation budget of --compare")
     p.add_argument("--random", type=int, default=8, help="random schedules per model (--calibrate)")
+    p.add_argument("--versus", type=float, default=None, metavar="SECONDS",
+                   help="instead: auto (defaults) against every fitting hand strategy, timed in the same "
+                        "interleaved rounds for SECONDS (at least 15 rounds), with an A/A control")
     a = p.parse_args(argv)
     mesh = Mesh({"data": 2, "model": 4})
     if a.compare:
         print(compare(a.models, mesh, a.evaluations))
+        return
+    if a.versus is not None:
+        print("\n".join([VERSUS_HEAD] + [versus(name, mesh, a.versus, a.time_budget) for name in a.models]))
         return
     if a.calibrate:
         print(calibrate(a.models, mesh, a.random, a.runs)[1])

@@ -28,12 +28,21 @@ their value at the root under progressive widening, values backed up as the maxi
 ``"greedy"`` is the beam with width 1. ``benchmarks.auto --compare`` sets the methods against
 each other on the same evaluation budget.
 
+Where the profile cannot separate the best few schedules (on the GPT it predicted the found
+schedule 1.6% faster than Megatron with sequence parallelism; it ran 13% slower), the clock
+chooses, as ``redist.autotune`` does for redistribution plans: ``measure_top`` (by default 3
+where the arguments are concrete arrays and the backend has the mesh's devices) of the best
+distinct schedules by score that fit the budget are compiled and timed interleaved
+(``partir_core.clock``), and the fastest median wins if more than 5% faster than the
+best-scored one (``measure_margin``); the search keeps a quarter of
+``time_budget_s`` for that. ``measure_top=0`` is the simulator alone (deterministic).
+
 The result is a list of ordinary ``Shard`` tactics after the user's ``fixed`` ones: readable,
 editable, and ``partition(fn, mesh, result)`` (or ``result.schedule``) reproduces exactly the
 scored program. Example (docs/howto/partition.md)::
 
     result = auto(step, mesh, *args, memory_budget=2**30, seed=0, max_evaluations=200)
-    print(result.explain())
+    print(result.explain())              # the search, the schedule, what the clock measured
     partitioned = partition(step, mesh, result)
 """
 
@@ -49,6 +58,7 @@ from typing import Any, NamedTuple
 
 from partir_core import rules as _rules_mod
 from partir_core.auto_profile import CPU8, CostProfile, features
+from partir_core.clock import ClockTimer, Timer, can_measure
 from partir_core.decide import lower
 from partir_core.ir import Program, trace
 from partir_core.propagate import Propagator
@@ -105,12 +115,17 @@ def rules_of(program: Program, unknown: str = "error") -> tuple[Rule, ...]:
 class Evaluator:
     """Lowers and simulates states, cached by the layout of every value (transpositions are free)."""
 
-    def __init__(self, program: Program, mesh: Mesh, rules: Sequence[Rule], objective: Objective) -> None:
+    def __init__(self, program: Program, mesh: Mesh, rules: Sequence[Rule], objective: Objective,
+                 keep: int = 0) -> None:
         self.program, self.mesh, self.rules, self.objective = program, mesh, tuple(rules), objective
         self.cache: dict[Any, tuple[Evaluation, Simulation]] = {}
         self.root_time_s: float | None = None
         self.history: list[Evaluation] = []
         """After each costed schedule, the best so far (fits the budget first, then score)."""
+        self.keep = keep
+        self.top: list[tuple[float, int, State]] = []
+        """The ``keep`` best costed states that fit the budget, as (score, order costed, state),
+        best first: the candidates the clock chooses among (distinct input layouts)."""
 
     def __call__(self, st: State) -> Evaluation:
         key = st.full_key()
@@ -120,12 +135,23 @@ class Evaluator:
             ev = self._score(low, sim)
             self.cache[key] = (ev, sim)
             budget = self.objective.memory_budget
+            if self.keep and ev.fits(budget):
+                self._remember(ev.score, st)
             if not self.history or (not ev.fits(budget), ev.score) < (not self.history[-1].fits(budget),
                                                                       self.history[-1].score):
                 self.history.append(ev)
             else:
                 self.history.append(self.history[-1])
         return self.cache[key][0]
+
+    def _remember(self, score: float, st: State) -> None:
+        """Keep ``st`` among the ``keep`` best; of states with the same input layouts (the same
+        tactics in another order), only the first best-scored one."""
+        same = [e for e in self.top if e[2].key == st.key]
+        if same and same[0][0] <= score:
+            return
+        rest = [e for e in self.top if e[2].key != st.key]
+        self.top = sorted(rest + [(score, len(self.cache), st)], key=lambda e: e[:2])[:self.keep]
 
     def _score(self, low: Any, sim: Simulation) -> Evaluation:
         o = self.objective
@@ -342,10 +368,42 @@ def _out_of_budget(evaluate: Evaluator, time_budget_s: float, max_evaluations: i
     return None
 
 
+@dataclass(frozen=True)
+class Candidate:
+    """One schedule the clock timed: its found tactics, the simulator's prediction, its median."""
+
+    found: tuple[Tactic, ...]
+    evaluation: Evaluation
+    measured_s: float | None
+    """Median seconds per call on the running backend; None if the time ran out before it compiled."""
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """What the clock chose among: the best schedules by score that fit the budget (best score
+    first) and which one won (``pick``). Measured on this machine: another may choose otherwise."""
+
+    candidates: tuple[Candidate, ...]
+    chosen: int
+    seconds: float
+    """Compiling and timing them."""
+
+    def lines(self) -> list[str]:
+        out = [f"== measured: the clock chose among the {len(self.candidates)} best by score "
+               f"({self.seconds:.1f} s; medians on this machine, not deterministic across machines) =="]
+        for i, c in enumerate(self.candidates):
+            meas = "not compiled in time" if c.measured_s is None else f"measured {c.measured_s * 1e3:,.2f} ms"
+            mark = "   [chosen]" if i == self.chosen else ""
+            found = "; ".join(str(t) for t in c.found) or "(the fixed tactics alone)"
+            out.append(f"{i + 1}. predicted {c.evaluation.time_s * 1e3:,.2f} ms, {meas}{mark}: {found}")
+        return out
+
+
 @dataclass(frozen=True, eq=False)
 class AutoResult:
-    """The schedule ``auto`` found (``fixed`` tactics first), what it is predicted to cost, and how
-    the search got there. ``schedule`` is a plain list of tactics: print it, edit it, reuse it.
+    """The schedule ``auto`` found (``fixed`` tactics first), what it is predicted to cost, how
+    the search got there and, where the clock chose, what it measured (``measurement``).
+    ``schedule`` is a plain list of tactics: print it, edit it, reuse it.
 
     Examples:
         >>> import jax.numpy as jnp, numpy as np
@@ -355,7 +413,7 @@ class AutoResult:
         ...     return jnp.tanh(x @ w)
         >>> x, w = np.ones((64, 128), np.float32), np.ones((128, 256), np.float32)
         >>> mesh = Mesh({"data": 2, "model": 4})
-        >>> result = auto(f, mesh, x, w, seed=0, max_evaluations=8)
+        >>> result = auto(f, mesh, x, w, seed=0, max_evaluations=8, progress=False)
         >>> result.schedule == result.fixed + tuple(t for t, _ in result.steps)
         True
         >>> p = partition(f, mesh, result.schedule)
@@ -375,6 +433,8 @@ class AutoResult:
     stats: SearchStats
     mesh: Mesh
     fn: Callable[..., Any]
+    measurement: Measurement | None = None
+    """The candidates the clock timed and which won (None: the simulator alone chose)."""
 
     @property
     def found(self) -> tuple[Tactic, ...]:
@@ -403,7 +463,10 @@ class AutoResult:
         fits = "fits" if self.evaluation.fits(o.memory_budget) else "EXCEEDS"
         lines += [f"predicted: {self.evaluation.fmt()}; {fits} the budget; "
                   f"{self.baseline.time_s / self.evaluation.time_s:.2f}x faster than the fixed tactics alone",
-                  "", "== search space (static analysis: tied dimensions form one group) ==",
+                  ""]
+        if self.measurement is not None:
+            lines += self.measurement.lines() + [""]
+        lines += ["== search space (static analysis: tied dimensions form one group) ==",
                   self.space.describe()]
         return "\n".join(lines)
 
@@ -425,22 +488,49 @@ def _progress(enabled: bool, budget_s: float) -> tuple[Any, Callable[[int, int],
     return bar, update
 
 
+MEASURE_TOP = 3
+"""How many of the best schedules by score the clock chooses among by default (where it can)."""
+MEASURE_MARGIN = 0.05
+"""How much faster than the best-scored candidate another must measure to replace it (as
+``redist.autotune``'s margin): near-identical schedules (the GPT's best three differ by one
+position-embedding tactic) measured up to 5% apart on the loaded CI machine."""
+SEARCH_SHARE = 0.75
+"""The share of ``time_budget_s`` the search may use when the clock chooses: it leaves the rest
+for compiling and timing the candidates."""
+
+
 def auto(step_fn: Callable[..., Any], mesh: Mesh, *args: Any, memory_budget: int | None = None,
          time_budget_s: float = 120.0, fixed: Sequence[Tactic] = (), seed: int = 0,
          max_evaluations: int | None = None, profile: CostProfile = CPU8, memory_weight: float = 1.0,
          method: str = "beam", beam_width: int = 3, beam_fanout: int | None = 6, unknown: str = "error",
-         progress: bool = True) -> AutoResult:
+         progress: bool = True, measure_top: int | None = None, measure_margin: float = MEASURE_MARGIN,
+         timer: Timer | None = None) -> AutoResult:
     """Search a schedule for ``step_fn(*args)`` on ``mesh`` (see the module docstring).
 
     ``fixed`` tactics are applied first and kept; the search adds ``Shard`` tactics after them.
     ``memory_budget``: bytes per device the simulator's peak should stay under. The search stops
     at ``time_budget_s`` (or ``max_evaluations`` costed schedules, or when every reachable state
     was seen, or, for the beam, when a depth improves the best by under 1%) with the best schedule
-    so far. A search that ends on anything but the clock is deterministic: the beam draws no
-    random numbers, MCTS draws them from ``seed``; one that ends on the clock depends on the
-    machine's speed. ``method``: ``"beam"`` (default; ``beam_width`` states, ``beam_fanout``
-    actions each per depth), ``"greedy"`` or ``"mcts"``. Returns an ``AutoResult``, which ``partition`` accepts
-    in place of a schedule.
+    so far. ``method``: ``"beam"`` (default; ``beam_width`` states, ``beam_fanout`` actions each
+    per depth), ``"greedy"`` or ``"mcts"``. Returns an ``AutoResult``, which ``partition``
+    accepts in place of a schedule.
+
+    The clock chooses among the ``measure_top`` best distinct schedules by score that fit the
+    budget: each is compiled as ``partition`` compiles it on the running backend and timed
+    interleaved (``partir_core.clock``), and the fastest median wins if it is more than
+    ``measure_margin`` (5%) faster than the best-scored one, which wins otherwise
+    (``result.measurement`` records the candidates, their predicted and measured times and the
+    winner); with fewer than two candidates nothing is timed. By default (``None``) that is
+    ``MEASURE_TOP`` (3) when ``args`` are concrete arrays and the backend has the mesh's devices,
+    and 0 otherwise. With measuring on, the search stops at ``SEARCH_SHARE`` (3/4) of
+    ``time_budget_s`` and compiling and timing use the rest (at least 5 rounds and two
+    candidates, so a search that used its whole share overruns by that). ``timer`` replaces the
+    clock (a ``partir_core.clock.Timer``).
+
+    Determinism: with ``measure_top=0`` (the simulator alone) a search that ends on anything but
+    the clock is deterministic: the beam draws no random numbers, MCTS draws them from ``seed``;
+    one that ends on ``time_budget_s`` depends on the machine's speed. A measured choice depends
+    on the machine and its load: it can differ between runs and machines.
 
     Example:
         >>> import jax.numpy as jnp, numpy as np
@@ -449,48 +539,106 @@ def auto(step_fn: Callable[..., Any], mesh: Mesh, *args: Any, memory_budget: int
         >>> def f(x, w):
         ...     return jnp.tanh(x @ w)
         >>> x, w = np.ones((8, 16), np.float32), np.ones((16, 32), np.float32)
-        >>> found = auto(f, Mesh({"data": 2, "model": 4}), x, w, max_evaluations=8, progress=False)
-        >>> found.schedule == auto(f, Mesh({"data": 2, "model": 4}), x, w, max_evaluations=8, progress=False).schedule
+        >>> mesh = Mesh({"data": 2, "model": 4})
+        >>> found = auto(f, mesh, x, w, max_evaluations=8, progress=False, measure_top=0)
+        >>> found.schedule == auto(f, mesh, x, w, max_evaluations=8, progress=False, measure_top=0).schedule
         True
-        >>> bool(np.allclose(partition(f, Mesh({"data": 2, "model": 4}), found)(x, w), f(x, w)))
+        >>> bool(np.allclose(partition(f, mesh, found)(x, w), f(x, w)))
+        True
+        >>> timed = auto(f, mesh, x, w, max_evaluations=8, progress=False, measure_top=2)
+        >>> timed.schedule == timed.fixed + timed.measurement.candidates[timed.measurement.chosen].found
         True
 
     Raises:
-        PartitionError: an unknown ``method``.
+        PartitionError: an unknown ``method``, a negative ``measure_top`` or a ``measure_margin``
+            outside [0, 1).
         UnknownPrimitiveError: ``step_fn`` uses a primitive with no sharding rule (``unknown="error"``).
     """
     started = time.perf_counter()
-    if method not in METHODS:
-        from partir_core.errors import PartitionError
-
-        raise PartitionError(f"unknown search method {method!r}; known: {', '.join(METHODS)}")
+    top = _measure_top(measure_top, measure_margin, method, mesh, args, timer)
+    search_s = time_budget_s * SEARCH_SHARE if top else time_budget_s
     objective = Objective(profile, memory_budget, memory_weight)
     program = trace(step_fn, *args)
     rules = rules_of(program, unknown)
     space = build_space(program, mesh, rules)
     prop = Propagator(program, mesh, rules)
     apply_schedule(program, mesh, prop, list(fixed))
-    evaluate = Evaluator(program, mesh, rules, objective)
+    evaluate = Evaluator(program, mesh, rules, objective, keep=top)
     root = State(prop, ())
     search: MCTS | Beam
     if method == "mcts":
         search = MCTS(space, evaluate, root, seed)
     else:
         search = Beam(space, evaluate, root, 1 if method == "greedy" else beam_width, beam_fanout)
-    bar, update = _progress(progress, time_budget_s)
+    bar, update = _progress(progress, search_s)
     if bar is not None:
         with bar:
-            stats = search.run(time_budget_s, max_evaluations, started, update)
+            stats = search.run(search_s, max_evaluations, started, update)
     else:
-        stats = search.run(time_budget_s, max_evaluations, started)
+        stats = search.run(search_s, max_evaluations, started)
     stats = dataclasses.replace(stats, method=method, history=tuple(evaluate.history))
-    best = search.best
+    best, measured = search.best, None
+    if top:
+        clock = timer or ClockTimer(step_fn, mesh, tuple(args))
+        best, measured = _measure(evaluate, space, tuple(fixed), search.best, clock, started + time_budget_s,
+                                  measure_margin)
     steps = []
     for k in range(1, len(best.actions) + 1):
         prefix = _replay(root, space, best.actions[:k])
         steps.append((space.tactic(best.actions[k - 1]), evaluate(prefix)))
     return AutoResult(tuple(fixed) + tuple(best.schedule(space)), tuple(fixed), evaluate(best),
-                      evaluate(root), tuple(steps), objective, space, stats, mesh, step_fn)
+                      evaluate(root), tuple(steps), objective, space, stats, mesh, step_fn, measured)
+
+
+def _measure_top(measure_top: int | None, margin: float, method: str, mesh: Mesh, args: Sequence[Any],
+                 timer: Timer | None) -> int:
+    """The checked arguments' number of candidates to time (the default where it is None)."""
+    from partir_core.errors import PartitionError
+
+    if method not in METHODS:
+        raise PartitionError(f"unknown search method {method!r}; known: {', '.join(METHODS)}")
+    if not 0.0 <= margin < 1.0:
+        raise PartitionError(f"measure_margin must be in [0, 1) (the fraction faster a schedule must "
+                             f"measure to replace the best-scored one), got {margin}")
+    if measure_top is None:
+        return MEASURE_TOP if timer is not None or can_measure(mesh, args) else 0
+    if measure_top < 0:
+        raise PartitionError(f"measure_top must be >= 0 (0: the simulator alone chooses), got {measure_top}")
+    return measure_top
+
+
+def candidates(evaluate: Evaluator, best: State) -> list[State]:
+    """The search's best state first (when it fits the budget), then the next best by score that
+    fit: ``evaluate.keep`` distinct states in all (none when the best does not fit)."""
+    if not evaluate(best).fits(evaluate.objective.memory_budget):
+        return []
+    return [best] + [st for _, _, st in evaluate.top if st.key != best.key][:evaluate.keep - 1]
+
+
+def pick(measured: Sequence[float | None], margin: float) -> int:
+    """The first fastest measured candidate if it is more than ``margin`` faster than the first
+    (the best-scored), else the first (None: not measured)."""
+    times = [(t, i) for i, t in enumerate(measured) if t is not None]
+    if not times:
+        return 0
+    t, fastest = min(times)
+    first = measured[0]
+    return fastest if first is None or t < first * (1.0 - margin) else 0
+
+
+def _measure(evaluate: Evaluator, space: SearchSpace, fixed: tuple[Tactic, ...], best: State, timer: Timer,
+             deadline: float, margin: float = MEASURE_MARGIN) -> tuple[State, Measurement | None]:
+    """The candidate ``timer`` chooses (``pick``) and what was measured (``best`` as it is with
+    under two candidates)."""
+    states = candidates(evaluate, best)
+    if len(states) < 2:
+        return best, None
+    t0 = time.perf_counter()
+    times = list(timer([fixed + tuple(st.schedule(space)) for st in states], deadline))
+    got: list[float | None] = [*times[:len(states)], *[None] * (len(states) - len(times))]
+    chosen = pick(got, margin)
+    cands = tuple(Candidate(tuple(st.schedule(space)), evaluate(st), t) for st, t in zip(states, got))
+    return states[chosen], Measurement(cands, chosen, time.perf_counter() - t0)
 
 
 def _replay(root: State, space: SearchSpace, actions: Sequence[Action]) -> State:

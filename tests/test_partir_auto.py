@@ -32,7 +32,7 @@ MLP_BLOCK = {"params/b1": 0, "params/w1": 1, "params/w2": 0}
 def _transformer() -> tuple[M.Model, AutoResult]:
     m = M.transformer(**SIZES)
     r = auto(m.step, MESH, *m.args, memory_budget=BUDGET, seed=0, max_evaluations=60, time_budget_s=600,
-             progress=False)
+             progress=False, measure_top=0)
     return m, r
 
 
@@ -50,7 +50,7 @@ def test_fixed_tactics_come_first_and_are_kept() -> None:
     m = M.transformer(**SIZES)
     bp = Shard("batch", dim=0, axis="data")
     r = auto(m.step, MESH, *m.args, memory_budget=BUDGET, fixed=[bp], seed=0, max_evaluations=15,
-             time_budget_s=600, progress=False)
+             time_budget_s=600, progress=False, measure_top=0)
     assert r.schedule[0] == bp and r.fixed == (bp,)
     assert "[fixed]" in r.explain()
 
@@ -72,7 +72,7 @@ def test_budget_respected_and_partitioned_step_equals_reference() -> None:
 def test_deterministic_for_a_seed() -> None:
     m = M.mlp()
     runs = [auto(m.step, MESH, *m.args, memory_budget=8000, seed=s, max_evaluations=30, time_budget_s=600, method="mcts",
-                 progress=False) for s in (3, 3)]
+                 progress=False, measure_top=0) for s in (3, 3)]
     assert runs[0].stats.stopped_by == "evaluation budget"
     assert [str(t) for t in runs[0].schedule] == [str(t) for t in runs[1].schedule]
     assert runs[0].evaluation == runs[1].evaluation
@@ -81,7 +81,7 @@ def test_deterministic_for_a_seed() -> None:
 
 def test_unfittable_budget_returns_least_overflow_and_says_so() -> None:
     m = M.mlp()
-    r = auto(m.step, MESH, *m.args, memory_budget=100, max_evaluations=20, progress=False)
+    r = auto(m.step, MESH, *m.args, memory_budget=100, max_evaluations=20, progress=False, measure_top=0)
     assert not r.evaluation.fits(100)
     assert "EXCEEDS" in r.explain()
 
@@ -115,7 +115,7 @@ def test_fit_recovers_a_known_profile_and_stays_non_negative() -> None:
 def test_every_method_respects_the_evaluation_budget_and_is_deterministic(method: str) -> None:
     m = M.mlp()
     runs = [auto(m.step, MESH, *m.args, memory_budget=8000, seed=1, max_evaluations=12, method=method,
-                 time_budget_s=600, progress=False) for _ in range(2)]
+                 time_budget_s=600, progress=False, measure_top=0) for _ in range(2)]
     assert runs[0].stats.evaluations <= 12 and len(runs[0].stats.history) == runs[0].stats.evaluations
     assert runs[0].stats.method == method and method in runs[0].explain()
     assert [str(t) for t in runs[0].schedule] == [str(t) for t in runs[1].schedule]
@@ -127,7 +127,7 @@ def test_every_method_respects_the_evaluation_budget_and_is_deterministic(method
 def test_unknown_method_is_a_typed_error() -> None:
     m = M.mlp()
     with pytest.raises(ValueError, match="unknown search method 'anneal'"):
-        auto(m.step, MESH, *m.args, method="anneal", progress=False)
+        auto(m.step, MESH, *m.args, method="anneal", progress=False, measure_top=0)
 
 
 def test_partition_accepts_the_auto_result_and_a_seed_fixes_the_schedule() -> None:
@@ -135,7 +135,7 @@ def test_partition_accepts_the_auto_result_and_a_seed_fixes_the_schedule() -> No
     one seed on the scan-over-layers GPT return the same schedule and the same scored program."""
     m = M.gpt(batch=4, seq=8, d_model=16, heads=4, head_dim=4, ffn=32, vocab=32, layers=2)
     runs = [auto(m.step, MESH, *m.args, memory_budget=60_000, seed=7, max_evaluations=10, time_budget_s=600,
-                 progress=False) for _ in range(2)]
+                 progress=False, measure_top=0) for _ in range(2)]
     assert [str(t) for t in runs[0].schedule] == [str(t) for t in runs[1].schedule] != []
     assert runs[0].evaluation == runs[1].evaluation
     step = partition(m.step, MESH, runs[0])
@@ -151,7 +151,7 @@ def test_auto_result_from_another_mesh_or_a_bare_tactic_is_a_typed_error() -> No
     from partir_core import TacticError
 
     m = M.mlp()
-    r = auto(m.step, MESH, *m.args, max_evaluations=3, time_budget_s=600, progress=False)
+    r = auto(m.step, MESH, *m.args, max_evaluations=3, time_budget_s=600, progress=False, measure_top=0)
     with pytest.raises(TacticError, match="searched on mesh"):
         partition(m.step, Mesh({"data": 8}), r)
     with pytest.raises(TacticError, match="wrap it in a list"):
@@ -192,7 +192,7 @@ def test_beam_finds_the_exhaustive_best_on_a_tiny_mlp(budget: int | None) -> Non
     (converged or exhausted, not on a budget) with the best one, in fewer evaluations."""
     m = M.mlp()
     n, (over, score) = _exhaustive_best(m, budget or 2**40)
-    r = auto(m.step, MESH, *m.args, memory_budget=budget, time_budget_s=600, progress=False)
+    r = auto(m.step, MESH, *m.args, memory_budget=budget, time_budget_s=600, progress=False, measure_top=0)
     assert r.stats.stopped_by in ("converged", "exhausted")
     assert r.stats.evaluations < n
     assert (not r.evaluation.fits(budget), r.evaluation.score) == (over, pytest.approx(score, rel=1e-12))
