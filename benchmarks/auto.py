@@ -260,14 +260,15 @@ def _call(c: Compiled) -> Any:
 
 
 def versus(name: str, mesh: Mesh, seconds: float, time_budget_s: float) -> str:
-    """``auto`` with its defaults (the clock chooses among its best schedules by score) on the tight
+    """``auto`` with the clock choosing among its best schedules by score (``measure_top=None``) on the tight
     budget, then its schedule, the simulator's own pick (where the clock chose another) and every
     hand strategy that fits, timed in the same rounds in ``balanced_order`` with an A/A control
     (the found schedule timed twice): a markdown row."""
     model = M.MODELS[name](**SIZES.get(name, {}))
     budget = tight_budget(model, mesh)
     clock = Clock()
-    r = auto(model.step, mesh, *model.args, memory_budget=budget, seed=0, time_budget_s=time_budget_s)
+    r = auto(model.step, mesh, *model.args, memory_budget=budget, seed=0, time_budget_s=time_budget_s,
+             measure_top=None)
     spent = clock.wall_s
     print(r.explain().split("\n== search space")[0], flush=True)
     schedules = {"auto": list(r.schedule)}

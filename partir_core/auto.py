@@ -30,12 +30,12 @@ each other on the same evaluation budget.
 
 Where the profile cannot separate the best few schedules (on the GPT it predicted the found
 schedule 1.6% faster than Megatron with sequence parallelism; it ran 13% slower), the clock
-chooses, as ``redist.autotune`` does for redistribution plans: ``measure_top`` (by default 3
-where the arguments are concrete arrays and the backend has the mesh's devices) of the best
-distinct schedules by score that fit the budget are compiled and timed interleaved
+can choose, as ``redist.autotune`` does for redistribution plans: with ``measure_top=K`` (or
+``None``: 3 where the arguments are concrete arrays and the backend has the mesh's devices) the
+K best distinct schedules by score that fit the budget are compiled and timed interleaved
 (``partir_core.clock``), and the fastest median wins if more than 5% faster than the
-best-scored one (``measure_margin``); the search keeps a quarter of
-``time_budget_s`` for that. ``measure_top=0`` is the simulator alone (deterministic).
+best-scored one (``measure_margin``); the search keeps a quarter of ``time_budget_s`` for that.
+The default, ``measure_top=0``, is the simulator alone: deterministic for a seed.
 
 The result is a list of ordinary ``Shard`` tactics after the user's ``fixed`` ones: readable,
 editable, and ``partition(fn, mesh, result)`` (or ``result.schedule``) reproduces exactly the
@@ -503,7 +503,7 @@ def auto(step_fn: Callable[..., Any], mesh: Mesh, *args: Any, memory_budget: int
          time_budget_s: float = 120.0, fixed: Sequence[Tactic] = (), seed: int = 0,
          max_evaluations: int | None = None, profile: CostProfile = CPU8, memory_weight: float = 1.0,
          method: str = "beam", beam_width: int = 3, beam_fanout: int | None = 6, unknown: str = "error",
-         progress: bool = True, measure_top: int | None = None, measure_margin: float = MEASURE_MARGIN,
+         progress: bool = True, measure_top: int | None = 0, measure_margin: float = MEASURE_MARGIN,
          timer: Timer | None = None) -> AutoResult:
     """Search a schedule for ``step_fn(*args)`` on ``mesh`` (see the module docstring).
 
@@ -520,14 +520,14 @@ def auto(step_fn: Callable[..., Any], mesh: Mesh, *args: Any, memory_budget: int
     interleaved (``partir_core.clock``), and the fastest median wins if it is more than
     ``measure_margin`` (5%) faster than the best-scored one, which wins otherwise
     (``result.measurement`` records the candidates, their predicted and measured times and the
-    winner); with fewer than two candidates nothing is timed. By default (``None``) that is
-    ``MEASURE_TOP`` (3) when ``args`` are concrete arrays and the backend has the mesh's devices,
-    and 0 otherwise. With measuring on, the search stops at ``SEARCH_SHARE`` (3/4) of
+    winner); with fewer than two candidates nothing is timed. The default, 0, times nothing;
+    ``None`` is ``MEASURE_TOP`` (3) when ``args`` are concrete arrays and the backend has the
+    mesh's devices, and 0 otherwise. With measuring on, the search stops at ``SEARCH_SHARE`` (3/4) of
     ``time_budget_s`` and compiling and timing use the rest (at least 5 rounds and two
     candidates, so a search that used its whole share overruns by that). ``timer`` replaces the
     clock (a ``partir_core.clock.Timer``).
 
-    Determinism: with ``measure_top=0`` (the simulator alone) a search that ends on anything but
+    Determinism: with ``measure_top=0`` (the default: the simulator alone) a search that ends on anything but
     the clock is deterministic: the beam draws no random numbers, MCTS draws them from ``seed``;
     one that ends on ``time_budget_s`` depends on the machine's speed. A measured choice depends
     on the machine and its load: it can differ between runs and machines.

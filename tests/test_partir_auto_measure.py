@@ -143,14 +143,17 @@ def test_a_candidate_must_beat_the_best_scored_by_the_margin() -> None:
     assert pick([None, 2.0, 1.0], 0.05) == 2 and pick([], 0.05) == 0
 
 
-def test_the_default_measures_only_concrete_arrays_on_enough_devices() -> None:
+def test_measuring_where_possible_needs_concrete_arrays_and_devices() -> None:
     m = M.mlp()
     abstract = jax.tree_util.tree_map(lambda x: jax.ShapeDtypeStruct(np.shape(x), x.dtype), m.args)
     assert can_measure(MESH, m.args)
     assert not can_measure(MESH, abstract)
     assert not can_measure(Mesh({"data": 2 * len(jax.devices())}), m.args)
-    r = auto(m.step, MESH, *abstract, memory_budget=BUDGET, max_evaluations=6, time_budget_s=600, progress=False)
+    r = auto(m.step, MESH, *abstract, memory_budget=BUDGET, max_evaluations=6, time_budget_s=600, progress=False,
+             measure_top=None)
     assert r.measurement is None
+    # the default times nothing: the simulator alone, deterministic for a seed
+    assert auto(m.step, MESH, *m.args, memory_budget=BUDGET, max_evaluations=6, progress=False).measurement is None
 
 
 def test_the_clock_compiles_what_partition_runs_and_times_each_candidate() -> None:
