@@ -29,13 +29,12 @@ import jax.numpy as jnp  # noqa: E402
 from benchmarks.harness import suite_parser  # noqa: E402
 from benchmarks.markdown import md_table  # noqa: E402
 from benchmarks.paired import balanced_order, median_ci  # noqa: E402
-from partir_core import Shard, partition  # noqa: E402
+from benchmarks.partitioner import compiled_pair  # noqa: E402
+from partir_core import Shard  # noqa: E402
 from partir_core import models as M  # noqa: E402
 from partir_core import strategies as S  # noqa: E402
-from partir_core.api import fn_mesh  # noqa: E402
 from redist.hlo import parse_collectives  # noqa: E402
 from spmd_types import Mesh  # noqa: E402
-from spmd_types.jax_interop import mesh_to_jax, to_named_sharding  # noqa: E402
 
 SIZES: dict[str, Any] = dict(batch=16, seq=64, d_model=128, heads=8, kv_heads=4, head_dim=16, ffn=256, vocab=256,
                              layers=2, experts=8, dtype=jnp.float32)
@@ -70,23 +69,8 @@ def _side(compiled: Any, args: list[Any]) -> Side:
 
 def sides(model: M.Model, schedule: list[Any], mesh: Mesh) -> tuple[Side, Side]:
     """Our compiled step and XLA's with the same input and output shardings."""
-    step = partition(model.step, mesh, schedule)
-    a = step.trace(*model.args)
-    leaves = jax.tree_util.tree_leaves(model.args)
-    jm = fn_mesh(mesh)
-    ours_args = [jax.device_put(x, to_named_sharding(t, jm)) for x, t in zip(leaves, a.lowered.in_types)]
-    _, fn = step._compiled(*model.args)
-    ours = _side(fn.lower(*ours_args).compile(), ours_args)
-    xm = mesh_to_jax(mesh, explicit=False)
-    ins = [to_named_sharding(t, xm) for t in a.lowered.in_types]
-    outs = tuple(to_named_sharding(t, xm) for t in a.lowered.out_types)
-    xla_args = [jax.device_put(x, s) for x, s in zip(leaves, ins)]
-
-    def flat(*xs: Any) -> Any:
-        return tuple(jax.tree_util.tree_leaves(model.step(*jax.tree_util.tree_unflatten(a.program.in_tree, list(xs)))))
-
-    xla = _side(jax.jit(flat, in_shardings=ins, out_shardings=outs).lower(*xla_args).compile(), xla_args)
-    return ours, xla
+    _, ours, ours_args, xla, xla_args = compiled_pair(model, schedule, mesh)
+    return _side(ours, ours_args), _side(xla, xla_args)
 
 
 def _fmt(counts: dict[str, int]) -> str:

@@ -270,8 +270,10 @@ class _Built:
     xla_args: list[Any]
 
 
-def _build(model: M.Model, strategy: str, mesh: Mesh) -> _Built:
-    step = partition(model.step, mesh, S.schedule("gpt", strategy))
+def compiled_pair(model: M.Model, schedule: list[Any], mesh: Mesh) -> tuple[Any, Any, list[Any], Any, list[Any]]:
+    """``(partitioned step, ours compiled, its placed args, XLA's compiled, its placed args)``:
+    XLA's jit gets the same input and output shardings as our lowering."""
+    step = partition(model.step, mesh, schedule)
     a = step.trace(*model.args)
     ours_args = _placed(step, model, mesh)
     _, fn = step._compiled(*model.args)
@@ -282,8 +284,12 @@ def _build(model: M.Model, strategy: str, mesh: Mesh) -> _Built:
         model.step(*jax.tree_util.tree_unflatten(a.program.in_tree, list(xs))))),
         in_shardings=ins, out_shardings=outs)
     xla_args = [jax.device_put(x, s) for x, s in zip(jax.tree_util.tree_leaves(model.args), ins)]
-    return _Built(strategy, step, fn.lower(*ours_args).compile(), ours_args,
-                  flat.lower(*xla_args).compile(), xla_args)
+    return step, fn.lower(*ours_args).compile(), ours_args, flat.lower(*xla_args).compile(), xla_args
+
+
+def _build(model: M.Model, strategy: str, mesh: Mesh) -> _Built:
+    step, ours, ours_args, xla, xla_args = compiled_pair(model, S.schedule("gpt", strategy), mesh)
+    return _Built(strategy, step, ours, ours_args, xla, xla_args)
 
 
 def _once(fn: Any, args: list[Any]) -> float:

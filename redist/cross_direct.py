@@ -63,18 +63,25 @@ def _is_whole(start: Sequence[int], size: Sequence[int], shape: Sequence[int]) -
     return not any(start) and tuple(size) == tuple(shape)
 
 
+
+def union_devices(plan: CrossMeshPlan) -> dict[int, Any]:
+    """The JAX devices by id, once every device of the move is known to exist (``UnknownDeviceError``
+    names the first that does not) and the array has blocks to move (a scalar has none)."""
+    if not plan.src.type.rank:
+        raise ExecutionError("a scalar has no blocks to move between meshes: place it with jax.device_put")
+    devs = devices_by_id()
+    for g in plan.union:
+        if g not in devs:
+            raise UnknownDeviceError(f"device {g} of the move does not exist; available ids: {sorted(devs)}")
+    return devs
+
 class DirectRunner:
     """A plan made ready to run as copies: per message its sender and whether it is cut (and
     where), per destination block its parts. ``sends`` lists ``(sender, receiver, shape)`` of
     every array the call hands to ``send``: the plan's messages, in order."""
 
     def __init__(self, plan: CrossMeshPlan) -> None:
-        if not plan.src.type.rank:
-            raise ExecutionError("a scalar has no blocks to move between meshes: place it with jax.device_put")
-        devs = devices_by_id()
-        for g in plan.union:
-            if g not in devs:
-                raise UnknownDeviceError(f"device {g} of the move does not exist; available ids: {sorted(devs)}")
+        devs = union_devices(plan)
         self.plan = plan
         self.dtype: Any = numpy_dtype(plan.src.type.dtype)
         src_local = plan.src.type.local_shape

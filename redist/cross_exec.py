@@ -26,14 +26,13 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
-from redist.cross_direct import direct_runner
+from redist.cross_direct import direct_runner, union_devices
 from redist.cross_host import host_runner
 from redist.cross_mesh import CrossMeshPlan, Piece
 from redist.errors import ExecutionError
 from spmd_types.dtypes import numpy_dtype
 from spmd_types.jax_placement import devices_by_id, placement_of, to_named_sharding
 from spmd_types.memo import Scope, memo
-from spmd_types.placement import UnknownDeviceError
 
 AXIS = "u"
 
@@ -132,12 +131,7 @@ class Runner:
     program and two array assemblies."""
 
     def __init__(self, plan: CrossMeshPlan) -> None:
-        if not plan.src.type.rank:
-            raise ExecutionError("a scalar has no blocks to move between meshes: place it with jax.device_put")
-        devs = devices_by_id()
-        for g in plan.union:
-            if g not in devs:
-                raise UnknownDeviceError(f"device {g} of the move does not exist; available ids: {sorted(devs)}")
+        devs = union_devices(plan)
         self.plan = plan
         self.program, umesh = _compiled(plan)
         self.in_sharding = NamedSharding(umesh, PartitionSpec(AXIS))

@@ -17,13 +17,11 @@ import jax
 import numpy as np
 from jax.sharding import NamedSharding
 
-from redist.cross_direct import block_parts
+from redist.cross_direct import block_parts, union_devices
 from redist.cross_mesh import CrossMeshPlan
 from redist.errors import ExecutionError
 from spmd_types.dtypes import numpy_dtype
-from spmd_types.jax_placement import devices_by_id
 from spmd_types.memo import Scope, memo
-from spmd_types.placement import UnknownDeviceError
 
 
 class Write(NamedTuple):
@@ -40,12 +38,8 @@ class HostRunner:
     where that is the whole block (``keep``)."""
 
     def __init__(self, plan: CrossMeshPlan) -> None:
-        if not plan.src.type.rank:
-            raise ExecutionError("a scalar has no blocks to move between meshes: place it with jax.device_put")
-        devs = devices_by_id()
+        devs = union_devices(plan)
         for g in plan.union:
-            if g not in devs:
-                raise UnknownDeviceError(f"device {g} of the move does not exist; available ids: {sorted(devs)}")
             if devs[g].platform != "cpu":
                 raise ExecutionError(f"transport='host' reads device buffers as host memory, but device {g} is a "
                                      f"{devs[g].platform} device: use 'direct' or 'auto'")
